@@ -1,0 +1,88 @@
+"""Typed errors. Each message says what was wrong and what to do about it."""
+
+from __future__ import annotations
+
+
+class RatchetError(Exception):
+    """Base class of every error Ratchet raises on purpose."""
+
+
+class ConfigurationError(RatchetError):
+    """The scheduler or worker was configured in a way that cannot work."""
+
+
+class InvalidJobOptions(RatchetError, ValueError):
+    """A job option is out of range or malformed."""
+
+
+class InvalidJobTarget(RatchetError, ValueError):
+    """The callable cannot be stored as a job target (lambda, closure, not importable...)."""
+
+
+class UnknownJobTarget(InvalidJobTarget):
+    """A stored ``module:qualname`` reference no longer resolves to a callable."""
+
+
+class UnserializableArgument(RatchetError, TypeError):
+    """A job argument is not one of the JSON-safe types Ratchet stores."""
+
+
+class PayloadTooLargeError(RatchetError, ValueError):
+    """The serialized arguments exceed the configured payload cap."""
+
+
+class ResultTooLargeError(RatchetError, ValueError):
+    """A job's JSON result exceeds the configured result cap."""
+
+
+class ClassPolicyViolation(RatchetError, PermissionError):
+    """The class policy does not allow this job target."""
+
+
+class MissingClassPolicy(ConfigurationError):
+    """No class policy is configured, so every job would be refused."""
+
+
+class UnknownStoreError(ConfigurationError):
+    """No installed plugin provides a store for the URL scheme."""
+
+
+class UnknownPluginError(ConfigurationError):
+    """A coordinator or executor provider was asked for by a name nobody registered."""
+
+
+class DuplicateIdempotencyKeyError(RatchetError):
+    """Another job already holds this idempotency key (a racing insert)."""
+
+    def __init__(self, key: str, holder: object | None = None) -> None:
+        super().__init__(f"idempotency key {key!r} is already used" + (f" by job {holder}" if holder else ""))
+        self.key = key
+        self.holder = holder
+
+
+class DuplicateBusinessKeyError(RatchetError):
+    """A live job already holds this business key."""
+
+    def __init__(self, key: str, holder: object | None = None) -> None:
+        who = f" (held by live job {holder})" if holder else ""
+        super().__init__(f"business key {key!r} is already held by a live job{who}")
+        self.key = key
+        self.holder = holder
+
+
+class JobNotFound(RatchetError, LookupError):
+    """No job with this id exists."""
+
+
+class FencedOut(RatchetError):
+    """This node no longer owns the job (another epoch or owner): the write was refused."""
+
+    def __init__(self, job_id: object, epoch: int, node_id: str) -> None:
+        super().__init__(f"job {job_id} epoch {epoch} is no longer owned by node {node_id}")
+        self.job_id = job_id
+        self.epoch = epoch
+        self.node_id = node_id
+
+
+class StoreUnavailable(RatchetError):
+    """The database could not be reached; the operation may be retried later."""

@@ -1,0 +1,150 @@
+"""Values that cross the store boundary (frozen dataclasses, no behaviour beyond checks)."""
+
+from __future__ import annotations
+
+import enum
+import uuid
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from datetime import datetime, timedelta
+
+from ratchet.domain.lifecycle import JobPriority, JobStatus
+from ratchet.domain.options import BackoffPolicy
+
+
+@dataclass(frozen=True)
+class NewJob:
+    """A job about to be inserted. ``status`` is PENDING (or WAITING for signal jobs)."""
+
+    job_id: uuid.UUID
+    target: str
+    payload: str
+    priority: JobPriority
+    max_retries: int
+    backoff: BackoffPolicy
+    backoff_delay: timedelta
+    timeout: timedelta | None
+    scheduled_time: datetime
+    created_at: datetime
+    idempotency_key: str
+    business_key: str | None = None
+    tags: tuple[str, ...] = ()
+    params: Mapping[str, str] = field(default_factory=dict)
+    executor: str | None = None
+    status: JobStatus = JobStatus.PENDING
+
+
+@dataclass(frozen=True)
+class ClaimedJob:
+    """A job this node now owns (status RUNNING) under ``epoch``."""
+
+    job_id: uuid.UUID
+    epoch: int
+    attempt: int
+    """1-based number of the attempt about to run."""
+    target: str
+    payload: str
+    priority: JobPriority
+    max_retries: int
+    backoff: BackoffPolicy
+    backoff_delay: timedelta
+    timeout: timedelta | None
+    scheduled_time: datetime
+    claimed_at: datetime
+    params: Mapping[str, str] = field(default_factory=dict)
+    tags: tuple[str, ...] = ()
+    executor: str | None = None
+
+
+class OutcomeKind(enum.StrEnum):
+    """How an attempt ended, as the store records it."""
+
+    SUCCEEDED = "SUCCEEDED"
+    """RUNNING -> SUCCEEDED, result stored."""
+    RETRY = "RETRY"
+    """RUNNING -> PENDING at ``retry_at``; the failure counts as an attempt."""
+    DEAD = "DEAD"
+    """RUNNING -> FAILED (the DLQ); the failure counts as an attempt."""
+    RESCHEDULE = "RESCHEDULE"
+    """RUNNING -> PENDING at ``retry_at`` without consuming a retry (breaker open, no permit)."""
+
+
+@dataclass(frozen=True)
+class Outcome:
+    """The end of one attempt, written by the owner node under its epoch (fenced)."""
+
+    job_id: uuid.UUID
+    epoch: int
+    attempt: int
+    kind: OutcomeKind
+    started_at: datetime
+    finished_at: datetime
+    result: str | None = None
+    error: str | None = None
+    retry_at: datetime | None = None
+
+
+@dataclass(frozen=True)
+class JobRecord:
+    """Everything known about one job, live or terminal."""
+
+    job_id: uuid.UUID
+    status: JobStatus
+    target: str
+    payload: str
+    priority: JobPriority
+    max_retries: int
+    attempts: int
+    """Failed attempts so far."""
+    backoff: BackoffPolicy
+    backoff_delay: timedelta
+    timeout: timedelta | None
+    scheduled_time: datetime | None
+    created_at: datetime
+    idempotency_key: str
+    business_key: str | None
+    tags: tuple[str, ...]
+    params: Mapping[str, str]
+    epoch: int
+    picked_by: str | None
+    picked_at: datetime | None
+    paused_from: JobStatus | None
+    last_error: str | None
+    result: str | None
+    terminated_at: datetime | None
+    superseded_by: uuid.UUID | None
+    executor: str | None
+
+
+@dataclass(frozen=True)
+class AttemptRecord:
+    """One row of the attempt history."""
+
+    job_id: uuid.UUID
+    attempt: int
+    epoch: int
+    node_id: str
+    started_at: datetime
+    finished_at: datetime | None
+    outcome: str
+    error: str | None
+
+
+@dataclass(frozen=True)
+class JobFilter:
+    """Which jobs a bulk operation or listing applies to. Empty fields match everything."""
+
+    statuses: tuple[JobStatus, ...] = ()
+    tag: str | None = None
+    target: str | None = None
+    created_before: datetime | None = None
+
+
+@dataclass(frozen=True)
+class NodeRecord:
+    """A worker process as registered in ``scheduler_node``."""
+
+    node_id: str
+    started_at: datetime
+    heartbeat_at: datetime
+    state: str

@@ -1,0 +1,97 @@
+"""Job options and their validation (pure)."""
+
+from __future__ import annotations
+
+import enum
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass, field
+from datetime import timedelta
+
+from ratchet.domain.errors import InvalidJobOptions
+from ratchet.domain.lifecycle import JobPriority
+
+MAX_TAG_LENGTH = 64
+MAX_BACKOFF = timedelta(hours=24)
+MAX_TIMEOUT = timedelta(seconds=2**31 - 1)
+
+
+class BackoffPolicy(enum.StrEnum):
+    """How long to wait before a retry."""
+
+    NONE = "NONE"
+    """Retry at once."""
+    FIXED = "FIXED"
+    """Wait the base delay before every retry."""
+    EXPONENTIAL = "EXPONENTIAL"
+    """Wait base * 2^(attempt-1), capped at 24 hours."""
+
+
+def normalize_tags(tags: Iterable[str]) -> tuple[str, ...]:
+    """Trim and lower-case tags, drop blanks and duplicates, keep first-seen order.
+
+    :raises InvalidJobOptions: a tag is not a string or is longer than 64 characters.
+    """
+    seen: dict[str, None] = {}
+    for tag in tags:
+        if not isinstance(tag, str):
+            raise InvalidJobOptions(f"tags must be strings, got {type(tag).__name__}")
+        norm = tag.strip().lower()
+        if not norm:
+            continue
+        if len(norm) > MAX_TAG_LENGTH:
+            raise InvalidJobOptions(
+                f"tag {norm[:20]!r}... is {len(norm)} characters; at most {MAX_TAG_LENGTH} allowed"
+            )
+        seen[norm] = None
+    return tuple(seen)
+
+
+@dataclass(frozen=True)
+class JobOptions:
+    """Everything a job can be told besides its target and arguments."""
+
+    priority: JobPriority = JobPriority.NORMAL
+    max_retries: int = 0
+    backoff: BackoffPolicy = BackoffPolicy.NONE
+    backoff_delay: timedelta = timedelta(0)
+    timeout: timedelta | None = None
+    tags: tuple[str, ...] = ()
+    params: Mapping[str, str] = field(default_factory=dict)
+    immediate: bool = False
+
+    def __post_init__(self) -> None:
+        if not isinstance(self.priority, JobPriority):
+            try:
+                object.__setattr__(self, "priority", JobPriority(self.priority))
+            except ValueError:
+                raise InvalidJobOptions(
+                    f"priority must be a JobPriority (0..4), got {self.priority!r}"
+                ) from None
+        if isinstance(self.max_retries, bool) or not isinstance(self.max_retries, int):
+            raise InvalidJobOptions(f"max_retries must be an int, got {self.max_retries!r}")
+        if self.max_retries < 0:
+            raise InvalidJobOptions(f"max_retries must be >= 0, got {self.max_retries}")
+        if not isinstance(self.backoff, BackoffPolicy):
+            try:
+                object.__setattr__(self, "backoff", BackoffPolicy(str(self.backoff).upper()))
+            except ValueError:
+                raise InvalidJobOptions(
+                    f"backoff must be one of NONE, FIXED, EXPONENTIAL; got {self.backoff!r}"
+                ) from None
+        if not isinstance(self.backoff_delay, timedelta) or self.backoff_delay < timedelta(0):
+            raise InvalidJobOptions(
+                f"backoff delay must be a non-negative timedelta, got {self.backoff_delay!r}"
+            )
+        if self.timeout is not None:
+            if not isinstance(self.timeout, timedelta) or self.timeout <= timedelta(0):
+                raise InvalidJobOptions(f"timeout must be a positive timedelta, got {self.timeout!r}")
+            if self.timeout > MAX_TIMEOUT:
+                raise InvalidJobOptions("timeout is longer than 2**31-1 seconds")
+        object.__setattr__(self, "tags", normalize_tags(self.tags))
+        params = dict(self.params)
+        for key, value in params.items():
+            if not isinstance(key, str) or not key.strip():
+                raise InvalidJobOptions(f"param keys must be non-blank strings, got {key!r}")
+            if not isinstance(value, str):
+                raise InvalidJobOptions(f"param {key!r} must be a string, got {type(value).__name__}")
+        object.__setattr__(self, "params", params)

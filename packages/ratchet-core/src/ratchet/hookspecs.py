@@ -1,0 +1,102 @@
+"""Every pluggy hook of Ratchet. Plugins implement them with ``@ratchet.hookimpl``.
+
+Three kinds (see ``docs/hooks.md``): registry hooks add named backends, provider hooks return
+the single active service (first non-None answer wins), observer hooks are told what happened.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any
+
+import pluggy
+
+if TYPE_CHECKING:
+    from ratchet.events import JobEvent
+    from ratchet.ports import BeanResolver, ClassPolicy, ResilienceStrategy
+    from ratchet.registry import Registry
+
+hookspec = pluggy.HookspecMarker("ratchet")
+
+
+@hookspec
+def ratchet_register_stores(registry: Registry[Any]) -> None:
+    """Register store factories by URL scheme.
+
+    :param registry: call ``registry.add(scheme, factory)``; ``factory(url, options)`` returns a
+        :class:`~ratchet.ports.Store`. The scheme is the SQLAlchemy drivername before ``+``
+        (``sqlite``, ``postgresql``, ``mysql``).
+
+    Called once per plugin manager, when the registry is first needed.
+    """
+
+
+@hookspec
+def ratchet_register_coordinators(registry: Registry[Any]) -> None:
+    """Register cluster coordinator factories by name or URL scheme.
+
+    :param registry: call ``registry.add(name, factory)``; ``factory(spec, context)`` returns a
+        :class:`~ratchet.ports.ClusterCoordinator`.
+
+    Called once per plugin manager.
+    """
+
+
+@hookspec
+def ratchet_register_executor_providers(registry: Registry[Any]) -> None:
+    """Register executor providers by name (``threads``, ``asyncio``, ``processes``...).
+
+    :param registry: call ``registry.add(name, factory)``; ``factory(max_workers)`` returns an
+        :class:`~ratchet.ports.ExecutorProvider`.
+
+    Called once per plugin manager.
+    """
+
+
+@hookspec(firstresult=True)
+def ratchet_class_policy(config: Any) -> ClassPolicy | None:
+    """Return the class policy that decides which job targets are allowed.
+
+    Stops at first non-None result.
+
+    :param config: the :class:`~ratchet.config.RatchetConfig` of the app.
+    :returns: a :class:`~ratchet.ports.ClassPolicy`, or None to let another plugin answer.
+
+    Called once when the app is created.
+    """
+
+
+@hookspec(firstresult=True)
+def ratchet_bean_resolver(config: Any) -> BeanResolver | None:
+    """Return the resolver that supplies instances for method jobs.
+
+    Stops at first non-None result.
+
+    :param config: the :class:`~ratchet.config.RatchetConfig` of the app.
+    :returns: a :class:`~ratchet.ports.BeanResolver`, or None.
+
+    Called once when the app is created.
+    """
+
+
+@hookspec(firstresult=True)
+def ratchet_resilience_strategy(config: Any) -> ResilienceStrategy | None:
+    """Return the strategy (circuit breakers) that guards job execution.
+
+    Stops at first non-None result.
+
+    :param config: the :class:`~ratchet.config.RatchetConfig` of the app.
+    :returns: a :class:`~ratchet.ports.ResilienceStrategy`, or None.
+
+    Called once when the app is created.
+    """
+
+
+@hookspec
+def ratchet_job_event(event: JobEvent) -> None:
+    """Observe a job lifecycle event (started, completed, failed, retrying, ...).
+
+    :param event: a :class:`~ratchet.events.JobEvent`; its ``kind`` says what happened.
+
+    Called after the transaction that caused the event committed, on the thread that wrote it.
+    An exception raised here is logged and never changes the job.
+    """

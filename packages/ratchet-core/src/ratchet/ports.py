@@ -1,0 +1,257 @@
+"""Ports: the contracts that adapters implement (``typing.Protocol``).
+
+The engine is written only against these. Plugins supply implementations through the hooks in
+:mod:`ratchet.hookspecs`; the store conformance suite in :mod:`ratchet.testing.store_contract`
+checks a store against :class:`Store`.
+"""
+
+from __future__ import annotations
+
+import uuid
+from collections.abc import Callable, Iterator, Sequence
+from concurrent.futures import Future
+from contextlib import AbstractContextManager
+from dataclasses import dataclass, field
+from datetime import datetime, timedelta
+from typing import Any, Protocol, TypeVar
+
+from ratchet.domain.lifecycle import JobPriority
+from ratchet.domain.model import (
+    AttemptRecord,
+    ClaimedJob,
+    JobFilter,
+    JobRecord,
+    NewJob,
+    NodeRecord,
+    Outcome,
+)
+
+T = TypeVar("T")
+
+
+class Clock(Protocol):
+    """Where the engine reads time. Always returns an aware UTC datetime."""
+
+    def now(self) -> datetime: ...
+
+
+@dataclass(frozen=True)
+class StoreCapabilities:
+    """Facts about a store that runtime code and the conformance suite both read."""
+
+    dialect: str
+    skip_locked: bool
+    """Concurrent claimers skip each other's locked rows (otherwise claims serialise)."""
+    multi_host: bool
+    """Several machines may share the store (false for SQLite files)."""
+    transactional_submit: bool = True
+    """``submit(connection=...)`` can join the caller's transaction."""
+    extras: frozenset[str] = field(default_factory=frozenset)
+
+
+@dataclass(frozen=True)
+class InsertResult:
+    """What happened to one job of a submission."""
+
+    job_id: uuid.UUID
+    inserted: bool
+    """False when the idempotency key already belonged to ``job_id`` (the original job)."""
+
+
+class Store(Protocol):
+    """Durable home of jobs, nodes and attempt history.
+
+    Every method takes the caller's ``now`` (so tests can drive time), runs in its own short
+    transaction unless ``connection`` is given, and raises
+    :class:`~ratchet.domain.errors.StoreUnavailable` when the database cannot be reached.
+    Every write by an executing node is fenced by ``(job_id, epoch, node_id, status)``.
+    """
+
+    capabilities: StoreCapabilities
+    url: str
+
+    # -- lifecycle of the store itself ------------------------------------------------------
+    def migrate(self) -> None:
+        """Create or upgrade the schema to the newest revision (safe to call concurrently)."""
+
+    def close(self) -> None:
+        """Release every connection. Idempotent."""
+
+    def database_time(self) -> datetime:
+        """The database server's clock (for skew checks)."""
+
+    def capability(self, kind: type[T]) -> T | None:
+        """The optional capability ``kind`` if this store has it, else None."""
+
+    # -- submission -------------------------------------------------------------------------
+    def insert_jobs(
+        self, jobs: Sequence[NewJob], *, now: datetime, connection: Any = None
+    ) -> list[InsertResult]:
+        """Insert jobs in one transaction (or in ``connection``'s, which the caller commits).
+
+        A job whose idempotency key is already taken is not inserted: its result names the
+        holder. A live business key conflict raises ``DuplicateBusinessKeyError`` and inserts
+        nothing.
+        """
+
+    def replace_job(self, old_id: uuid.UUID, new_job: NewJob, *, now: datetime) -> bool:
+        """Cancel a live job and insert its replacement atomically (``superseded_by`` set).
+
+        The replacement takes over the old job's business key. Returns False (and changes
+        nothing) if the old job does not exist or is terminal.
+        """
+
+    # -- the worker's side ------------------------------------------------------------------
+    def claim(
+        self, node_id: str, limit: int, *, now: datetime, boost_interval: timedelta
+    ) -> list[ClaimedJob]:
+        """Claim up to ``limit`` due PENDING jobs for ``node_id`` and mark them RUNNING.
+
+        Order: effective priority (with age boost) descending, scheduled time, id. Each claim
+        increments the job's epoch and opens an attempt-history row. Concurrent claimers never
+        receive the same job.
+        """
+
+    def is_owned(self, job_id: uuid.UUID, epoch: int, node_id: str) -> bool:
+        """Whether ``node_id`` still owns the RUNNING job under ``epoch``."""
+
+    def record_outcomes(
+        self, node_id: str, outcomes: Sequence[Outcome], *, now: datetime
+    ) -> list[uuid.UUID]:
+        """Apply attempt outcomes in one transaction; return the ids that were fenced out.
+
+        An outcome applies only if the job is still RUNNING under this node and epoch;
+        otherwise it changes nothing and its id is returned.
+        """
+
+    # -- operators --------------------------------------------------------------------------
+    def cancel_job(self, job_id: uuid.UUID, *, now: datetime) -> bool:
+        """Cancel a live job (a RUNNING one keeps running; its result is discarded)."""
+
+    def pause_job(self, job_id: uuid.UUID, *, now: datetime) -> bool:
+        """PENDING -> PAUSED; True if already PAUSED."""
+
+    def resume_job(self, job_id: uuid.UUID, *, now: datetime) -> bool:
+        """PAUSED -> the status it was paused from; False unless PAUSED."""
+
+    def retry_job(self, job_id: uuid.UUID, *, now: datetime) -> bool:
+        """FAILED -> PENDING with attempts reset; False unless FAILED."""
+
+    def retry_jobs(self, job_filter: JobFilter, limit: int, *, now: datetime) -> int:
+        """Retry up to ``limit`` FAILED jobs matching the filter, atomically; return the count."""
+
+    def cancel_jobs_by_tag(self, tag: str, *, now: datetime) -> int:
+        """Cancel every PENDING, PAUSED or WAITING job carrying ``tag``; return the count."""
+
+    # -- reading ----------------------------------------------------------------------------
+    def get_job(self, job_id: uuid.UUID) -> JobRecord | None:
+        """The job, live or terminal, or None."""
+
+    def find_by_idempotency_key(self, key: str) -> uuid.UUID | None:
+        """The job that holds ``key``, or None."""
+
+    def list_jobs(self, job_filter: JobFilter, limit: int = 100) -> list[JobRecord]:
+        """Jobs matching the filter, newest first."""
+
+    def attempts(self, job_id: uuid.UUID) -> list[AttemptRecord]:
+        """The attempt history of a job, oldest first."""
+
+    def count_by_status(self) -> dict[str, int]:
+        """How many jobs are in each status."""
+
+    # -- nodes ------------------------------------------------------------------------------
+    def register_node(self, node_id: str, *, now: datetime) -> None:
+        """Insert or refresh this node's row (state ALIVE)."""
+
+    def heartbeat(self, node_id: str, *, now: datetime) -> bool:
+        """Refresh the heartbeat; False if the row is gone or no longer ALIVE."""
+
+    def deregister_node(self, node_id: str) -> None:
+        """Remove this node's row."""
+
+    def list_nodes(self) -> list[NodeRecord]:
+        """Every registered node."""
+
+    def recover_orphans(self, *, now: datetime, grace: timedelta) -> int:
+        """Return RUNNING jobs of nodes silent for longer than ``grace`` to PENDING.
+
+        Also removes the silent nodes' rows. Returns how many jobs came back.
+        """
+
+    def release_jobs(self, node_id: str, job_ids: Sequence[uuid.UUID], *, now: datetime) -> int:
+        """Hand this node's RUNNING jobs back to PENDING (drain); return how many."""
+
+
+class TransactionalStore(Protocol):
+    """Optional: a store that can join a caller's SQLAlchemy transaction."""
+
+    def in_caller_transaction(self, connection: Any) -> AbstractContextManager[Any]: ...
+
+
+@dataclass(frozen=True)
+class WakeupHint:
+    """A hint that new work may be claimable. Never needed for correctness."""
+
+    priority: JobPriority
+    origin_node: str
+    target: str | None = None
+
+
+class ClusterCoordinator(Protocol):
+    """Carries wakeup hints between nodes so idle pollers react within milliseconds."""
+
+    def notify_new_work(self, hint: WakeupHint) -> None:
+        """Publish a hint. Called after the submitting transaction committed. Never raises."""
+
+    def add_listener(self, listener: Callable[[WakeupHint], None]) -> None:
+        """Call ``listener`` for every hint received (on the coordinator's thread)."""
+
+    def close(self) -> None:
+        """Stop receiving and release connections. Idempotent."""
+
+
+class ClassPolicy(Protocol):
+    """Decides which job targets may be stored and run."""
+
+    def is_allowed(self, module: str, qualname: str) -> bool: ...
+
+
+class BeanResolver(Protocol):
+    """Supplies the instance on which a method job runs."""
+
+    def resolve(self, cls: type[T]) -> T: ...
+
+    def clear(self) -> None:
+        """Forget cached instances (on shutdown)."""
+
+
+class ResilienceStrategy(Protocol):
+    """Guards calls to a service (a circuit breaker)."""
+
+    def is_available(self, service: str) -> bool:
+        """False while the service's breaker is open."""
+
+    def retry_delay(self, service: str) -> timedelta:
+        """How long to wait before trying an unavailable service again."""
+
+    def execute(self, service: str, call: Callable[[], T]) -> T:
+        """Run ``call`` under the service's breaker, recording its outcome."""
+
+
+class ExecutorProvider(Protocol):
+    """Runs job attempts somewhere (threads, an event loop, processes)."""
+
+    name: str
+
+    def submit(self, fn: Callable[[], T]) -> Future[T]:
+        """Start ``fn``; the future completes when it returns or raises."""
+
+    def shutdown(self, wait: bool = True) -> None:
+        """Stop accepting work; wait for running work if asked."""
+
+
+def iter_chunks(items: Sequence[T], size: int) -> Iterator[Sequence[T]]:
+    """Slices of ``items`` of at most ``size`` elements (helper for batched writes)."""
+    for start in range(0, len(items), size):
+        yield items[start : start + size]
+

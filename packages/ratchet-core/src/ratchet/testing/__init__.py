@@ -1,0 +1,1 @@
+"""Test kit shipped with ratchet-core: FakeClock, the store conformance suite, pytest plugin."""
