@@ -1,4 +1,8 @@
-"""Typed errors. Each message says what was wrong and what to do about it."""
+"""Typed errors. Each message says what was wrong and what to do about it.
+
+Errors that no retry can fix carry ``__ratchet_do_not_retry__`` (see :mod:`ratchet.domain.retry`):
+a job failing with one goes straight to the dead-letter queue.
+"""
 
 from __future__ import annotations
 
@@ -18,6 +22,8 @@ class InvalidJobOptions(RatchetError, ValueError):
 class InvalidJobTarget(RatchetError, ValueError):
     """The callable cannot be stored as a job target (lambda, closure, not importable...)."""
 
+    __ratchet_do_not_retry__ = True
+
 
 class UnknownJobTarget(InvalidJobTarget):
     """A stored ``module:qualname`` reference no longer resolves to a callable."""
@@ -25,6 +31,8 @@ class UnknownJobTarget(InvalidJobTarget):
 
 class UnserializableArgument(RatchetError, TypeError):
     """A job argument is not one of the JSON-safe types Ratchet stores."""
+
+    __ratchet_do_not_retry__ = True
 
 
 class PayloadTooLargeError(RatchetError, ValueError):
@@ -34,9 +42,13 @@ class PayloadTooLargeError(RatchetError, ValueError):
 class ResultTooLargeError(RatchetError, ValueError):
     """A job's JSON result exceeds the configured result cap."""
 
+    __ratchet_do_not_retry__ = True
+
 
 class ClassPolicyViolation(RatchetError, PermissionError):
     """The class policy does not allow this job target."""
+
+    __ratchet_do_not_retry__ = True
 
 
 class MissingClassPolicy(ConfigurationError):

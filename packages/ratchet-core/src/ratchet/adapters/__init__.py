@@ -1,0 +1,3 @@
+"""Built-in plugins, registered through the same hooks as third-party adapters."""
+
+from __future__ import annotations

@@ -1,0 +1,70 @@
+"""Configuration of an app and its workers, with the original's defaults where they exist."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from datetime import timedelta
+
+from ratchet.domain.errors import ConfigurationError
+from ratchet.domain.priority import DEFAULT_BOOST_INTERVAL
+
+
+@dataclass
+class RatchetConfig:
+    """Settings shared by the scheduler API and the workers of one app."""
+
+    allowed_modules: tuple[str, ...] = ()
+    """Module prefixes whose callables may be jobs (the class policy). Empty denies all."""
+    allow_empty_class_policy: bool = False
+    """Start even without a class policy (every job is then refused)."""
+    max_payload_bytes: int = 100_000
+    max_result_bytes: int = 65_536
+    boost_interval: timedelta = DEFAULT_BOOST_INTERVAL
+    """Age boost: +1 effective priority per interval waited; zero disables."""
+    node_name: str | None = None
+    extra: dict[str, object] = field(default_factory=dict)
+
+    def __post_init__(self) -> None:
+        if isinstance(self.allowed_modules, str):
+            self.allowed_modules = (self.allowed_modules,)
+        self.allowed_modules = tuple(self.allowed_modules)
+        if self.max_payload_bytes <= 0 or self.max_result_bytes <= 0:
+            raise ConfigurationError("payload and result caps must be positive byte counts")
+        if self.boost_interval < timedelta(0):
+            raise ConfigurationError("boost_interval must not be negative")
+
+
+@dataclass
+class WorkerConfig:
+    """Settings of one worker process."""
+
+    concurrency: int = 10
+    """Job slots (threads of the default executor)."""
+    batch_size: int = 50
+    """Most jobs claimed per poll (never more than the free slots)."""
+    heartbeat_interval: timedelta = timedelta(seconds=10)
+    orphan_grace: timedelta = timedelta(seconds=60)
+    """A node silent this long is dead; its RUNNING jobs go back to PENDING."""
+    orphan_scan_interval: timedelta = timedelta(seconds=60)
+    drain_timeout: timedelta = timedelta(seconds=30)
+    """How long SIGTERM waits for running jobs before handing them back."""
+    recheck_after: timedelta = timedelta(seconds=1)
+    """A job that waited longer than this between claim and start re-reads its status first."""
+    completion_batch: int = 256
+    """Most attempt outcomes written in one transaction."""
+    burst_delay: timedelta = timedelta(milliseconds=500)
+    min_delay: timedelta = timedelta(seconds=2)
+    max_delay: timedelta = timedelta(seconds=30)
+    deep_idle_delay: timedelta = timedelta(seconds=60)
+    deep_idle_after: timedelta = timedelta(minutes=5)
+
+    def __post_init__(self) -> None:
+        if self.concurrency < 1:
+            raise ConfigurationError(f"concurrency must be at least 1, got {self.concurrency}")
+        if self.batch_size < 1:
+            raise ConfigurationError(f"batch_size must be at least 1, got {self.batch_size}")
+        if self.orphan_grace <= self.heartbeat_interval:
+            raise ConfigurationError(
+                "orphan_grace must be longer than heartbeat_interval, or live nodes would be "
+                "declared dead"
+            )

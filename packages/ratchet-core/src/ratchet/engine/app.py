@@ -1,0 +1,294 @@
+"""``Ratchet``: the scheduler API (the composition root of an application)."""
+
+from __future__ import annotations
+
+import logging
+import threading
+import uuid
+from collections.abc import Callable, Sequence
+from datetime import datetime, timedelta
+from typing import Any
+
+from sqlalchemy import event
+from sqlalchemy.orm import Session
+
+from ratchet.clock import SystemClock
+from ratchet.config import RatchetConfig, WorkerConfig
+from ratchet.domain.errors import (
+    ClassPolicyViolation,
+    DuplicateIdempotencyKeyError,
+    InvalidJobOptions,
+)
+from ratchet.domain.lifecycle import JobPriority
+from ratchet.domain.model import AttemptRecord, JobFilter, JobRecord
+from ratchet.engine.builder import JobBuilder, JobHandle
+from ratchet.events import EventKind, JobEvent
+from ratchet.ids import uuid7
+from ratchet.plugins import Plugins, make_plugin_manager
+from ratchet.ports import Clock, ClusterCoordinator, Store, WakeupHint
+from ratchet.targets import TargetRef, target_of
+
+log = logging.getLogger("ratchet")
+
+EventListener = Callable[[JobEvent], None]
+
+
+class Ratchet:
+    """A scheduler bound to one database.
+
+    :param url: SQLAlchemy URL of the store (``sqlite:///jobs.db``, ``postgresql+psycopg://...``).
+    :param allowed_modules: module prefixes whose callables may run as jobs (the class policy).
+    :param allow_empty_class_policy: start without a policy (every job is then refused).
+    :param auto_migrate: create/upgrade the schema on start (default: True for SQLite).
+    :param coordinator: wakeup coordinator name or URL (default ``local``: this process only).
+    :param clock: where time comes from (tests pass a FakeClock).
+    :param plugins: a prepared :class:`~ratchet.plugins.Plugins` (default: built-ins + entry points).
+    """
+
+    def __init__(
+        self,
+        url: str = "sqlite:///ratchet.db",
+        *,
+        allowed_modules: Sequence[str] = (),
+        allow_empty_class_policy: bool = False,
+        auto_migrate: bool | None = None,
+        coordinator: str = "local",
+        clock: Clock | None = None,
+        plugins: Plugins | None = None,
+        store_options: dict[str, Any] | None = None,
+        **config: Any,
+    ) -> None:
+        self.config = RatchetConfig(
+            allowed_modules=tuple(allowed_modules),
+            allow_empty_class_policy=allow_empty_class_policy,
+            **config,
+        )
+        self.plugins = plugins or Plugins(make_plugin_manager())
+        self.class_policy = self.plugins.class_policy(self.config)
+        self.beans = self.plugins.bean_resolver(self.config)
+        self.resilience = self.plugins.resilience_strategy(self.config)
+        self.clock: Clock = clock or SystemClock()
+        self.store: Store = self.plugins.store_factory(url)(url, store_options)
+        self.node_name = self.config.node_name or "client"
+        context = {"store": self.store, "app": self}
+        self.coordinator: ClusterCoordinator = self.plugins.coordinator_factory(coordinator)(
+            coordinator, context
+        )
+        self._listeners: list[EventListener] = []
+        self._listeners_lock = threading.Lock()
+        if auto_migrate is None:
+            auto_migrate = self.store.capabilities.dialect == "sqlite"
+        if auto_migrate:
+            self.store.migrate()
+
+    # -- ids, time, events -------------------------------------------------------------------
+    def new_id(self) -> uuid.UUID:
+        return uuid7()
+
+    def now(self) -> datetime:
+        return self.clock.now()
+
+    def add_event_listener(self, listener: EventListener) -> None:
+        """Call ``listener`` for every event of this app (after commit, on the writer's thread)."""
+        with self._listeners_lock:
+            self._listeners.append(listener)
+
+    def remove_event_listener(self, listener: EventListener) -> None:
+        with self._listeners_lock:
+            self._listeners.remove(listener)
+
+    def emit(self, event: JobEvent) -> None:
+        """Deliver an event to listeners and observer hooks; their errors are only logged."""
+        with self._listeners_lock:
+            listeners = list(self._listeners)
+        for listener in listeners:
+            try:
+                listener(event)
+            except Exception:
+                log.exception("event listener failed on %s", event.kind)
+        self.plugins.emit(event)
+
+    def register_bean(self, instance: object) -> None:
+        """Use ``instance`` for method jobs of its class."""
+        register = getattr(self.beans, "register", None)
+        if register is None:
+            raise InvalidJobOptions("the installed bean resolver does not accept registrations")
+        register(instance)
+
+    # -- targets -------------------------------------------------------------------------------
+    def check_target(self, fn: Callable[..., Any]) -> TargetRef:
+        """The stored reference of ``fn``, after the class policy allowed it.
+
+        :raises InvalidJobTarget: ``fn`` cannot be stored.
+        :raises ClassPolicyViolation: the policy refuses its module.
+        """
+        ref = target_of(fn)
+        self.enforce_policy(ref)
+        return ref
+
+    def enforce_policy(self, ref: TargetRef) -> None:
+        if not self.class_policy.is_allowed(ref.module, ref.qualname):
+            raise ClassPolicyViolation(
+                f"the class policy does not allow {ref.module}:{ref.qualname}; add its module "
+                f"prefix to allowed_modules (now {list(self.config.allowed_modules)})"
+            )
+
+    # -- scheduling API ------------------------------------------------------------------------
+    def enqueue(self, fn: Callable[..., Any], *args: Any, **kwargs: Any) -> JobBuilder:
+        """A builder for a job due now; call ``.submit()``."""
+        return JobBuilder(self, self.check_target(fn), args, kwargs)
+
+    def enqueue_now(self, fn: Callable[..., Any], *args: Any, **kwargs: Any) -> JobHandle:
+        """Submit a job due now with an immediate wakeup."""
+        return self.enqueue(fn, *args, **kwargs).immediate().submit()
+
+    def schedule(
+        self, delay: timedelta | datetime, fn: Callable[..., Any], *args: Any, **kwargs: Any
+    ) -> JobBuilder:
+        """A builder for a job due after ``delay`` (or at an aware ``datetime``)."""
+        ref = self.check_target(fn)
+        if isinstance(delay, datetime):
+            return JobBuilder(self, ref, args, kwargs, run_at=delay)
+        if not isinstance(delay, timedelta):
+            raise InvalidJobOptions(f"delay must be a timedelta or datetime, got {delay!r}")
+        return JobBuilder(self, ref, args, kwargs, delay=delay)
+
+    def submit_many(self, builders: Sequence[JobBuilder], connection: Any = None) -> list[JobHandle]:
+        """Submit several builders in one transaction (bulk insert)."""
+        return self._submit(builders, connection=connection)
+
+    def _submit(self, builders: Sequence[JobBuilder], connection: Any = None) -> list[JobHandle]:
+        for b in builders:
+            b._submitted = True
+        now = self.now()
+        jobs = [b.build(now) for b in builders]
+        try:
+            results = self.store.insert_jobs(jobs, now=now, connection=connection)
+        except DuplicateIdempotencyKeyError:
+            if connection is not None:
+                raise
+            # A racing submitter won; a fresh transaction now sees its job and returns it.
+            results = self.store.insert_jobs(jobs, now=now)
+        handles = [JobHandle(r.job_id, self, r.inserted) for r in results]
+        inserted = [(b, j) for b, j, r in zip(builders, jobs, results, strict=True) if r.inserted]
+
+        def after_commit(*_: Any) -> None:
+            self._after_submit(inserted, now)
+
+        if connection is None:
+            after_commit()
+        elif isinstance(connection, Session):
+            event.listen(connection, "after_commit", after_commit, once=True)
+        else:
+            event.listen(connection, "commit", after_commit, once=True)
+        return handles
+
+    def _after_submit(self, inserted: Sequence[tuple[JobBuilder, Any]], now: datetime) -> None:
+        wake = [j for b, j in inserted if b.wants_wakeup]
+        if wake:
+            top = max(j.priority for j in wake)
+            try:
+                self.coordinator.notify_new_work(WakeupHint(JobPriority(top), self.node_name))
+            except Exception:
+                log.warning("wakeup could not be sent; polling will still find the job", exc_info=True)
+        for _, job in inserted:
+            self.emit(JobEvent(EventKind.SUBMITTED, job.job_id, now, data={"target": job.target}))
+
+    def replace(
+        self,
+        job_id: uuid.UUID,
+        delay: timedelta,
+        fn: Callable[..., Any],
+        *args: Any,
+        **kwargs: Any,
+    ) -> JobHandle:
+        """Cancel a live job and submit its replacement atomically (the business key moves).
+
+        :raises JobNotFound: the job does not exist or is already terminal.
+        """
+        from ratchet.domain.errors import JobNotFound
+
+        builder = self.schedule(delay, fn, *args, **kwargs)
+        builder._submitted = True
+        now = self.now()
+        new_job = builder.build(now)
+        if not self.store.replace_job(job_id, new_job, now=now):
+            raise JobNotFound(f"job {job_id} does not exist or is no longer live")
+        self.emit(JobEvent(EventKind.REPLACED, job_id, now, data={"superseded_by": str(new_job.job_id)}))
+        self._after_submit([(builder, new_job)], now)
+        return JobHandle(new_job.job_id, self)
+
+    def _operator(self, kind: EventKind, ok: bool, job_id: uuid.UUID) -> bool:
+        if ok:
+            self.emit(JobEvent(kind, job_id, self.now()))
+        return ok
+
+    def cancel_job(self, job_id: uuid.UUID) -> bool:
+        """Cancel a live job; a RUNNING one finishes but its result is discarded.
+
+        :returns: False if the job is missing or already terminal.
+        """
+        return self._operator(EventKind.CANCELLED, self.store.cancel_job(job_id, now=self.now()), job_id)
+
+    def pause_job(self, job_id: uuid.UUID) -> bool:
+        """Pause a PENDING job (True if already paused)."""
+        return self._operator(EventKind.PAUSED, self.store.pause_job(job_id, now=self.now()), job_id)
+
+    def resume_job(self, job_id: uuid.UUID) -> bool:
+        """Resume a PAUSED job; False unless it was paused."""
+        return self._operator(EventKind.RESUMED, self.store.resume_job(job_id, now=self.now()), job_id)
+
+    def retry_job(self, job_id: uuid.UUID) -> bool:
+        """Move a dead-lettered (FAILED) job back to PENDING with its attempts reset."""
+        ok = self.store.retry_job(job_id, now=self.now())
+        if ok:
+            self.coordinator.notify_new_work(WakeupHint(JobPriority.NORMAL, self.node_name))
+        return self._operator(EventKind.RETRIED_BY_OPERATOR, ok, job_id)
+
+    def retry_jobs(self, job_filter: JobFilter | None = None, limit: int = 100) -> int:
+        """Retry up to ``limit`` (1..1000) FAILED jobs matching the filter, all or nothing."""
+        count = self.store.retry_jobs(job_filter or JobFilter(), limit, now=self.now())
+        if count:
+            self.coordinator.notify_new_work(WakeupHint(JobPriority.NORMAL, self.node_name))
+            self.emit(JobEvent(EventKind.BULK_RETRIED, None, self.now(), data={"count": count}))
+        return count
+
+    def cancel_jobs_by_tag(self, tag: str) -> int:
+        """Cancel every PENDING, PAUSED or WAITING job with ``tag`` (never RUNNING ones)."""
+        count = self.store.cancel_jobs_by_tag(tag, now=self.now())
+        if count:
+            self.emit(JobEvent(EventKind.BULK_CANCELLED, None, self.now(), data={"tag": tag, "count": count}))
+        return count
+
+    # -- reading ---------------------------------------------------------------------------------
+    def get_job(self, job_id: uuid.UUID) -> JobRecord | None:
+        return self.store.get_job(job_id)
+
+    def list_jobs(self, job_filter: JobFilter | None = None, limit: int = 100) -> list[JobRecord]:
+        return self.store.list_jobs(job_filter or JobFilter(), limit)
+
+    def attempts(self, job_id: uuid.UUID) -> list[AttemptRecord]:
+        return self.store.attempts(job_id)
+
+    # -- workers -----------------------------------------------------------------------------------
+    def worker(self, config: WorkerConfig | None = None, **options: Any) -> Any:
+        """A :class:`~ratchet.engine.worker.Worker` for this app (not started)."""
+        from ratchet.engine.worker import Worker
+
+        return Worker(self, config or WorkerConfig(**options))
+
+    def run_worker(self, config: WorkerConfig | None = None, **options: Any) -> None:
+        """Run a worker in this thread until SIGTERM / SIGINT, then drain."""
+        self.worker(config, **options).run()
+
+    def close(self) -> None:
+        """Release the store and the coordinator. Idempotent."""
+        self.coordinator.close()
+        self.beans.clear()
+        self.store.close()
+
+    def __enter__(self) -> Ratchet:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()

@@ -1,0 +1,237 @@
+"""``JobBuilder``: options for one job, then ``submit()``."""
+
+from __future__ import annotations
+
+import uuid
+import warnings
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
+from datetime import datetime, timedelta
+from typing import TYPE_CHECKING, Any
+
+from ratchet.domain.errors import InvalidJobOptions
+from ratchet.domain.lifecycle import JobPriority, JobStatus
+from ratchet.domain.options import BackoffPolicy, JobOptions, normalize_tags
+
+if TYPE_CHECKING:
+    from ratchet.domain.model import JobRecord
+    from ratchet.engine.app import Ratchet
+    from ratchet.targets import TargetRef
+
+MAX_KEY_LENGTH = 255
+
+
+class UnsubmittedJobWarning(RuntimeWarning):
+    """A JobBuilder was dropped without ``submit()``: the job was never stored."""
+
+
+def validate_business_key(key: str) -> str:
+    """Trim and check a business key: 1..255 printable ASCII characters.
+
+    :raises InvalidJobOptions: blank, too long, or non-printable / non-ASCII characters.
+    """
+    if not isinstance(key, str):
+        raise InvalidJobOptions(f"business key must be a string, got {type(key).__name__}")
+    trimmed = key.strip()
+    if not trimmed:
+        raise InvalidJobOptions("business key must not be blank")
+    if len(trimmed) > MAX_KEY_LENGTH:
+        raise InvalidJobOptions(
+            f"business key is {len(trimmed)} characters; at most {MAX_KEY_LENGTH} allowed"
+        )
+    bad = next((c for c in trimmed if not " " <= c <= "~"), None)
+    if bad is not None:
+        raise InvalidJobOptions(
+            f"business key contains {bad!r} (U+{ord(bad):04X}); only printable ASCII "
+            "(U+0020..U+007E) is allowed"
+        )
+    return trimmed
+
+
+def validate_idempotency_key(key: str) -> str:
+    """Check an idempotency key: 1..64 printable ASCII characters."""
+    if not isinstance(key, str) or not key.strip():
+        raise InvalidJobOptions("idempotency key must be a non-blank string")
+    key = key.strip()
+    if len(key) > 64 or any(not " " <= c <= "~" for c in key):
+        raise InvalidJobOptions("idempotency key must be at most 64 printable ASCII characters")
+    return key
+
+
+@dataclass(frozen=True)
+class JobHandle:
+    """A submitted job. ``inserted`` is False when an idempotency key matched an earlier job."""
+
+    id: uuid.UUID
+    app: Ratchet
+    inserted: bool = True
+
+    def record(self) -> JobRecord | None:
+        """The job as stored now."""
+        return self.app.get_job(self.id)
+
+    def status(self) -> JobStatus:
+        """The job's current status."""
+        rec = self.record()
+        if rec is None:
+            raise LookupError(f"job {self.id} does not exist")
+        return rec.status
+
+    def result(self) -> Any:
+        """The decoded JSON result of a SUCCEEDED job (None otherwise)."""
+        from ratchet.serialization import decode_result
+
+        rec = self.record()
+        return decode_result(rec.result) if rec is not None else None
+
+
+class JobBuilder:
+    """Collects the options of one job; nothing is stored until :meth:`submit`."""
+
+    def __init__(
+        self,
+        app: Ratchet,
+        ref: TargetRef,
+        args: Sequence[Any],
+        kwargs: Mapping[str, Any],
+        *,
+        delay: timedelta | None = None,
+        run_at: datetime | None = None,
+    ) -> None:
+        if delay is not None and delay < timedelta(0):
+            raise InvalidJobOptions(f"delay must not be negative, got {delay}")
+        if run_at is not None and run_at.tzinfo is None:
+            raise InvalidJobOptions("run_at must be a timezone-aware datetime")
+        self._app = app
+        self._ref = ref
+        self._args = list(args)
+        self._kwargs = dict(kwargs)
+        self._delay = delay
+        self._run_at = run_at
+        self._priority = JobPriority.NORMAL
+        self._max_retries = 0
+        self._backoff = BackoffPolicy.NONE
+        self._backoff_delay = timedelta(0)
+        self._timeout: timedelta | None = None
+        self._tags: tuple[str, ...] = ()
+        self._params: dict[str, str] = {}
+        self._idempotency_key = str(uuid.uuid4())
+        self._business_key: str | None = None
+        self._immediate = False
+        self._executor: str | None = None
+        self._submitted = False
+
+    # -- options ---------------------------------------------------------------------------
+    def with_priority(self, priority: JobPriority | int) -> JobBuilder:
+        try:
+            self._priority = JobPriority(priority)
+        except ValueError:
+            raise InvalidJobOptions(f"priority must be 0..4 (a JobPriority), got {priority!r}") from None
+        return self
+
+    def with_max_retries(self, max_retries: int) -> JobBuilder:
+        JobOptions(max_retries=max_retries)
+        self._max_retries = max_retries
+        return self
+
+    def with_backoff(self, policy: BackoffPolicy | str, delay: timedelta = timedelta(0)) -> JobBuilder:
+        opts = JobOptions(backoff=policy, backoff_delay=delay)  # type: ignore[arg-type]
+        self._backoff, self._backoff_delay = opts.backoff, opts.backoff_delay
+        return self
+
+    def with_timeout(self, timeout: timedelta) -> JobBuilder:
+        JobOptions(timeout=timeout)
+        self._timeout = timeout
+        return self
+
+    def with_tags(self, *tags: str) -> JobBuilder:
+        self._tags = normalize_tags((*self._tags, *tags))
+        return self
+
+    def with_param(self, key: str, value: str) -> JobBuilder:
+        JobOptions(params={key: value})
+        self._params[key] = value
+        return self
+
+    def with_idempotency_key(self, key: str) -> JobBuilder:
+        self._idempotency_key = validate_idempotency_key(key)
+        return self
+
+    def with_business_key(self, key: str) -> JobBuilder:
+        self._business_key = validate_business_key(key)
+        return self
+
+    def with_executor(self, name: str) -> JobBuilder:
+        if not name or not isinstance(name, str):
+            raise InvalidJobOptions("executor name must be a non-empty string")
+        self._executor = name
+        return self
+
+    def with_options(self, options: JobOptions) -> JobBuilder:
+        """Apply a whole :class:`JobOptions` value."""
+        self._priority = options.priority
+        self._max_retries = options.max_retries
+        self._backoff, self._backoff_delay = options.backoff, options.backoff_delay
+        self._timeout = options.timeout
+        self._tags = normalize_tags((*self._tags, *options.tags))
+        self._params.update(options.params)
+        self._immediate = self._immediate or options.immediate
+        return self
+
+    def immediate(self) -> JobBuilder:
+        """Send a cluster wakeup after commit so an idle worker polls at once."""
+        self._immediate = True
+        return self
+
+    # -- submission ------------------------------------------------------------------------
+    @property
+    def idempotency_key(self) -> str:
+        return self._idempotency_key
+
+    @property
+    def wants_wakeup(self) -> bool:
+        """Immediate, CRITICAL, or zero delay (seed 002)."""
+        zero_delay = self._run_at is None and not self._delay
+        return self._immediate or self._priority is JobPriority.CRITICAL or zero_delay
+
+    def build(self, now: datetime) -> Any:
+        """The :class:`~ratchet.domain.model.NewJob` this builder describes, at ``now``."""
+        from ratchet.domain.model import NewJob
+        from ratchet.serialization import encode_payload
+
+        payload = encode_payload(self._args, self._kwargs, self._app.config.max_payload_bytes)
+        scheduled = self._run_at or (now + (self._delay or timedelta(0)))
+        return NewJob(
+            job_id=self._app.new_id(),
+            target=str(self._ref),
+            payload=payload,
+            priority=self._priority,
+            max_retries=self._max_retries,
+            backoff=self._backoff,
+            backoff_delay=self._backoff_delay,
+            timeout=self._timeout,
+            scheduled_time=scheduled,
+            created_at=now,
+            idempotency_key=self._idempotency_key,
+            business_key=self._business_key,
+            tags=self._tags,
+            params=dict(self._params),
+            executor=self._executor,
+        )
+
+    def submit(self, connection: Any = None) -> JobHandle:
+        """Store the job (in ``connection``'s transaction when given) and return its handle.
+
+        With a caller's SQLAlchemy ``Connection`` or ``Session`` the job commits or rolls back
+        with the caller's transaction, and the wakeup is sent only after it commits.
+        """
+        self._submitted = True
+        return self._app._submit([self], connection=connection)[0]
+
+    def __del__(self) -> None:
+        if not getattr(self, "_submitted", True):
+            warnings.warn(
+                f"a job for {self._ref} was built but never submitted; call .submit()",
+                UnsubmittedJobWarning,
+                stacklevel=2,
+            )

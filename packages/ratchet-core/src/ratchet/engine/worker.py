@@ -1,0 +1,499 @@
+"""The worker: poller, job tasks on an executor, batched outcome writes, heartbeat, recovery.
+
+Threads: the poller claims as many due jobs as there are free slots and hands each to the
+executor; job threads run the attempt and put its :class:`~ratchet.domain.model.Outcome` on a
+queue; the writer thread drains that queue and records outcomes in batches (one transaction per
+batch, fenced by epoch); the heartbeat thread refreshes this node and returns jobs of dead nodes
+to PENDING. Every database error is survived: the loop logs once per outage and backs off.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import heapq
+import inspect
+import logging
+import os
+import queue
+import signal
+import socket
+import threading
+import time
+import uuid
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from datetime import datetime, timedelta
+from typing import TYPE_CHECKING, Any
+
+from ratchet.config import WorkerConfig
+from ratchet.domain.errors import StoreUnavailable
+from ratchet.domain.model import ClaimedJob, Outcome, OutcomeKind
+from ratchet.domain.polling import AdaptivePollingStrategy, PollingConfig
+from ratchet.domain.retry import decide_retry
+from ratchet.engine.context import JobContext, bound, install_log_record_factory
+from ratchet.events import EventKind, JobEvent
+from ratchet.ports import WakeupHint
+from ratchet.serialization import decode_payload, encode_result
+from ratchet.targets import TargetRef, owner_class, resolve_attribute
+
+if TYPE_CHECKING:
+    from ratchet.engine.app import Ratchet
+
+log = logging.getLogger("ratchet.worker")
+
+MAX_ERROR_CHARS = 4000
+
+
+def default_node_id() -> str:
+    """``host-pid-random``: unique per worker process incarnation."""
+    return f"{socket.gethostname()[:60]}-{os.getpid()}-{uuid.uuid4().hex[:8]}"
+
+
+def describe_error(exc: BaseException) -> str:
+    """``module.Type: message``, truncated."""
+    klass = type(exc)
+    name = klass.__qualname__ if klass.__module__ == "builtins" else f"{klass.__module__}.{klass.__qualname__}"
+    text = f"{name}: {exc}"
+    return text if len(text) <= MAX_ERROR_CHARS else text[: MAX_ERROR_CHARS - 3] + "..."
+
+
+@dataclass
+class WorkerStats:
+    """Counters of one worker (read them for tests, the demo and metrics)."""
+
+    claimed: int = 0
+    succeeded: int = 0
+    retried: int = 0
+    dead_lettered: int = 0
+    rescheduled: int = 0
+    fenced_out: int = 0
+    recovered: int = 0
+    store_errors: int = 0
+    polls: int = 0
+    outcome_batches: int = 0
+    by_job: dict[uuid.UUID, str] = field(default_factory=dict)
+
+
+class Worker:
+    """One worker per process. Use :meth:`run` (blocking, signal-aware) or start/stop."""
+
+    def __init__(self, app: Ratchet, config: WorkerConfig, *, node_id: str | None = None) -> None:
+        self.app = app
+        self.config = config
+        self.store = app.store
+        self.node_id = node_id or app.config.node_name or default_node_id()
+        self.stats = WorkerStats()
+        self._executor = app.plugins.executor_factory("threads")(config.concurrency)
+        self._inflight: dict[uuid.UUID, ClaimedJob] = {}
+        self._lock = threading.Lock()
+        self._wake = threading.Event()
+        self._stopping = threading.Event()
+        self._draining = threading.Event()
+        self._outcomes: queue.Queue[Outcome | None] = queue.Queue()
+        self._pending_writes = 0
+        self._idle = threading.Condition(self._lock)
+        self._due: list[datetime] = []
+        self._saturated = False
+        self._threads: list[threading.Thread] = []
+        self._targets: dict[str, Callable[..., Any]] = {}
+        self._started = False
+        self._outage_logged = False
+        self.strategy = AdaptivePollingStrategy(
+            PollingConfig(
+                burst_delay=config.burst_delay,
+                min_delay=config.min_delay,
+                max_delay=config.max_delay,
+                deep_idle_delay=config.deep_idle_delay,
+                deep_idle_threshold=config.deep_idle_after,
+            )
+        )
+
+    # ------------------------------------------------------------------ lifecycle
+    def start(self) -> None:
+        """Register the node and start the poller, writer and heartbeat threads."""
+        if self._started:
+            return
+        self._started = True
+        install_log_record_factory()
+        self.store.register_node(self.node_id, now=self.app.now())
+        self.app.coordinator.add_listener(self._on_hint)
+        for name, target in (
+            ("poller", self._poll_loop),
+            ("writer", self._write_loop),
+            ("heartbeat", self._heartbeat_loop),
+        ):
+            thread = threading.Thread(target=target, name=f"ratchet-{name}", daemon=True)
+            thread.start()
+            self._threads.append(thread)
+        log.info("worker %s started with %d slots", self.node_id, self.config.concurrency)
+
+    def run(self, *, install_signal_handlers: bool = True) -> None:
+        """Start, then block until SIGTERM / SIGINT (or :meth:`request_stop`), then drain."""
+        if install_signal_handlers and threading.current_thread() is threading.main_thread():
+            for sig in (signal.SIGTERM, signal.SIGINT):
+                signal.signal(sig, lambda *_: self.request_stop())
+        self.start()
+        self._stopping.wait()
+        self.stop()
+
+    def request_stop(self) -> None:
+        """Ask :meth:`run` to drain and return (safe from a signal handler)."""
+        self._draining.set()
+        self._stopping.set()
+        self._wake.set()
+
+    @property
+    def draining(self) -> bool:
+        """True once the worker stopped claiming (readiness probes report not ready)."""
+        return self._draining.is_set()
+
+    def stop(self, timeout: timedelta | None = None) -> None:
+        """Drain: stop claiming, wait for running jobs (bounded), hand the rest back, deregister."""
+        self._draining.set()
+        self._stopping.set()
+        self._wake.set()
+        limit = (timeout if timeout is not None else self.config.drain_timeout).total_seconds()
+        deadline = time.monotonic() + limit
+        with self._idle:
+            while self._inflight and time.monotonic() < deadline:
+                self._idle.wait(timeout=max(0.0, deadline - time.monotonic()))
+            unfinished = list(self._inflight)
+        self._outcomes.put(None)
+        for thread in self._threads:
+            thread.join(timeout=max(1.0, deadline - time.monotonic()))
+        self._flush_remaining()
+        if unfinished:
+            try:
+                released = self.store.release_jobs(self.node_id, unfinished, now=self.app.now())
+                log.warning("drain: handed %d unfinished job(s) back to PENDING", released)
+            except StoreUnavailable:
+                log.error("drain: database unavailable; orphan recovery will return the jobs")
+        try:
+            self.store.deregister_node(self.node_id)
+        except StoreUnavailable:
+            log.error("drain: could not deregister node %s", self.node_id)
+        self._executor.shutdown(wait=False)
+        self.app.beans.clear()
+        log.info("worker %s stopped", self.node_id)
+
+    def wait_until(self, predicate: Callable[[], bool], timeout: float) -> bool:
+        """Block until ``predicate()`` holds (checked after every outcome batch) or timeout."""
+        deadline = time.monotonic() + timeout
+        with self._idle:
+            while not predicate():
+                remaining = deadline - time.monotonic()
+                if remaining <= 0:
+                    return False
+                self._idle.wait(timeout=min(remaining, 0.25))
+        return True
+
+    # ------------------------------------------------------------------ wakeups
+    def _on_hint(self, hint: WakeupHint) -> None:
+        self.wakeup()
+
+    def wakeup(self) -> None:
+        """Poll at once and enter burst mode."""
+        self.strategy.on_wakeup(self.app.now())
+        self._wake.set()
+
+    def _wake_at(self, when: datetime) -> None:
+        with self._lock:
+            heapq.heappush(self._due, when)
+        self._wake.set()
+
+    # ------------------------------------------------------------------ polling
+    def free_slots(self) -> int:
+        with self._lock:
+            return self.config.concurrency - len(self._inflight)
+
+    def poll_once(self) -> list[ClaimedJob]:
+        """Claim as many due jobs as there are free slots (up to the batch size)."""
+        free = self.free_slots()
+        if free <= 0 or self._draining.is_set():
+            return []
+        want = min(free, self.config.batch_size)
+        claimed = self.store.claim(
+            self.node_id, want, now=self.app.now(), boost_interval=self.app.config.boost_interval
+        )
+        self.stats.polls += 1
+        self.stats.claimed += len(claimed)
+        with self._lock:
+            for job in claimed:
+                self._inflight[job.job_id] = job
+            self._saturated = len(claimed) == want
+        for job in claimed:
+            self.app.emit(
+                JobEvent(EventKind.STARTED, job.job_id, job.claimed_at, self.node_id, {"attempt": job.attempt})
+            )
+        return claimed
+
+    def _poll_loop(self) -> None:
+        backoff = 0.05
+        while not self._stopping.is_set():
+            try:
+                claimed = self.poll_once()
+                for job in claimed:
+                    self._executor.submit(lambda job=job: self._run_and_queue(job))
+                utilisation = 1 - self.free_slots() / self.config.concurrency
+                decision = self.strategy.on_poll(
+                    self.app.now(), len(claimed), self.config.batch_size, utilisation
+                )
+                delay = decision.delay.total_seconds()
+                self._outage_over()
+                backoff = 0.05
+            except Exception as exc:
+                self._outage(exc)
+                delay = backoff
+                backoff = min(backoff * 2, 5.0)
+            delay = min(delay, self._seconds_until_due())
+            if delay > 0 and self._wake.wait(timeout=delay):
+                self._wake.clear()
+            elif delay <= 0:
+                self._wake.clear()
+
+    def _seconds_until_due(self) -> float:
+        with self._lock:
+            now = self.app.now()
+            while self._due and self._due[0] <= now:
+                heapq.heappop(self._due)
+                return 0.0
+            if not self._due:
+                return float("inf")
+            return max(0.0, (self._due[0] - now).total_seconds())
+
+    def _outage(self, exc: Exception) -> None:
+        self.stats.store_errors += 1
+        if not self._outage_logged:
+            self._outage_logged = True
+            log.error("database unavailable (%s); retrying with backoff", exc)
+        else:
+            log.debug("still unavailable: %s", exc)
+
+    def _outage_over(self) -> None:
+        if self._outage_logged:
+            self._outage_logged = False
+            log.warning("database reachable again")
+
+    # ------------------------------------------------------------------ running a job
+    def _run_and_queue(self, job: ClaimedJob) -> None:
+        try:
+            outcome = self.execute(job)
+        except BaseException:  # pragma: no cover - execute() catches everything it can
+            log.exception("job task crashed for %s", job.job_id)
+            outcome = None
+        with self._lock:
+            self._inflight.pop(job.job_id, None)
+            if outcome is not None:
+                self._pending_writes += 1
+            wake = self._saturated
+        if outcome is not None:
+            self._outcomes.put(outcome)
+        if wake:
+            self._wake.set()
+        with self._idle:
+            self._idle.notify_all()
+
+    def _resolve(self, ref: TargetRef) -> Callable[..., Any]:
+        key = str(ref)
+        fn = self._targets.get(key)
+        if fn is None:
+            if ref.bean:
+                instance = self.app.beans.resolve(owner_class(ref))
+                fn = getattr(instance, ref.qualname.rsplit(".", 1)[1])
+            else:
+                fn = resolve_attribute(ref)
+            self._targets[key] = fn
+        return fn
+
+    def execute(self, job: ClaimedJob) -> Outcome | None:
+        """Run one attempt (seed 000 steps 1-10) and return its outcome (None: not ours any more)."""
+        app = self.app
+        started = app.now()
+        ctx = JobContext(
+            job_id=job.job_id,
+            attempt=job.attempt,
+            epoch=job.epoch,
+            node_id=self.node_id,
+            scheduled_time=job.scheduled_time,
+            params=job.params,
+            tags=job.tags,
+        )
+        with bound(ctx):
+            try:
+                if started - job.claimed_at > self.config.recheck_after and not self.store.is_owned(
+                    job.job_id, job.epoch, self.node_id
+                ):
+                    log.info("job %s was canceled or taken before it started", job.job_id)
+                    return None
+                ref = TargetRef.parse(job.target)
+                service = ref.service_name
+                if not app.resilience.is_available(service):
+                    retry_at = started + app.resilience.retry_delay(service)
+                    return Outcome(
+                        job.job_id, job.epoch, job.attempt, OutcomeKind.RESCHEDULE, started, app.now(),
+                        error=f"circuit open for {service}", retry_at=retry_at,
+                    )
+                app.enforce_policy(ref)
+                fn = self._resolve(ref)
+                args, kwargs = decode_payload(job.payload)
+
+                def call() -> Any:
+                    value = fn(*args, **kwargs)
+                    if inspect.isawaitable(value):
+                        return asyncio.run(_await(value))
+                    return value
+
+                value = app.resilience.execute(service, call)
+                result = encode_result(value, app.config.max_result_bytes)
+                return Outcome(
+                    job.job_id, job.epoch, job.attempt, OutcomeKind.SUCCEEDED, started, app.now(),
+                    result=result,
+                )
+            except Exception as exc:
+                finished = app.now()
+                decision = decide_retry(
+                    attempt=job.attempt,
+                    max_retries=job.max_retries,
+                    exc=exc,
+                    now=finished,
+                    backoff=job.backoff,
+                    backoff_base=job.backoff_delay,
+                )
+                error = describe_error(exc)
+                log.warning(
+                    "job %s attempt %d failed: %s (%s)", job.job_id, job.attempt, error, decision.reason
+                )
+                kind = OutcomeKind.RETRY if decision.retry else OutcomeKind.DEAD
+                return Outcome(
+                    job.job_id, job.epoch, job.attempt, kind, started, finished,
+                    error=error, retry_at=decision.retry_at,
+                )
+
+    # ------------------------------------------------------------------ writing outcomes
+    def _write_loop(self) -> None:
+        while True:
+            first = self._outcomes.get()
+            if first is None:
+                return
+            batch = [first]
+            while len(batch) < self.config.completion_batch:
+                try:
+                    item = self._outcomes.get_nowait()
+                except queue.Empty:
+                    break
+                if item is None:
+                    self._outcomes.put(None)
+                    break
+                batch.append(item)
+            self._write(batch, retry_forever=True)
+
+    def _flush_remaining(self) -> None:
+        batch = []
+        while True:
+            try:
+                item = self._outcomes.get_nowait()
+            except queue.Empty:
+                break
+            if item is not None:
+                batch.append(item)
+        if batch:
+            self._write(batch, retry_forever=False)
+
+    def record(self, outcomes: list[Outcome]) -> list[uuid.UUID]:
+        """Write outcomes now (one transaction) and emit their events; returns fenced ids."""
+        fenced = self.store.record_outcomes(self.node_id, outcomes, now=self.app.now())
+        self._after_write(outcomes, set(fenced))
+        return fenced
+
+    def _write(self, batch: list[Outcome], *, retry_forever: bool) -> None:
+        delay = 0.05
+        while True:
+            try:
+                self.record(batch)
+                self._outage_over()
+                break
+            except Exception as exc:
+                self._outage(exc)
+                if not retry_forever and self._stopping.is_set():
+                    log.error("could not record %d outcome(s); orphan recovery will rerun them", len(batch))
+                    break
+                time.sleep(delay)  # waiting out a database outage, not synchronising
+                delay = min(delay * 2, 5.0)
+        with self._idle:
+            self._pending_writes -= len(batch)
+            self._idle.notify_all()
+
+    def _after_write(self, outcomes: list[Outcome], fenced: set[uuid.UUID]) -> None:
+        stats = self.stats
+        stats.outcome_batches += 1
+        for o in outcomes:
+            if o.job_id in fenced:
+                stats.fenced_out += 1
+                stats.by_job[o.job_id] = "FENCED_OUT"
+                log.warning(
+                    "job %s epoch %d: this node no longer owns it (canceled, recovered or taken "
+                    "over); its outcome %s was discarded", o.job_id, o.epoch, o.kind.value,
+                )
+                self.app.emit(JobEvent(EventKind.FENCED_OUT, o.job_id, o.finished_at, self.node_id))
+                continue
+            stats.by_job[o.job_id] = o.kind.value
+            data = {"attempt": o.attempt, "error": o.error}
+            if o.kind is OutcomeKind.SUCCEEDED:
+                stats.succeeded += 1
+                self.app.emit(JobEvent(EventKind.COMPLETED, o.job_id, o.finished_at, self.node_id, data))
+            elif o.kind is OutcomeKind.RESCHEDULE:
+                stats.rescheduled += 1
+                self.app.emit(JobEvent(EventKind.RESCHEDULED, o.job_id, o.finished_at, self.node_id, data))
+                if o.retry_at is not None:
+                    self._wake_at(o.retry_at)
+            else:
+                self.app.emit(JobEvent(EventKind.FAILED, o.job_id, o.finished_at, self.node_id, data))
+                if o.kind is OutcomeKind.RETRY:
+                    stats.retried += 1
+                    data = {**data, "retry_at": o.retry_at}
+                    self.app.emit(JobEvent(EventKind.RETRYING, o.job_id, o.finished_at, self.node_id, data))
+                    if o.retry_at is not None:
+                        self._wake_at(o.retry_at)
+                else:
+                    stats.dead_lettered += 1
+                    self.app.emit(
+                        JobEvent(EventKind.DEAD_LETTERED, o.job_id, o.finished_at, self.node_id, data)
+                    )
+
+    # ------------------------------------------------------------------ heartbeat and recovery
+    def heartbeat_once(self) -> None:
+        """Refresh this node's heartbeat (re-registering if its row vanished)."""
+        now = self.app.now()
+        if not self.store.heartbeat(self.node_id, now=now):
+            log.warning("node %s was not registered (declared dead?); registering again", self.node_id)
+            self.store.register_node(self.node_id, now=now)
+
+    def recover_once(self) -> int:
+        """Return RUNNING jobs of silent nodes to PENDING; returns how many."""
+        count = self.store.recover_orphans(now=self.app.now(), grace=self.config.orphan_grace)
+        if count:
+            self.stats.recovered += count
+            log.warning("recovered %d job(s) from dead nodes", count)
+            self.app.emit(JobEvent(EventKind.RECOVERED, None, self.app.now(), self.node_id, {"count": count}))
+            self._wake.set()
+        return count
+
+    def _heartbeat_loop(self) -> None:
+        scan_every = self.config.orphan_scan_interval.total_seconds()
+        tick = min(self.config.heartbeat_interval.total_seconds(), scan_every)
+        next_scan = time.monotonic()
+        while True:
+            try:
+                self.heartbeat_once()
+                if time.monotonic() >= next_scan:
+                    next_scan = time.monotonic() + scan_every
+                    self.recover_once()
+                self._outage_over()
+            except Exception as exc:
+                self._outage(exc)
+            if self._stopping.wait(timeout=tick):
+                return
+
+
+async def _await(value: Any) -> Any:
+    return await value

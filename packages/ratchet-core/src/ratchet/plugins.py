@@ -1,0 +1,184 @@
+"""The plugin manager factory and the typed facade the engine uses (no global manager)."""
+
+from __future__ import annotations
+
+import logging
+import os
+from collections.abc import Iterable
+from dataclasses import dataclass
+from functools import cached_property
+from typing import Any
+
+import pluggy
+
+from ratchet import hookspecs
+from ratchet.domain.errors import MissingClassPolicy, UnknownPluginError, UnknownStoreError
+from ratchet.events import JobEvent
+from ratchet.ports import BeanResolver, ClassPolicy, ResilienceStrategy
+from ratchet.registry import Registry
+
+log = logging.getLogger("ratchet.plugins")
+
+ENTRY_POINT_GROUP = "ratchet"
+DISABLE_ENV = "RATCHET_DISABLE_PLUGINS"
+
+#: Built-in plugins, registered first so that installed plugins (called LIFO) override them.
+DEFAULT_PLUGINS = (
+    "ratchet.adapters.sqlite",
+    "ratchet.adapters.local_coordinator",
+    "ratchet.adapters.threads",
+    "ratchet.adapters.class_policy",
+    "ratchet.adapters.beans",
+    "ratchet.adapters.resilience",
+)
+
+
+def make_plugin_manager(
+    *, load_entrypoints: bool = True, extra: Iterable[object] = ()
+) -> pluggy.PluginManager:
+    """A fresh manager: hookspecs, built-ins, the ``ratchet`` entry points, then ``extra``.
+
+    Plugins named in ``RATCHET_DISABLE_PLUGINS`` (comma-separated) are blocked.
+    """
+    import importlib
+
+    pm = pluggy.PluginManager("ratchet")
+    pm.add_hookspecs(hookspecs)
+    for name in filter(None, (n.strip() for n in os.environ.get(DISABLE_ENV, "").split(","))):
+        pm.set_blocked(name)
+    for module_name in DEFAULT_PLUGINS:
+        pm.register(importlib.import_module(module_name), name=module_name)
+    if load_entrypoints:
+        pm.load_setuptools_entrypoints(ENTRY_POINT_GROUP)
+    for plugin in extra:
+        pm.register(plugin)
+    pm.check_pending()
+    return pm
+
+
+@dataclass(frozen=True)
+class PluginInfo:
+    """One registered plugin, for ``ratchet plugins``."""
+
+    name: str
+    hooks: tuple[str, ...]
+    distribution: str | None
+
+
+class Plugins:
+    """Typed access to what the plugins supply."""
+
+    def __init__(self, pm: pluggy.PluginManager) -> None:
+        self.pm = pm
+
+    def _registry(self, hook_name: str, kind: str) -> Registry[Any]:
+        registry: Registry[Any] = Registry(kind)
+        hook = getattr(self.pm.hook, hook_name)
+        for impl in reversed(hook.get_hookimpls()):  # built-ins first, for stable error messages
+            bound = _OwnedRegistry(registry, impl.plugin_name)
+            impl.function(registry=bound)
+        return registry
+
+    @cached_property
+    def stores(self) -> Registry[Any]:
+        return self._registry("ratchet_register_stores", "store")
+
+    @cached_property
+    def coordinators(self) -> Registry[Any]:
+        return self._registry("ratchet_register_coordinators", "coordinator")
+
+    @cached_property
+    def executor_providers(self) -> Registry[Any]:
+        return self._registry("ratchet_register_executor_providers", "executor provider")
+
+    def store_factory(self, url: str) -> Any:
+        """The store factory for a SQLAlchemy URL.
+
+        :raises UnknownStoreError: no plugin serves the scheme.
+        """
+        scheme = url.split(":", 1)[0].split("+", 1)[0].lower()
+        if "://" not in url or not scheme:
+            raise UnknownStoreError(
+                f"{url!r} is not a database URL; expected e.g. sqlite:///jobs.db or "
+                "postgresql+psycopg://user@host/db"
+            )
+        try:
+            return self.stores[scheme]
+        except KeyError:
+            known = ", ".join(self.stores) or "none"
+            hint = {"postgresql": "ratchet-postgres", "mysql": "ratchet-mysql"}.get(scheme)
+            extra = f" Install it with: pip install {hint}" if hint else ""
+            raise UnknownStoreError(
+                f"no installed plugin provides a store for {scheme!r} URLs (installed: {known}).{extra}"
+            ) from None
+
+    def coordinator_factory(self, spec: str) -> Any:
+        """The coordinator factory for a name (``local``) or URL (``redis://...``)."""
+        key = spec.split("://", 1)[0] if "://" in spec else spec
+        try:
+            return self.coordinators[key]
+        except KeyError:
+            known = ", ".join(self.coordinators) or "none"
+            raise UnknownPluginError(
+                f"no installed plugin provides a coordinator {key!r} (installed: {known})"
+            ) from None
+
+    def executor_factory(self, name: str) -> Any:
+        try:
+            return self.executor_providers[name]
+        except KeyError:
+            known = ", ".join(self.executor_providers) or "none"
+            raise UnknownPluginError(
+                f"no installed plugin provides an executor {name!r} (installed: {known})"
+            ) from None
+
+    def class_policy(self, config: Any) -> ClassPolicy:
+        """The winning class policy.
+
+        :raises MissingClassPolicy: no plugin answered (the built-in answers only when configured).
+        """
+        policy = self.pm.hook.ratchet_class_policy(config=config)
+        if policy is None:
+            raise MissingClassPolicy(
+                "no class policy is configured, so every job would be refused. Pass "
+                "allowed_modules=['myapp'] to Ratchet(...) (module prefixes whose functions may "
+                "run as jobs), install a class-policy plugin, or pass "
+                "allow_empty_class_policy=True to start anyway and refuse every job."
+            )
+        return policy  # type: ignore[no-any-return]
+
+    def bean_resolver(self, config: Any) -> BeanResolver:
+        return self.pm.hook.ratchet_bean_resolver(config=config)  # type: ignore[no-any-return]
+
+    def resilience_strategy(self, config: Any) -> ResilienceStrategy:
+        return self.pm.hook.ratchet_resilience_strategy(config=config)  # type: ignore[no-any-return]
+
+    def emit(self, event: JobEvent) -> None:
+        """Deliver an event to every observer hook; an observer's error is logged, not raised."""
+        for impl in reversed(self.pm.hook.ratchet_job_event.get_hookimpls()):
+            try:
+                impl.function(event=event)
+            except Exception:
+                log.exception("observer plugin %s failed on %s", impl.plugin_name, event.kind)
+
+    def describe(self) -> list[PluginInfo]:
+        """Every registered plugin with the hooks it implements."""
+        dists = {id(plugin): dist.project_name for plugin, dist in self.pm.list_plugin_distinfo()}
+        infos = []
+        for name, plugin in self.pm.list_name_plugin():
+            if plugin is None:
+                continue
+            hooks = tuple(sorted(h.name for h in self.pm.get_hookcallers(plugin) or ()))
+            infos.append(PluginInfo(str(name), hooks, dists.get(id(plugin))))
+        return infos
+
+
+class _OwnedRegistry:
+    """A registry view that records which plugin added each entry."""
+
+    def __init__(self, registry: Registry[Any], owner: str) -> None:
+        self._registry = registry
+        self._owner = owner
+
+    def add(self, name: str, factory: Any) -> None:
+        self._registry.add(name, factory, owner=self._owner)

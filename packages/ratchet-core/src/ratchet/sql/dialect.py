@@ -1,0 +1,61 @@
+"""What differs between databases, and nothing else.
+
+The shared :class:`~ratchet.sql.store.SqlStore` holds the logic; a :class:`SqlDialect` supplies
+engine setup, the claim's row locking, the migration lock and error classification.
+"""
+
+from __future__ import annotations
+
+import enum
+from collections.abc import Iterator
+from contextlib import contextmanager
+from typing import Any
+
+from sqlalchemy import Select
+from sqlalchemy.engine import Connection, Engine
+
+
+class ErrorKind(enum.Enum):
+    """How the store should react to a database error."""
+
+    DUPLICATE_IDEMPOTENCY_KEY = "duplicate idempotency key"
+    DUPLICATE_BUSINESS_KEY = "duplicate business key"
+    RETRYABLE = "retryable (deadlock, serialization failure, lock timeout, busy)"
+    TRANSIENT = "transient (connection lost or refused)"
+    OTHER = "other"
+
+
+class SqlDialect:
+    """Base dialect: portable SQL, no row locks (the database serialises writers)."""
+
+    name = "generic"
+    skip_locked = False
+    multi_host = True
+
+    def engine_kwargs(self, url: str) -> dict[str, Any]:
+        """Extra keyword arguments for ``create_engine``."""
+        return {}
+
+    def configure_engine(self, engine: Engine, *, write: bool) -> None:
+        """Install event listeners on a freshly created engine."""
+
+    def separate_write_engine(self) -> bool:
+        """Whether writes need their own engine (SQLite: ``BEGIN IMMEDIATE``)."""
+        return False
+
+    def lock_for_claim(self, stmt: Select[Any]) -> Select[Any]:
+        """Make a candidate select lock its rows, skipping rows others hold."""
+        return stmt
+
+    def lock_rows(self, stmt: Select[Any]) -> Select[Any]:
+        """Make a select lock its rows for the rest of the transaction (waiting if needed)."""
+        return stmt
+
+    @contextmanager
+    def migration_lock(self, conn: Connection) -> Iterator[None]:
+        """Hold a cluster-wide lock while migrations run (several nodes may start at once)."""
+        yield
+
+    def classify(self, exc: BaseException) -> ErrorKind:
+        """Map a DBAPI / SQLAlchemy error to an :class:`ErrorKind`."""
+        return ErrorKind.OTHER

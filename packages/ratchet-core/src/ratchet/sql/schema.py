@@ -1,0 +1,110 @@
+"""The tables (architecture §5). Migrations in ``ratchet/sql/migrations`` create them.
+
+A hot/cold split: ``scheduler_job_queue`` holds only live jobs and is what the claim reads;
+``scheduler_job`` keeps every job's definition and, once it ends, its terminal outcome.
+Business keys are unique in the queue table, which only holds live jobs, so "unique among live
+jobs" needs no partial index on any database.
+"""
+
+from __future__ import annotations
+
+from sqlalchemy import (
+    Column,
+    ForeignKey,
+    Index,
+    Integer,
+    MetaData,
+    SmallInteger,
+    String,
+    Table,
+    Text,
+    UniqueConstraint,
+)
+
+from ratchet.sql.types import UTCMicros, UUIDType
+
+metadata = MetaData()
+
+job = Table(
+    "scheduler_job",
+    metadata,
+    Column("job_id", UUIDType(), primary_key=True),
+    Column("target", String(512), nullable=False),
+    Column("payload", Text, nullable=False),
+    Column("priority", SmallInteger, nullable=False),
+    Column("max_retries", Integer, nullable=False),
+    Column("backoff_policy", String(16), nullable=False),
+    Column("backoff_ms", Integer, nullable=False),
+    Column("timeout_ms", Integer, nullable=True),
+    Column("params", Text, nullable=True),
+    Column("tags", Text, nullable=True),
+    Column("idempotency_key", String(64), nullable=False),
+    Column("business_key", String(255), nullable=True),
+    Column("executor", String(64), nullable=True),
+    Column("created_at", UTCMicros(), nullable=False),
+    Column("attempts", Integer, nullable=False, default=0),
+    Column("terminal_status", String(16), nullable=True),
+    Column("terminal_error", Text, nullable=True),
+    Column("result", Text, nullable=True),
+    Column("terminated_at", UTCMicros(), nullable=True),
+    Column("superseded_by", UUIDType(), nullable=True),
+    Index("idx_job_terminal", "terminal_status", "terminated_at"),
+)
+
+job_queue = Table(
+    "scheduler_job_queue",
+    metadata,
+    Column("job_id", UUIDType(), ForeignKey("scheduler_job.job_id"), primary_key=True),
+    Column("status", String(16), nullable=False),
+    Column("priority", SmallInteger, nullable=False),
+    Column("scheduled_time", UTCMicros(), nullable=False),
+    Column("attempts", Integer, nullable=False, default=0),
+    Column("epoch", Integer, nullable=False, default=0),
+    Column("picked_by", String(128), nullable=True),
+    Column("picked_at", UTCMicros(), nullable=True),
+    Column("paused_from_status", String(16), nullable=True),
+    Column("last_error", Text, nullable=True),
+    Column("business_key", String(255), nullable=True),
+    UniqueConstraint("business_key", name="uq_queue_business_key"),
+    Index("idx_queue_claim", "status", "priority", "scheduled_time", "job_id"),
+    Index("idx_queue_owner", "picked_by", "status"),
+)
+
+job_tag = Table(
+    "scheduler_job_tag",
+    metadata,
+    Column("job_id", UUIDType(), ForeignKey("scheduler_job.job_id"), primary_key=True),
+    Column("tag", String(64), primary_key=True),
+    Index("idx_job_tag_tag", "tag"),
+)
+
+idempotency_key = Table(
+    "scheduler_idempotency_key",
+    metadata,
+    Column("idempotency_key", String(64), primary_key=True),
+    Column("job_id", UUIDType(), nullable=False),
+    Column("created_at", UTCMicros(), nullable=False),
+)
+
+job_execution = Table(
+    "scheduler_job_execution",
+    metadata,
+    Column("job_id", UUIDType(), ForeignKey("scheduler_job.job_id"), primary_key=True),
+    Column("attempt_no", Integer, primary_key=True),
+    Column("epoch", Integer, primary_key=True),
+    Column("node_id", String(128), nullable=False),
+    Column("started_at", UTCMicros(), nullable=False),
+    Column("finished_at", UTCMicros(), nullable=True),
+    Column("outcome", String(16), nullable=False),
+    Column("error", Text, nullable=True),
+)
+
+node = Table(
+    "scheduler_node",
+    metadata,
+    Column("node_id", String(128), primary_key=True),
+    Column("started_at", UTCMicros(), nullable=False),
+    Column("heartbeat_at", UTCMicros(), nullable=False),
+    Column("state", String(16), nullable=False),
+    Index("idx_node_heartbeat", "heartbeat_at"),
+)

@@ -1,0 +1,62 @@
+"""The SQLite dialect: WAL, a busy timeout, and every write under ``BEGIN IMMEDIATE``.
+
+SQLite has one writer at a time per file, so the claim needs no row locks: the write lock taken
+by ``BEGIN IMMEDIATE`` makes claims from several worker processes on one machine exclusive.
+"""
+
+from __future__ import annotations
+
+import sqlite3
+from typing import Any
+
+from sqlalchemy import event
+from sqlalchemy.engine import Engine
+from sqlalchemy.exc import DBAPIError
+
+from ratchet.sql.dialect import ErrorKind, SqlDialect
+
+BUSY_TIMEOUT_MS = 30_000
+
+
+class SqliteDialect(SqlDialect):
+    name = "sqlite"
+    skip_locked = False
+    multi_host = False
+
+    def engine_kwargs(self, url: str) -> dict[str, Any]:
+        return {"connect_args": {"timeout": BUSY_TIMEOUT_MS / 1000, "check_same_thread": False}}
+
+    def separate_write_engine(self) -> bool:
+        return True
+
+    def configure_engine(self, engine: Engine, *, write: bool) -> None:
+        @event.listens_for(engine, "connect")
+        def _on_connect(dbapi_conn: Any, record: Any) -> None:
+            dbapi_conn.isolation_level = None  # we emit BEGIN ourselves
+            cur = dbapi_conn.cursor()
+            cur.execute("PRAGMA journal_mode=WAL")
+            cur.execute(f"PRAGMA busy_timeout={BUSY_TIMEOUT_MS}")
+            cur.execute("PRAGMA synchronous=NORMAL")
+            cur.close()
+
+        begin = "BEGIN IMMEDIATE" if write else "BEGIN"
+
+        @event.listens_for(engine, "begin")
+        def _on_begin(conn: Any) -> None:
+            conn.exec_driver_sql(begin)
+
+    def classify(self, exc: BaseException) -> ErrorKind:
+        orig = exc.orig if isinstance(exc, DBAPIError) else exc
+        text = str(orig)
+        if isinstance(orig, sqlite3.IntegrityError):
+            if "idempotency_key" in text:
+                return ErrorKind.DUPLICATE_IDEMPOTENCY_KEY
+            if "business_key" in text:
+                return ErrorKind.DUPLICATE_BUSINESS_KEY
+            return ErrorKind.OTHER
+        if isinstance(orig, sqlite3.OperationalError):
+            if "locked" in text or "busy" in text:
+                return ErrorKind.RETRYABLE
+            if "unable to open" in text or "disk I/O" in text:
+                return ErrorKind.TRANSIENT
+        return ErrorKind.OTHER

@@ -1,0 +1,929 @@
+"""The dialect-neutral SQL store. Dialects supply only their differences.
+
+Every method is one short transaction. Writes by an executing node are fenced: they apply only
+while the job is RUNNING under that node and epoch, checked inside the same transaction.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import time
+import uuid
+from collections.abc import Callable, Iterator, Sequence
+from contextlib import contextmanager
+from datetime import datetime, timedelta
+from typing import Any, TypeVar
+
+from sqlalchemy import (
+    Select,
+    bindparam,
+    create_engine,
+    delete,
+    func,
+    insert,
+    or_,
+    select,
+    union_all,
+    update,
+)
+from sqlalchemy.engine import Connection, Engine, Row
+from sqlalchemy.exc import DBAPIError, SQLAlchemyError
+from sqlalchemy.orm import Session
+
+from ratchet.domain.errors import (
+    DuplicateBusinessKeyError,
+    DuplicateIdempotencyKeyError,
+    InvalidJobOptions,
+    StoreUnavailable,
+)
+from ratchet.domain.lifecycle import JobPriority, JobStatus, check_transition, sources_of
+from ratchet.domain.model import (
+    AttemptRecord,
+    ClaimedJob,
+    JobFilter,
+    JobRecord,
+    NewJob,
+    NodeRecord,
+    Outcome,
+    OutcomeKind,
+)
+from ratchet.domain.options import BackoffPolicy
+from ratchet.domain.priority import claim_order_key
+from ratchet.ports import InsertResult, StoreCapabilities, iter_chunks
+from ratchet.sql import schema
+from ratchet.sql.dialect import ErrorKind, SqlDialect
+
+log = logging.getLogger("ratchet.store")
+
+T = TypeVar("T")
+
+Q = schema.job_queue
+J = schema.job
+TAGS = schema.job_tag
+IDEM = schema.idempotency_key
+EXE = schema.job_execution
+NODE = schema.node
+
+#: Rows per IN (...) list, well below every database's bound-parameter limit.
+CHUNK = 500
+RETRY_ATTEMPTS = 8
+CANCELLABLE = sources_of(JobStatus.CANCELED)
+TAG_CANCELLABLE = (JobStatus.PENDING, JobStatus.PAUSED, JobStatus.WAITING)
+
+
+def _ms(value: timedelta | None) -> int | None:
+    return None if value is None else int(value / timedelta(milliseconds=1))
+
+
+class SqlStore:
+    """A :class:`~ratchet.ports.Store` over SQLAlchemy Core."""
+
+    def __init__(self, url: str, dialect: SqlDialect, **engine_options: Any) -> None:
+        self.url = url
+        self.dialect = dialect
+        kwargs = {**dialect.engine_kwargs(url), **engine_options}
+        self.engine: Engine = create_engine(url, **kwargs)
+        dialect.configure_engine(self.engine, write=True)
+        if dialect.separate_write_engine():
+            self.read_engine: Engine = create_engine(url, **kwargs)
+            dialect.configure_engine(self.read_engine, write=False)
+        else:
+            self.read_engine = self.engine
+        self.capabilities = StoreCapabilities(
+            dialect=dialect.name, skip_locked=dialect.skip_locked, multi_host=dialect.multi_host
+        )
+        self.retried_errors = 0
+        """How many retryable errors (deadlocks, busy) were absorbed by retrying."""
+
+    # ------------------------------------------------------------------ plumbing
+    def _translate(self, exc: SQLAlchemyError) -> ErrorKind:
+        return self.dialect.classify(exc)
+
+    def _run(self, work: Callable[[Connection], T], *, write: bool = True) -> T:
+        """Run ``work`` in a transaction, retrying deadlocks and busy errors with backoff."""
+        engine = self.engine if write else self.read_engine
+        delay = 0.005
+        for attempt in range(1, RETRY_ATTEMPTS + 1):
+            try:
+                with engine.begin() as conn:
+                    return work(conn)
+            except DBAPIError as exc:
+                kind = self._translate(exc)
+                if kind is ErrorKind.RETRYABLE and attempt < RETRY_ATTEMPTS:
+                    self.retried_errors += 1
+                    log.debug("retrying after %s (attempt %d)", exc.orig, attempt)
+                    time.sleep(delay)
+                    delay = min(delay * 2, 0.5)
+                    continue
+                if kind is ErrorKind.TRANSIENT or exc.connection_invalidated:
+                    raise StoreUnavailable(f"database unavailable: {exc.orig}") from exc
+                raise
+        raise AssertionError("unreachable")
+
+    def capability(self, kind: type[T]) -> T | None:
+        return self if isinstance(self, kind) else None
+
+    def migrate(self) -> None:
+        from ratchet.sql.migrate import upgrade
+
+        upgrade(self)
+
+    def close(self) -> None:
+        self.engine.dispose()
+        if self.read_engine is not self.engine:
+            self.read_engine.dispose()
+
+    def database_time(self) -> datetime:
+        from ratchet.sql.types import from_micros
+
+        def work(conn: Connection) -> datetime:
+            value = conn.execute(select(func.current_timestamp())).scalar_one()
+            if isinstance(value, str):
+                value = datetime.fromisoformat(value)
+            if value.tzinfo is None:
+                from datetime import UTC
+
+                value = value.replace(tzinfo=UTC)
+            return from_micros(int((value.timestamp()) * 1_000_000))
+
+        return self._run(work, write=False)
+
+    # ------------------------------------------------------------------ submission
+    def insert_jobs(
+        self, jobs: Sequence[NewJob], *, now: datetime, connection: Any = None
+    ) -> list[InsertResult]:
+        for job in jobs:
+            check_transition(None, job.status)
+        if connection is not None:
+            conn = connection.connection() if isinstance(connection, Session) else connection
+            try:
+                return self._insert(conn, jobs, now)
+            except DBAPIError as exc:
+                self._raise_duplicate(exc, jobs)
+                raise
+        try:
+            return self._run(lambda conn: self._insert(conn, jobs, now))
+        except DBAPIError as exc:
+            self._raise_duplicate(exc, jobs)
+            raise
+
+    def _raise_duplicate(self, exc: DBAPIError, jobs: Sequence[NewJob]) -> None:
+        kind = self._translate(exc)
+        if kind is ErrorKind.DUPLICATE_IDEMPOTENCY_KEY:
+            keys = [j.idempotency_key for j in jobs]
+            holders = self._lookup_keys(keys)
+            key = next(iter(holders), keys[0] if len(keys) == 1 else "?")
+            raise DuplicateIdempotencyKeyError(key, holders.get(key)) from exc
+        if kind is ErrorKind.DUPLICATE_BUSINESS_KEY:
+            bkeys = [j.business_key for j in jobs if j.business_key]
+            holders = self._business_key_holders(bkeys)
+            key = next(iter(holders), bkeys[0] if bkeys else "?")
+            raise DuplicateBusinessKeyError(key, holders.get(key)) from exc
+
+    def _lookup_keys(self, keys: Sequence[str]) -> dict[str, uuid.UUID]:
+        def work(conn: Connection) -> dict[str, uuid.UUID]:
+            found: dict[str, uuid.UUID] = {}
+            for chunk in iter_chunks(list(keys), CHUNK):
+                rows = conn.execute(
+                    select(IDEM.c.idempotency_key, IDEM.c.job_id).where(
+                        IDEM.c.idempotency_key.in_(chunk)
+                    )
+                )
+                found.update({r.idempotency_key: r.job_id for r in rows})
+            return found
+
+        return self._run(work, write=False)
+
+    def _business_key_holders(self, keys: Sequence[str]) -> dict[str, uuid.UUID]:
+        def work(conn: Connection) -> dict[str, uuid.UUID]:
+            rows = conn.execute(
+                select(Q.c.business_key, Q.c.job_id).where(Q.c.business_key.in_(list(keys)))
+            )
+            return {r.business_key: r.job_id for r in rows}
+
+        return self._run(work, write=False) if keys else {}
+
+    def _insert(self, conn: Connection, jobs: Sequence[NewJob], now: datetime) -> list[InsertResult]:
+        if not jobs:
+            return []
+        existing: dict[str, uuid.UUID] = {}
+        keys = [j.idempotency_key for j in jobs]
+        for chunk in iter_chunks(keys, CHUNK):
+            rows = conn.execute(
+                select(IDEM.c.idempotency_key, IDEM.c.job_id).where(
+                    IDEM.c.idempotency_key.in_(chunk)
+                )
+            )
+            existing.update({r.idempotency_key: r.job_id for r in rows})
+        results: list[InsertResult] = []
+        fresh: list[NewJob] = []
+        for job in jobs:
+            holder = existing.get(job.idempotency_key)
+            if holder is not None:
+                results.append(InsertResult(holder, False))
+            else:
+                existing[job.idempotency_key] = job.job_id
+                fresh.append(job)
+                results.append(InsertResult(job.job_id, True))
+        if not fresh:
+            return results
+        conn.execute(
+            insert(IDEM),
+            [
+                {"idempotency_key": j.idempotency_key, "job_id": j.job_id, "created_at": now}
+                for j in fresh
+            ],
+        )
+        conn.execute(insert(J), [self._job_row(j) for j in fresh])
+        conn.execute(
+            insert(Q),
+            [
+                {
+                    "job_id": j.job_id,
+                    "status": j.status.value,
+                    "priority": int(j.priority),
+                    "scheduled_time": j.scheduled_time,
+                    "attempts": 0,
+                    "epoch": 0,
+                    "business_key": j.business_key,
+                }
+                for j in fresh
+            ],
+        )
+        tag_rows = [{"job_id": j.job_id, "tag": t} for j in fresh for t in j.tags]
+        if tag_rows:
+            conn.execute(insert(TAGS), tag_rows)
+        return results
+
+    @staticmethod
+    def _job_row(j: NewJob) -> dict[str, Any]:
+        return {
+            "job_id": j.job_id,
+            "target": j.target,
+            "payload": j.payload,
+            "priority": int(j.priority),
+            "max_retries": j.max_retries,
+            "backoff_policy": j.backoff.value,
+            "backoff_ms": _ms(j.backoff_delay),
+            "timeout_ms": _ms(j.timeout),
+            "params": json.dumps(dict(j.params)) if j.params else None,
+            "tags": json.dumps(list(j.tags)) if j.tags else None,
+            "idempotency_key": j.idempotency_key,
+            "business_key": j.business_key,
+            "executor": j.executor,
+            "created_at": j.created_at,
+            "attempts": 0,
+        }
+
+    def replace_job(self, old_id: uuid.UUID, new_job: NewJob, *, now: datetime) -> bool:
+        def work(conn: Connection) -> bool:
+            row = self._locked_queue_row(conn, old_id)
+            if row is None:
+                return False
+            status = JobStatus(row.status)
+            check_transition(status, JobStatus.CANCELED)
+            self._terminate(conn, [old_id], JobStatus.CANCELED, now, superseded_by=new_job.job_id)
+            replacement = new_job
+            if replacement.business_key is None and row.business_key is not None:
+                from dataclasses import replace as dc_replace
+
+                replacement = dc_replace(new_job, business_key=row.business_key)
+            self._insert(conn, [replacement], now)
+            return True
+
+        try:
+            return self._run(work)
+        except DBAPIError as exc:
+            self._raise_duplicate(exc, [new_job])
+            raise
+
+    # ------------------------------------------------------------------ claim
+    def _candidates(self, now: datetime, limit: int) -> Select[Any]:
+        """Per priority level, the ``limit`` oldest due jobs; their union holds the top ``limit``.
+
+        Within one level the age boost never reorders jobs (older means more boost), so the best
+        ``limit`` jobs overall are among the best ``limit`` of each level. Each branch is an index
+        range scan on (status, priority, scheduled_time, job_id): the claim stays O(batch) however
+        many jobs wait.
+        """
+        branches = []
+        for level in JobPriority:
+            inner = (
+                select(Q.c.job_id, Q.c.priority, Q.c.scheduled_time, Q.c.epoch, Q.c.attempts)
+                .where(
+                    Q.c.status == JobStatus.PENDING.value,
+                    Q.c.priority == int(level),
+                    Q.c.scheduled_time <= now,
+                )
+                .order_by(Q.c.scheduled_time, Q.c.job_id)
+                .limit(limit)
+                .subquery()
+            )
+            branches.append(select(*inner.c))
+        return union_all(*branches)  # type: ignore[return-value]
+
+    def claim(
+        self, node_id: str, limit: int, *, now: datetime, boost_interval: timedelta
+    ) -> list[ClaimedJob]:
+        if limit <= 0:
+            return []
+        return self._run(lambda conn: self._claim(conn, node_id, limit, now, boost_interval))
+
+    def _claim(
+        self, conn: Connection, node_id: str, limit: int, now: datetime, boost: timedelta
+    ) -> list[ClaimedJob]:
+        rows = conn.execute(self._candidates(now, limit)).all()
+        if not rows:
+            return []
+        rows.sort(key=lambda r: claim_order_key(r.priority, r.scheduled_time, str(r.job_id), now, boost))
+        if self.dialect.skip_locked:
+            # Lock what nobody else holds; others' claims skip ours and vice versa.
+            ids = [r.job_id for r in rows]
+            locked = set(
+                conn.execute(
+                    self.dialect.lock_for_claim(
+                        select(Q.c.job_id).where(
+                            Q.c.job_id.in_(ids), Q.c.status == JobStatus.PENDING.value
+                        )
+                    )
+                ).scalars()
+            )
+            rows = [r for r in rows if r.job_id in locked]
+        chosen = rows[:limit]
+        if not chosen:
+            return []
+        ids = [r.job_id for r in chosen]
+        result = conn.execute(
+            update(Q)
+            .where(Q.c.job_id.in_(ids), Q.c.status == JobStatus.PENDING.value)
+            .values(
+                status=JobStatus.RUNNING.value, picked_by=node_id, picked_at=now, epoch=Q.c.epoch + 1
+            )
+        )
+        if result.rowcount != len(ids):
+            raise AssertionError("claimed rows changed under the claim lock")
+        definitions = {
+            r.job_id: r
+            for r in conn.execute(
+                select(
+                    J.c.job_id,
+                    J.c.target,
+                    J.c.payload,
+                    J.c.max_retries,
+                    J.c.backoff_policy,
+                    J.c.backoff_ms,
+                    J.c.timeout_ms,
+                    J.c.params,
+                    J.c.tags,
+                    J.c.executor,
+                ).where(J.c.job_id.in_(ids))
+            )
+        }
+        conn.execute(
+            insert(EXE),
+            [
+                {
+                    "job_id": r.job_id,
+                    "attempt_no": r.attempts + 1,
+                    "epoch": r.epoch + 1,
+                    "node_id": node_id,
+                    "started_at": now,
+                    "outcome": JobStatus.RUNNING.value,
+                }
+                for r in chosen
+            ],
+        )
+        claimed = []
+        for r in chosen:
+            d = definitions[r.job_id]
+            claimed.append(
+                ClaimedJob(
+                    job_id=r.job_id,
+                    epoch=r.epoch + 1,
+                    attempt=r.attempts + 1,
+                    target=d.target,
+                    payload=d.payload,
+                    priority=JobPriority(r.priority),
+                    max_retries=d.max_retries,
+                    backoff=BackoffPolicy(d.backoff_policy),
+                    backoff_delay=timedelta(milliseconds=d.backoff_ms),
+                    timeout=None if d.timeout_ms is None else timedelta(milliseconds=d.timeout_ms),
+                    scheduled_time=r.scheduled_time,
+                    claimed_at=now,
+                    params=json.loads(d.params) if d.params else {},
+                    tags=tuple(json.loads(d.tags)) if d.tags else (),
+                    executor=d.executor,
+                )
+            )
+        return claimed
+
+    def is_owned(self, job_id: uuid.UUID, epoch: int, node_id: str) -> bool:
+        def work(conn: Connection) -> bool:
+            row = conn.execute(
+                select(Q.c.epoch).where(
+                    Q.c.job_id == job_id,
+                    Q.c.picked_by == node_id,
+                    Q.c.status == JobStatus.RUNNING.value,
+                )
+            ).first()
+            return row is not None and row.epoch == epoch
+
+        return self._run(work, write=False)
+
+    # ------------------------------------------------------------------ outcomes
+    def record_outcomes(
+        self, node_id: str, outcomes: Sequence[Outcome], *, now: datetime
+    ) -> list[uuid.UUID]:
+        if not outcomes:
+            return []
+        return self._run(lambda conn: self._record(conn, node_id, outcomes, now))
+
+    def _record(
+        self, conn: Connection, node_id: str, outcomes: Sequence[Outcome], now: datetime
+    ) -> list[uuid.UUID]:
+        owned: dict[uuid.UUID, Row[Any]] = {}
+        for chunk in iter_chunks([o.job_id for o in outcomes], CHUNK):
+            stmt = select(Q.c.job_id, Q.c.epoch, Q.c.attempts).where(
+                Q.c.job_id.in_(chunk),
+                Q.c.picked_by == node_id,
+                Q.c.status == JobStatus.RUNNING.value,
+            )
+            owned.update({r.job_id: r for r in conn.execute(self.dialect.lock_rows(stmt))})
+        fenced: list[uuid.UUID] = []
+        accepted: list[tuple[Outcome, Row[Any]]] = []
+        for o in outcomes:
+            row = owned.get(o.job_id)
+            if row is None or row.epoch != o.epoch:
+                fenced.append(o.job_id)
+            else:
+                accepted.append((o, row))
+        if not accepted:
+            return fenced
+        terminal = [(o, r) for o, r in accepted if o.kind in (OutcomeKind.SUCCEEDED, OutcomeKind.DEAD)]
+        back = [(o, r) for o, r in accepted if o.kind in (OutcomeKind.RETRY, OutcomeKind.RESCHEDULE)]
+        if terminal:
+            for chunk in iter_chunks([o.job_id for o, _ in terminal], CHUNK):
+                conn.execute(delete(Q).where(Q.c.job_id.in_(chunk)))
+            conn.execute(
+                update(J)
+                .where(J.c.job_id == bindparam("b_id"))
+                .values(
+                    terminal_status=bindparam("b_status"),
+                    terminal_error=bindparam("b_error"),
+                    result=bindparam("b_result"),
+                    terminated_at=bindparam("b_at"),
+                    attempts=bindparam("b_attempts"),
+                ),
+                [
+                    {
+                        "b_id": o.job_id,
+                        "b_status": (
+                            JobStatus.SUCCEEDED if o.kind is OutcomeKind.SUCCEEDED else JobStatus.FAILED
+                        ).value,
+                        "b_error": o.error,
+                        "b_result": o.result,
+                        "b_at": o.finished_at,
+                        "b_attempts": r.attempts + (0 if o.kind is OutcomeKind.SUCCEEDED else 1),
+                    }
+                    for o, r in terminal
+                ],
+            )
+        if back:
+            conn.execute(
+                update(Q)
+                .where(Q.c.job_id == bindparam("b_id"))
+                .values(
+                    status=JobStatus.PENDING.value,
+                    scheduled_time=bindparam("b_time"),
+                    attempts=bindparam("b_attempts"),
+                    last_error=bindparam("b_error"),
+                    picked_by=None,
+                    picked_at=None,
+                ),
+                [
+                    {
+                        "b_id": o.job_id,
+                        "b_time": o.retry_at or now,
+                        "b_attempts": r.attempts + (1 if o.kind is OutcomeKind.RETRY else 0),
+                        "b_error": o.error if o.kind is OutcomeKind.RETRY else None,
+                    }
+                    for o, r in back
+                ],
+            )
+        conn.execute(
+            update(EXE)
+            .where(
+                EXE.c.job_id == bindparam("b_id"),
+                EXE.c.attempt_no == bindparam("b_attempt"),
+                EXE.c.epoch == bindparam("b_epoch"),
+            )
+            .values(
+                finished_at=bindparam("b_at"), outcome=bindparam("b_outcome"), error=bindparam("b_error")
+            ),
+            [
+                {
+                    "b_id": o.job_id,
+                    "b_attempt": r.attempts + 1,
+                    "b_epoch": o.epoch,
+                    "b_at": o.finished_at,
+                    "b_outcome": o.kind.value,
+                    "b_error": o.error,
+                }
+                for o, r in accepted
+            ],
+        )
+        return fenced
+
+    # ------------------------------------------------------------------ operators
+    def _locked_queue_row(self, conn: Connection, job_id: uuid.UUID) -> Row[Any] | None:
+        stmt = select(Q.c.status, Q.c.paused_from_status, Q.c.business_key, Q.c.epoch).where(
+            Q.c.job_id == job_id
+        )
+        return conn.execute(self.dialect.lock_rows(stmt)).first()
+
+    def _terminate(
+        self,
+        conn: Connection,
+        ids: Sequence[uuid.UUID],
+        status: JobStatus,
+        now: datetime,
+        *,
+        superseded_by: uuid.UUID | None = None,
+        error: str | None = None,
+    ) -> None:
+        """Move live jobs to a terminal status (caller checked the transition)."""
+        for chunk in iter_chunks(list(ids), CHUNK):
+            attempts = dict(
+                conn.execute(select(Q.c.job_id, Q.c.attempts).where(Q.c.job_id.in_(chunk))).tuples()
+            )
+            conn.execute(delete(Q).where(Q.c.job_id.in_(chunk)))
+            conn.execute(
+                update(J)
+                .where(J.c.job_id == bindparam("b_id"))
+                .values(
+                    terminal_status=status.value,
+                    terminated_at=now,
+                    terminal_error=error,
+                    superseded_by=superseded_by,
+                    attempts=bindparam("b_attempts"),
+                ),
+                [{"b_id": jid, "b_attempts": attempts.get(jid, 0)} for jid in chunk],
+            )
+            conn.execute(
+                update(EXE)
+                .where(EXE.c.job_id.in_(chunk), EXE.c.outcome == JobStatus.RUNNING.value)
+                .values(outcome=status.value, finished_at=now)
+            )
+
+    def cancel_job(self, job_id: uuid.UUID, *, now: datetime) -> bool:
+        def work(conn: Connection) -> bool:
+            row = self._locked_queue_row(conn, job_id)
+            if row is None or JobStatus(row.status) not in CANCELLABLE:
+                return False
+            self._terminate(conn, [job_id], JobStatus.CANCELED, now)
+            return True
+
+        return self._run(work)
+
+    def pause_job(self, job_id: uuid.UUID, *, now: datetime) -> bool:
+        def work(conn: Connection) -> bool:
+            row = self._locked_queue_row(conn, job_id)
+            if row is None:
+                return False
+            status = JobStatus(row.status)
+            if status is JobStatus.PAUSED:
+                return True
+            if status is not JobStatus.PENDING:
+                return False
+            conn.execute(
+                update(Q)
+                .where(Q.c.job_id == job_id, Q.c.status == status.value)
+                .values(status=JobStatus.PAUSED.value, paused_from_status=status.value)
+            )
+            return True
+
+        return self._run(work)
+
+    def resume_job(self, job_id: uuid.UUID, *, now: datetime) -> bool:
+        def work(conn: Connection) -> bool:
+            row = self._locked_queue_row(conn, job_id)
+            if row is None or row.status != JobStatus.PAUSED.value:
+                return False
+            back = JobStatus(row.paused_from_status or JobStatus.PENDING.value)
+            check_transition(JobStatus.PAUSED, back)
+            conn.execute(
+                update(Q)
+                .where(Q.c.job_id == job_id, Q.c.status == JobStatus.PAUSED.value)
+                .values(status=back.value, paused_from_status=None)
+            )
+            return True
+
+        return self._run(work)
+
+    def _requeue_failed(self, conn: Connection, ids: Sequence[uuid.UUID], now: datetime) -> int:
+        count = 0
+        for chunk in iter_chunks(list(ids), CHUNK):
+            stmt = select(J.c.job_id, J.c.priority, J.c.business_key).where(
+                J.c.job_id.in_(chunk), J.c.terminal_status == JobStatus.FAILED.value
+            )
+            rows = conn.execute(self.dialect.lock_rows(stmt)).all()
+            if not rows:
+                continue
+            found = [r.job_id for r in rows]
+            epochs = dict(
+                conn.execute(
+                    select(EXE.c.job_id, func.max(EXE.c.epoch))
+                    .where(EXE.c.job_id.in_(found))
+                    .group_by(EXE.c.job_id)
+                ).tuples()
+            )
+            conn.execute(
+                update(J)
+                .where(J.c.job_id.in_(found))
+                .values(terminal_status=None, terminal_error=None, terminated_at=None, attempts=0)
+            )
+            conn.execute(
+                insert(Q),
+                [
+                    {
+                        "job_id": r.job_id,
+                        "status": JobStatus.PENDING.value,
+                        "priority": r.priority,
+                        "scheduled_time": now,
+                        "attempts": 0,
+                        "epoch": epochs.get(r.job_id) or 0,
+                        "business_key": r.business_key,
+                    }
+                    for r in rows
+                ],
+            )
+            count += len(rows)
+        return count
+
+    def retry_job(self, job_id: uuid.UUID, *, now: datetime) -> bool:
+        try:
+            return self._run(lambda conn: self._requeue_failed(conn, [job_id], now) == 1)
+        except DBAPIError as exc:
+            self._raise_business_key_conflict(exc)
+            raise
+
+    def _raise_business_key_conflict(self, exc: DBAPIError) -> None:
+        if self._translate(exc) is ErrorKind.DUPLICATE_BUSINESS_KEY:
+            raise DuplicateBusinessKeyError(
+                "?", "a live job; the retried job's business key is taken again"
+            ) from exc
+
+    def retry_jobs(self, job_filter: JobFilter, limit: int, *, now: datetime) -> int:
+        if not 1 <= limit <= 1000:
+            raise InvalidJobOptions(f"retry_jobs limit must be within 1..1000, got {limit}")
+        failed_only = JobFilter(
+            statuses=(JobStatus.FAILED,),
+            tag=job_filter.tag,
+            target=job_filter.target,
+            created_before=job_filter.created_before,
+        )
+
+        def work(conn: Connection) -> int:
+            ids = list(conn.execute(self._filter_select(failed_only, limit, J.c.job_id)).scalars())
+            return self._requeue_failed(conn, ids, now)
+
+        try:
+            return self._run(work)
+        except DBAPIError as exc:
+            self._raise_business_key_conflict(exc)
+            raise
+
+    def cancel_jobs_by_tag(self, tag: str, *, now: datetime) -> int:
+        norm = tag.strip().lower()
+
+        def work(conn: Connection) -> int:
+            stmt = (
+                select(Q.c.job_id)
+                .join(TAGS, TAGS.c.job_id == Q.c.job_id)
+                .where(TAGS.c.tag == norm, Q.c.status.in_([s.value for s in TAG_CANCELLABLE]))
+            )
+            ids = list(conn.execute(self.dialect.lock_rows(stmt)).scalars())
+            if ids:
+                self._terminate(conn, ids, JobStatus.CANCELED, now)
+            return len(ids)
+
+        return self._run(work)
+
+    # ------------------------------------------------------------------ reading
+    def _status_expr(self) -> Any:
+        return func.coalesce(Q.c.status, J.c.terminal_status)
+
+    def _filter_select(self, job_filter: JobFilter, limit: int, *cols: Any) -> Select[Any]:
+        status = self._status_expr()
+        stmt = select(*cols).select_from(J.outerjoin(Q, Q.c.job_id == J.c.job_id))
+        if job_filter.statuses:
+            stmt = stmt.where(status.in_([s.value for s in job_filter.statuses]))
+        if job_filter.tag:
+            stmt = stmt.where(
+                J.c.job_id.in_(select(TAGS.c.job_id).where(TAGS.c.tag == job_filter.tag.lower()))
+            )
+        if job_filter.target:
+            stmt = stmt.where(J.c.target == job_filter.target)
+        if job_filter.created_before:
+            stmt = stmt.where(J.c.created_at < job_filter.created_before)
+        return stmt.order_by(J.c.job_id.desc()).limit(limit)
+
+    def _record_cols(self) -> list[Any]:
+        return [
+            J,
+            Q.c.status.label("q_status"),
+            Q.c.scheduled_time,
+            Q.c.attempts.label("q_attempts"),
+            Q.c.epoch,
+            Q.c.picked_by,
+            Q.c.picked_at,
+            Q.c.paused_from_status,
+            Q.c.last_error,
+        ]
+
+    def _to_record(self, r: Row[Any], last_epoch: int | None = None) -> JobRecord:
+        status = JobStatus(r.q_status or r.terminal_status)
+        return JobRecord(
+            job_id=r.job_id,
+            status=status,
+            target=r.target,
+            payload=r.payload,
+            priority=JobPriority(r.priority),
+            max_retries=r.max_retries,
+            attempts=r.q_attempts if r.q_status else r.attempts,
+            backoff=BackoffPolicy(r.backoff_policy),
+            backoff_delay=timedelta(milliseconds=r.backoff_ms),
+            timeout=None if r.timeout_ms is None else timedelta(milliseconds=r.timeout_ms),
+            scheduled_time=r.scheduled_time,
+            created_at=r.created_at,
+            idempotency_key=r.idempotency_key,
+            business_key=r.business_key,
+            tags=tuple(json.loads(r.tags)) if r.tags else (),
+            params=json.loads(r.params) if r.params else {},
+            epoch=r.epoch if r.q_status else (last_epoch or 0),
+            picked_by=r.picked_by,
+            picked_at=r.picked_at,
+            paused_from=JobStatus(r.paused_from_status) if r.paused_from_status else None,
+            last_error=r.last_error if r.q_status else r.terminal_error,
+            result=r.result,
+            terminated_at=r.terminated_at,
+            superseded_by=r.superseded_by,
+            executor=r.executor,
+        )
+
+    def get_job(self, job_id: uuid.UUID) -> JobRecord | None:
+        def work(conn: Connection) -> JobRecord | None:
+            row = conn.execute(
+                select(*self._record_cols())
+                .select_from(J.outerjoin(Q, Q.c.job_id == J.c.job_id))
+                .where(J.c.job_id == job_id)
+            ).first()
+            if row is None:
+                return None
+            last_epoch = conn.execute(
+                select(func.max(EXE.c.epoch)).where(EXE.c.job_id == job_id)
+            ).scalar()
+            return self._to_record(row, last_epoch)
+
+        return self._run(work, write=False)
+
+    def find_by_idempotency_key(self, key: str) -> uuid.UUID | None:
+        return self._lookup_keys([key]).get(key)
+
+    def list_jobs(self, job_filter: JobFilter, limit: int = 100) -> list[JobRecord]:
+        def work(conn: Connection) -> list[JobRecord]:
+            rows = conn.execute(self._filter_select(job_filter, limit, *self._record_cols()))
+            return [self._to_record(r) for r in rows]
+
+        return self._run(work, write=False)
+
+    def attempts(self, job_id: uuid.UUID) -> list[AttemptRecord]:
+        def work(conn: Connection) -> list[AttemptRecord]:
+            rows = conn.execute(
+                select(EXE).where(EXE.c.job_id == job_id).order_by(EXE.c.started_at, EXE.c.epoch)
+            )
+            return [
+                AttemptRecord(
+                    job_id=r.job_id,
+                    attempt=r.attempt_no,
+                    epoch=r.epoch,
+                    node_id=r.node_id,
+                    started_at=r.started_at,
+                    finished_at=r.finished_at,
+                    outcome=r.outcome,
+                    error=r.error,
+                )
+                for r in rows
+            ]
+
+        return self._run(work, write=False)
+
+    def count_by_status(self) -> dict[str, int]:
+        def work(conn: Connection) -> dict[str, int]:
+            counts: dict[str, int] = {}
+            for status, n in conn.execute(select(Q.c.status, func.count()).group_by(Q.c.status)):
+                counts[status] = n
+            for status, n in conn.execute(
+                select(J.c.terminal_status, func.count())
+                .where(J.c.terminal_status.is_not(None))
+                .group_by(J.c.terminal_status)
+            ):
+                counts[status] = n
+            return counts
+
+        return self._run(work, write=False)
+
+    # ------------------------------------------------------------------ nodes
+    def register_node(self, node_id: str, *, now: datetime) -> None:
+        def work(conn: Connection) -> None:
+            changed = conn.execute(
+                update(NODE)
+                .where(NODE.c.node_id == node_id)
+                .values(heartbeat_at=now, state="ALIVE", started_at=now)
+            ).rowcount
+            if not changed:
+                conn.execute(
+                    insert(NODE).values(
+                        node_id=node_id, started_at=now, heartbeat_at=now, state="ALIVE"
+                    )
+                )
+
+        self._run(work)
+
+    def heartbeat(self, node_id: str, *, now: datetime) -> bool:
+        def work(conn: Connection) -> bool:
+            return bool(
+                conn.execute(
+                    update(NODE)
+                    .where(NODE.c.node_id == node_id, NODE.c.state == "ALIVE")
+                    .values(heartbeat_at=now)
+                ).rowcount
+            )
+
+        return self._run(work)
+
+    def deregister_node(self, node_id: str) -> None:
+        self._run(lambda conn: conn.execute(delete(NODE).where(NODE.c.node_id == node_id)))
+
+    def list_nodes(self) -> list[NodeRecord]:
+        def work(conn: Connection) -> list[NodeRecord]:
+            return [
+                NodeRecord(r.node_id, r.started_at, r.heartbeat_at, r.state)
+                for r in conn.execute(select(NODE).order_by(NODE.c.node_id))
+            ]
+
+        return self._run(work, write=False)
+
+    def recover_orphans(self, *, now: datetime, grace: timedelta) -> int:
+        cutoff = now - grace
+
+        def work(conn: Connection) -> int:
+            alive = select(NODE.c.node_id).where(NODE.c.heartbeat_at >= cutoff)
+            stmt = select(Q.c.job_id, Q.c.epoch).where(
+                Q.c.status == JobStatus.RUNNING.value,
+                Q.c.picked_at < cutoff,
+                or_(Q.c.picked_by.is_(None), Q.c.picked_by.not_in(alive)),
+            )
+            rows = conn.execute(self.dialect.lock_rows(stmt)).all()
+            self._back_to_pending(conn, rows, now, "ABANDONED")
+            conn.execute(delete(NODE).where(NODE.c.heartbeat_at < cutoff))
+            return len(rows)
+
+        return self._run(work)
+
+    def _back_to_pending(
+        self, conn: Connection, rows: Sequence[Row[Any]], now: datetime, outcome: str
+    ) -> None:
+        for chunk in iter_chunks([r.job_id for r in rows], CHUNK):
+            conn.execute(
+                update(Q)
+                .where(Q.c.job_id.in_(chunk), Q.c.status == JobStatus.RUNNING.value)
+                .values(status=JobStatus.PENDING.value, picked_by=None, picked_at=None)
+            )
+            conn.execute(
+                update(EXE)
+                .where(EXE.c.job_id.in_(chunk), EXE.c.outcome == JobStatus.RUNNING.value)
+                .values(outcome=outcome, finished_at=now)
+            )
+
+    def release_jobs(self, node_id: str, job_ids: Sequence[uuid.UUID], *, now: datetime) -> int:
+        def work(conn: Connection) -> int:
+            stmt = select(Q.c.job_id).where(
+                Q.c.job_id.in_(list(job_ids)),
+                Q.c.picked_by == node_id,
+                Q.c.status == JobStatus.RUNNING.value,
+            )
+            rows = conn.execute(self.dialect.lock_rows(stmt)).all()
+            self._back_to_pending(conn, rows, now, "RELEASED")
+            return len(rows)
+
+        return self._run(work) if job_ids else 0
+
+    # ------------------------------------------------------------------ testing aids
+    @contextmanager
+    def connect(self) -> Iterator[Connection]:
+        """A plain connection (for tests and the caller-transaction API)."""
+        with self.engine.connect() as conn:
+            yield conn
+

@@ -1,0 +1,126 @@
+"""Job targets: turning a callable into a stored ``module:qualname`` reference and back."""
+
+from __future__ import annotations
+
+import importlib
+import inspect
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+from ratchet.domain.errors import InvalidJobTarget, UnknownJobTarget
+
+
+@dataclass(frozen=True)
+class TargetRef:
+    """A stored reference to a callable: ``module:qualname``.
+
+    ``bean`` is True for a method of a class whose instance the BeanResolver supplies.
+    """
+
+    module: str
+    qualname: str
+    bean: bool = False
+
+    def __str__(self) -> str:
+        return f"{self.module}:{self.qualname}" + ("#bean" if self.bean else "")
+
+    @property
+    def service_name(self) -> str:
+        """The default circuit-breaker service name: module + qualname."""
+        return f"{self.module}.{self.qualname}"
+
+    @classmethod
+    def parse(cls, text: str) -> TargetRef:
+        """Inverse of ``str()``."""
+        body, _, flag = text.partition("#")
+        module, sep, qualname = body.partition(":")
+        if not sep or not module or not qualname:
+            raise UnknownJobTarget(f"stored job target {text!r} is not of the form module:qualname")
+        return cls(module, qualname, flag == "bean")
+
+
+def target_of(fn: Callable[..., Any]) -> TargetRef:
+    """The reference under which ``fn`` can be stored and found again by another process.
+
+    Accepts module-level functions, static and class methods, and methods of classes (bound or
+    not: the instance is supplied at run time by the BeanResolver).
+
+    :raises InvalidJobTarget: lambdas, closures, nested functions, ``__main__`` callables,
+        builtins and other objects that another process could not import.
+    """
+    if not callable(fn):
+        raise InvalidJobTarget(f"a job target must be callable, got {type(fn).__name__}")
+    bean = False
+    func: Any = fn
+    if inspect.ismethod(fn):
+        owner = fn.__self__
+        func = fn.__func__
+        bean = not isinstance(owner, type)
+    name = getattr(func, "__name__", None)
+    qualname = getattr(func, "__qualname__", None)
+    module = getattr(func, "__module__", None)
+    if name == "<lambda>":
+        raise InvalidJobTarget(
+            "lambdas cannot be job targets: a worker in another process could not find them. "
+            "Define a module-level function and pass its arguments to enqueue()."
+        )
+    if not isinstance(qualname, str) or not isinstance(module, str):
+        raise InvalidJobTarget(f"{fn!r} has no importable name; use a module-level function")
+    if "<locals>" in qualname:
+        raise InvalidJobTarget(
+            f"{qualname} is a nested function or closure; a worker could not import it. "
+            "Move it to module level."
+        )
+    if module == "__main__":
+        raise InvalidJobTarget(
+            f"{qualname} is defined in __main__, which a worker process cannot import. "
+            "Put job functions in an importable module."
+        )
+    if inspect.isbuiltin(func) or not (inspect.isfunction(func) or inspect.ismethod(fn)):
+        raise InvalidJobTarget(f"{fn!r} is not a Python function; wrap it in a module-level function")
+    if "." in qualname and not bean:
+        # Defined in a class: decide between static/class method and a bean method.
+        owner_cls = _walk(importlib.import_module(module), qualname.rsplit(".", 1)[0])
+        raw = inspect.getattr_static(owner_cls, name)
+        bean = not isinstance(raw, (staticmethod, classmethod))
+    ref = TargetRef(module, qualname, bean)
+    try:
+        resolved = resolve_attribute(ref)
+    except UnknownJobTarget as exc:
+        raise InvalidJobTarget(f"{ref} is not importable by that name: {exc}") from None
+    if not bean and getattr(resolved, "__func__", resolved) is not func:
+        raise InvalidJobTarget(
+            f"{module}:{qualname} does not name this function (was it redefined or decorated "
+            "without functools.wraps?)"
+        )
+    return ref
+
+
+def _walk(obj: Any, dotted: str) -> Any:
+    for part in dotted.split("."):
+        obj = getattr(obj, part)
+    return obj
+
+
+def resolve_attribute(ref: TargetRef) -> Any:
+    """Import the module and walk the qualname.
+
+    :raises UnknownJobTarget: the module or attribute does not exist (any more).
+    """
+    try:
+        module = importlib.import_module(ref.module)
+    except ImportError as exc:
+        raise UnknownJobTarget(f"cannot import module {ref.module!r} of job target {ref}: {exc}") from exc
+    try:
+        return _walk(module, ref.qualname)
+    except AttributeError:
+        raise UnknownJobTarget(f"module {ref.module!r} has no attribute {ref.qualname!r}") from None
+
+
+def owner_class(ref: TargetRef) -> type:
+    """The class that defines a bean method."""
+    cls = resolve_attribute(TargetRef(ref.module, ref.qualname.rsplit(".", 1)[0]))
+    if not isinstance(cls, type):
+        raise UnknownJobTarget(f"{ref} does not name a method of a class")
+    return cls
