@@ -555,7 +555,7 @@ class SqlStore:
         """Move live jobs to a terminal status (caller checked the transition)."""
         for chunk in iter_chunks(list(ids), CHUNK):
             attempts = dict(
-                conn.execute(select(Q.c.job_id, Q.c.attempts).where(Q.c.job_id.in_(chunk))).tuples()
+                conn.execute(select(Q.c.job_id, Q.c.attempts).where(Q.c.job_id.in_(chunk))).all()
             )
             conn.execute(delete(Q).where(Q.c.job_id.in_(chunk)))
             conn.execute(
@@ -636,7 +636,7 @@ class SqlStore:
                     select(EXE.c.job_id, func.max(EXE.c.epoch))
                     .where(EXE.c.job_id.in_(found))
                     .group_by(EXE.c.job_id)
-                ).tuples()
+                ).all()
             )
             conn.execute(
                 update(J)

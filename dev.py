@@ -1,0 +1,58 @@
+#!/usr/bin/env python3
+"""Project entry point that works on a fresh machine with only Python 3.11+ and pip.
+
+    python3 dev.py demo    # run the demo: real jobs on the embedded SQLite store
+    python3 dev.py test    # run the whole test suite (starts its own database servers)
+
+Each command installs what it needs first: uv (from the package index, via pip), the workspace
+packages (``uv sync``), and for ``test`` the PostgreSQL, MariaDB and Redis server packages when
+they are missing (Debian/Ubuntu, needs root). Extra arguments go to pytest / the demo.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent
+
+
+def run(cmd: list[str], **kwargs: object) -> None:
+    print("+", " ".join(cmd), flush=True)
+    subprocess.run(cmd, check=True, cwd=ROOT, **kwargs)  # type: ignore[call-overload]
+
+
+def ensure_uv() -> str:
+    uv = shutil.which("uv")
+    if uv:
+        return uv
+    run([sys.executable, "-m", "pip", "install", "--quiet", "uv"])
+    uv = shutil.which("uv")
+    if uv:
+        return uv
+    return str(Path(sys.executable).parent / "uv")
+
+
+def sync(uv: str) -> None:
+    run([uv, "sync", "--locked"] if (ROOT / "uv.lock").exists() else [uv, "sync"])
+
+
+def main(argv: list[str]) -> int:
+    if not argv or argv[0] not in {"demo", "test"}:
+        print(__doc__)
+        return 2
+    command, rest = argv[0], argv[1:]
+    uv = ensure_uv()
+    sync(uv)
+    if command == "demo":
+        return subprocess.call([uv, "run", "ratchet", "demo", *rest], cwd=ROOT)
+    if os.name == "posix":
+        run(["bash", str(ROOT / "scripts" / "install-test-services.sh")])
+    return subprocess.call([uv, "run", "pytest", *rest], cwd=ROOT)
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))

@@ -1,0 +1,520 @@
+"""The store conformance suite: every store adapter must pass it.
+
+Subclass :class:`StoreContract` in a test module and provide two fixtures: ``store`` (a migrated,
+empty :class:`~ratchet.ports.Store`) and ``clock`` (a :class:`~ratchet.testing.FakeClock`)::
+
+    class TestMyStore(StoreContract):
+        pass
+
+Optional capabilities skip as "N/A" through ``store.capabilities`` / ``store.capability(...)``.
+"""
+
+from __future__ import annotations
+
+import threading
+import uuid
+from collections.abc import Sequence
+from datetime import timedelta
+from typing import Any
+
+import pytest
+
+from ratchet.domain.errors import DuplicateBusinessKeyError, InvalidJobOptions
+from ratchet.domain.lifecycle import JobPriority, JobStatus
+from ratchet.domain.model import ClaimedJob, JobFilter, NewJob, Outcome, OutcomeKind
+from ratchet.domain.options import BackoffPolicy
+from ratchet.ids import uuid7
+from ratchet.testing.clock import FakeClock
+
+NODE = "node-a"
+OTHER = "node-b"
+BOOST = timedelta(minutes=15)
+
+
+def new_job(clock: FakeClock, **overrides: Any) -> NewJob:
+    """A valid NewJob due now (override any field)."""
+    now = clock.now()
+    fields: dict[str, Any] = {
+        "job_id": uuid7(),
+        "target": "tests.jobs:noop",
+        "payload": '{"args":[],"kwargs":{}}',
+        "priority": JobPriority.NORMAL,
+        "max_retries": 3,
+        "backoff": BackoffPolicy.NONE,
+        "backoff_delay": timedelta(0),
+        "timeout": None,
+        "scheduled_time": now,
+        "created_at": now,
+        "idempotency_key": str(uuid.uuid4()),
+    }
+    fields.update(overrides)
+    return NewJob(**fields)
+
+
+def outcome(
+    job: ClaimedJob, kind: OutcomeKind, clock: FakeClock, **overrides: Any
+) -> Outcome:
+    """An outcome of ``job``'s current attempt."""
+    now = clock.now()
+    fields: dict[str, Any] = {
+        "job_id": job.job_id,
+        "epoch": job.epoch,
+        "attempt": job.attempt,
+        "kind": kind,
+        "started_at": now,
+        "finished_at": now,
+    }
+    fields.update(overrides)
+    return Outcome(**fields)
+
+
+class StoreContract:
+    """Behaviour every store must have. Needs fixtures ``store`` and ``clock``."""
+
+    # ------------------------------------------------------------------ helpers
+    def insert(self, store: Any, clock: FakeClock, n: int = 1, **overrides: Any) -> list[NewJob]:
+        jobs = [new_job(clock, **overrides) for _ in range(n)]
+        store.insert_jobs(jobs, now=clock.now())
+        return jobs
+
+    def claim(self, store: Any, clock: FakeClock, limit: int = 10, node: str = NODE) -> list[ClaimedJob]:
+        return list(store.claim(node, limit, now=clock.now(), boost_interval=BOOST))
+
+    def status(self, store: Any, job_id: uuid.UUID) -> JobStatus:
+        rec = store.get_job(job_id)
+        assert rec is not None, f"job {job_id} vanished"
+        return JobStatus(rec.status)
+
+    # ------------------------------------------------------------------ submission
+    def test_insert_and_read_back(self, store: Any, clock: FakeClock) -> None:
+        job = new_job(
+            clock,
+            priority=JobPriority.HIGH,
+            max_retries=5,
+            backoff=BackoffPolicy.EXPONENTIAL,
+            backoff_delay=timedelta(seconds=2),
+            timeout=timedelta(seconds=90),
+            tags=("billing", "eu"),
+            params={"tenant": "acme"},
+            business_key="order-17",
+            executor="threads",
+        )
+        [result] = store.insert_jobs([job], now=clock.now())
+        assert result.inserted and result.job_id == job.job_id
+        rec = store.get_job(job.job_id)
+        assert rec is not None
+        assert rec.status is JobStatus.PENDING
+        assert (rec.target, rec.payload) == (job.target, job.payload)
+        assert rec.priority is JobPriority.HIGH
+        assert (rec.max_retries, rec.attempts) == (5, 0)
+        assert rec.backoff is BackoffPolicy.EXPONENTIAL
+        assert rec.backoff_delay == timedelta(seconds=2)
+        assert rec.timeout == timedelta(seconds=90)
+        assert rec.tags == ("billing", "eu")
+        assert dict(rec.params) == {"tenant": "acme"}
+        assert rec.business_key == "order-17"
+        assert rec.idempotency_key == job.idempotency_key
+        assert rec.scheduled_time == job.scheduled_time
+        assert rec.created_at == job.created_at
+        assert rec.executor == "threads"
+
+    def test_get_unknown_job_is_none(self, store: Any) -> None:
+        assert store.get_job(uuid7()) is None
+
+    def test_microsecond_times_round_trip(self, store: Any, clock: FakeClock) -> None:
+        clock.advance(timedelta(microseconds=123_457))
+        [job] = self.insert(store, clock)
+        rec = store.get_job(job.job_id)
+        assert rec.scheduled_time == clock.now()
+        assert rec.scheduled_time.microsecond == clock.now().microsecond
+
+    def test_idempotency_key_returns_original_job(self, store: Any, clock: FakeClock) -> None:
+        [first] = self.insert(store, clock, idempotency_key="pay-42")
+        again = new_job(clock, idempotency_key="pay-42")
+        [result] = store.insert_jobs([again], now=clock.now())
+        assert not result.inserted
+        assert result.job_id == first.job_id
+        assert store.get_job(again.job_id) is None
+
+    def test_idempotency_key_is_permanent(self, store: Any, clock: FakeClock) -> None:
+        [first] = self.insert(store, clock, idempotency_key="once")
+        [claimed] = self.claim(store, clock)
+        store.record_outcomes(NODE, [outcome(claimed, OutcomeKind.SUCCEEDED, clock)], now=clock.now())
+        assert self.status(store, first.job_id) is JobStatus.SUCCEEDED
+        [result] = store.insert_jobs([new_job(clock, idempotency_key="once")], now=clock.now())
+        assert (result.inserted, result.job_id) == (False, first.job_id)
+        assert store.find_by_idempotency_key("once") == first.job_id
+
+    def test_bulk_insert_honours_keys_row_by_row(self, store: Any, clock: FakeClock) -> None:
+        [old] = self.insert(store, clock, idempotency_key="k1")
+        batch = [new_job(clock, idempotency_key=k) for k in ("k1", "k2", "k2", "k3")]
+        results = store.insert_jobs(batch, now=clock.now())
+        assert [r.inserted for r in results] == [False, True, False, True]
+        assert results[0].job_id == old.job_id
+        assert results[2].job_id == batch[1].job_id
+        assert len(store.list_jobs(JobFilter(), 100)) == 3
+
+    def test_business_key_unique_among_live_jobs(self, store: Any, clock: FakeClock) -> None:
+        [holder] = self.insert(store, clock, business_key="report-2026-11")
+        with pytest.raises(DuplicateBusinessKeyError) as err:
+            self.insert(store, clock, business_key="report-2026-11")
+        assert err.value.key == "report-2026-11"
+        assert err.value.holder == holder.job_id
+        assert len(store.list_jobs(JobFilter(), 100)) == 1
+
+    def test_business_key_free_once_holder_is_terminal(self, store: Any, clock: FakeClock) -> None:
+        [holder] = self.insert(store, clock, business_key="nightly")
+        assert store.cancel_job(holder.job_id, now=clock.now())
+        [again] = self.insert(store, clock, business_key="nightly")
+        assert self.status(store, again.job_id) is JobStatus.PENDING
+
+    def test_failed_bulk_insert_inserts_nothing(self, store: Any, clock: FakeClock) -> None:
+        self.insert(store, clock, business_key="taken")
+        batch = [new_job(clock), new_job(clock, business_key="taken")]
+        with pytest.raises(DuplicateBusinessKeyError):
+            store.insert_jobs(batch, now=clock.now())
+        assert store.get_job(batch[0].job_id) is None
+
+    def test_transactional_submit_rolls_back(self, store: Any, clock: FakeClock) -> None:
+        if not store.capabilities.transactional_submit or not hasattr(store, "connect"):
+            pytest.skip("N/A: transactional submit")
+        rolled, committed = new_job(clock), new_job(clock)
+        with store.connect() as conn:
+            with conn.begin() as tx:
+                store.insert_jobs([rolled], now=clock.now(), connection=conn)
+                tx.rollback()
+            with conn.begin():
+                store.insert_jobs([committed], now=clock.now(), connection=conn)
+        assert store.get_job(rolled.job_id) is None
+        assert store.find_by_idempotency_key(rolled.idempotency_key) is None
+        assert self.status(store, committed.job_id) is JobStatus.PENDING
+
+    # ------------------------------------------------------------------ claiming
+    def test_claim_marks_running_and_bumps_epoch(self, store: Any, clock: FakeClock) -> None:
+        [job] = self.insert(store, clock)
+        [claimed] = self.claim(store, clock)
+        assert claimed.job_id == job.job_id
+        assert (claimed.epoch, claimed.attempt) == (1, 1)
+        assert claimed.target == job.target and claimed.payload == job.payload
+        assert claimed.claimed_at == clock.now()
+        rec = store.get_job(job.job_id)
+        assert rec.status is JobStatus.RUNNING
+        assert (rec.picked_by, rec.epoch) == (NODE, 1)
+        assert self.claim(store, clock) == []
+
+    def test_not_yet_due_jobs_are_invisible(self, store: Any, clock: FakeClock) -> None:
+        [later] = self.insert(store, clock, scheduled_time=clock.now() + timedelta(seconds=30))
+        assert self.claim(store, clock) == []
+        clock.advance(timedelta(seconds=29, microseconds=999_999))
+        assert self.claim(store, clock) == []
+        clock.advance(timedelta(microseconds=1))
+        assert [c.job_id for c in self.claim(store, clock)] == [later.job_id]
+
+    def test_claim_respects_limit(self, store: Any, clock: FakeClock) -> None:
+        self.insert(store, clock, n=7)
+        assert len(self.claim(store, clock, limit=3)) == 3
+        assert len(self.claim(store, clock, limit=10)) == 4
+        assert self.claim(store, clock, limit=0) == []
+
+    def test_claim_order_priority_then_time_then_id(self, store: Any, clock: FakeClock) -> None:
+        t0 = clock.now()
+        low = new_job(clock, priority=JobPriority.LOW, scheduled_time=t0 - timedelta(seconds=5))
+        high_late = new_job(clock, priority=JobPriority.HIGH, scheduled_time=t0 - timedelta(seconds=1))
+        high_early = new_job(clock, priority=JobPriority.HIGH, scheduled_time=t0 - timedelta(seconds=2))
+        crit = new_job(clock, priority=JobPriority.CRITICAL, scheduled_time=t0)
+        same_a = new_job(clock, priority=JobPriority.NORMAL, scheduled_time=t0)
+        same_b = new_job(clock, priority=JobPriority.NORMAL, scheduled_time=t0)
+        store.insert_jobs([low, same_b, high_late, same_a, crit, high_early], now=t0)
+        order = [c.job_id for c in self.claim(store, clock, limit=1) + self.claim(store, clock, limit=10)]
+        ab = sorted([same_a.job_id, same_b.job_id], key=str)
+        assert order == [crit.job_id, high_early.job_id, high_late.job_id, *ab, low.job_id]
+
+    @pytest.mark.parametrize("waited_minutes", [29, 30, 31, 45])
+    def test_age_boost_lets_old_low_job_overtake_new_high_job(
+        self, store: Any, clock: FakeClock, waited_minutes: int
+    ) -> None:
+        t0 = clock.now()
+        old_low = new_job(
+            clock, priority=JobPriority.LOW, scheduled_time=t0 - timedelta(minutes=waited_minutes)
+        )
+        new_high = new_job(clock, priority=JobPriority.HIGH, scheduled_time=t0)
+        store.insert_jobs([new_high, old_low], now=t0)
+        [first] = self.claim(store, clock, limit=1)
+        # LOW (1) + floor(waited / 15 min) vs HIGH (3): a tie goes to the older job.
+        boosted = 1 + waited_minutes // 15
+        expected = old_low if boosted >= 3 else new_high
+        assert first.job_id == expected.job_id
+
+    def test_age_boost_disabled_with_zero_interval(self, store: Any, clock: FakeClock) -> None:
+        t0 = clock.now()
+        old_low = new_job(clock, priority=JobPriority.LOWEST, scheduled_time=t0 - timedelta(days=3))
+        new_high = new_job(clock, priority=JobPriority.NORMAL, scheduled_time=t0)
+        store.insert_jobs([old_low, new_high], now=t0)
+        [first] = store.claim(NODE, 1, now=t0, boost_interval=timedelta(0))
+        assert first.job_id == new_high.job_id
+
+    def test_claim_is_exclusive_under_concurrent_claimers(self, store: Any, clock: FakeClock) -> None:
+        jobs = self.insert(store, clock, n=300)
+        seen: list[uuid.UUID] = []
+        lock = threading.Lock()
+        errors: list[BaseException] = []
+
+        def claimer(node: str) -> None:
+            try:
+                while True:
+                    got = store.claim(node, 7, now=clock.now(), boost_interval=BOOST)
+                    if not got:
+                        return
+                    with lock:
+                        seen.extend(c.job_id for c in got)
+            except BaseException as exc:  # pragma: no cover - reported below
+                errors.append(exc)
+
+        threads = [threading.Thread(target=claimer, args=(f"n{i}",)) for i in range(4)]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join()
+        assert not errors, errors
+        assert len(seen) == len(set(seen)) == len(jobs)
+        assert set(seen) == {j.job_id for j in jobs}
+
+    # ------------------------------------------------------------------ outcomes and fencing
+    def test_success_is_terminal_with_result(self, store: Any, clock: FakeClock) -> None:
+        [job] = self.insert(store, clock)
+        [c] = self.claim(store, clock)
+        clock.advance(2)
+        fenced = store.record_outcomes(
+            NODE, [outcome(c, OutcomeKind.SUCCEEDED, clock, result='{"ok":true}')], now=clock.now()
+        )
+        assert fenced == []
+        rec = store.get_job(job.job_id)
+        assert rec.status is JobStatus.SUCCEEDED
+        assert rec.result == '{"ok":true}'
+        assert rec.terminated_at == clock.now()
+        clock.advance(3600)
+        assert self.claim(store, clock) == []
+
+    def test_stale_epoch_write_changes_nothing(self, store: Any, clock: FakeClock) -> None:
+        [job] = self.insert(store, clock)
+        [first] = self.claim(store, clock)
+        assert store.release_jobs(NODE, [job.job_id], now=clock.now()) == 1
+        [second] = self.claim(store, clock, node=OTHER)
+        assert second.epoch == first.epoch + 1
+        zombie = outcome(first, OutcomeKind.SUCCEEDED, clock, result='"late"')
+        assert store.record_outcomes(NODE, [zombie], now=clock.now()) == [job.job_id]
+        rec = store.get_job(job.job_id)
+        assert (rec.status, rec.picked_by, rec.epoch, rec.result) == (JobStatus.RUNNING, OTHER, 2, None)
+        # The same epoch from the wrong node is fenced too.
+        wrong_node = outcome(second, OutcomeKind.SUCCEEDED, clock)
+        assert store.record_outcomes(NODE, [wrong_node], now=clock.now()) == [job.job_id]
+        assert store.record_outcomes(OTHER, [wrong_node], now=clock.now()) == []
+        assert self.status(store, job.job_id) is JobStatus.SUCCEEDED
+
+    def test_mixed_batch_applies_only_owned_outcomes(self, store: Any, clock: FakeClock) -> None:
+        jobs = self.insert(store, clock, n=3)
+        claimed = {c.job_id: c for c in self.claim(store, clock)}
+        a, b, c = (claimed[j.job_id] for j in jobs)
+        assert store.cancel_job(b.job_id, now=clock.now())
+        fenced = store.record_outcomes(
+            NODE,
+            [
+                outcome(a, OutcomeKind.SUCCEEDED, clock),
+                outcome(b, OutcomeKind.SUCCEEDED, clock),
+                outcome(c, OutcomeKind.DEAD, clock, error="boom"),
+            ],
+            now=clock.now(),
+        )
+        assert fenced == [b.job_id]
+        assert [self.status(store, j.job_id) for j in jobs] == [
+            JobStatus.SUCCEEDED,
+            JobStatus.CANCELED,
+            JobStatus.FAILED,
+        ]
+
+    def test_retry_reschedules_with_backoff_and_counts_attempt(self, store: Any, clock: FakeClock) -> None:
+        [job] = self.insert(store, clock)
+        [c] = self.claim(store, clock)
+        retry_at = clock.now() + timedelta(seconds=10)
+        store.record_outcomes(
+            NODE, [outcome(c, OutcomeKind.RETRY, clock, error="E: x", retry_at=retry_at)], now=clock.now()
+        )
+        rec = store.get_job(job.job_id)
+        assert (rec.status, rec.attempts, rec.last_error) == (JobStatus.PENDING, 1, "E: x")
+        assert rec.scheduled_time == retry_at and rec.picked_by is None
+        clock.advance(9)
+        assert self.claim(store, clock) == []
+        clock.advance(1)
+        [again] = self.claim(store, clock)
+        assert (again.attempt, again.epoch) == (2, 2)
+
+    def test_dead_letter_and_operator_retry(self, store: Any, clock: FakeClock) -> None:
+        [job] = self.insert(store, clock)
+        [c] = self.claim(store, clock)
+        store.record_outcomes(NODE, [outcome(c, OutcomeKind.DEAD, clock, error="Boom: bad")], now=clock.now())
+        rec = store.get_job(job.job_id)
+        assert (rec.status, rec.attempts, rec.last_error) == (JobStatus.FAILED, 1, "Boom: bad")
+        assert self.claim(store, clock) == []
+        assert store.retry_job(job.job_id, now=clock.now())
+        rec = store.get_job(job.job_id)
+        assert (rec.status, rec.attempts, rec.last_error) == (JobStatus.PENDING, 0, None)
+        [again] = self.claim(store, clock)
+        assert again.epoch > c.epoch, "epochs only grow, even across an operator retry"
+        assert not store.retry_job(job.job_id, now=clock.now()), "only FAILED jobs can be retried"
+
+    def test_reschedule_does_not_consume_a_retry(self, store: Any, clock: FakeClock) -> None:
+        [job] = self.insert(store, clock)
+        [c] = self.claim(store, clock)
+        later = clock.now() + timedelta(seconds=30)
+        store.record_outcomes(NODE, [outcome(c, OutcomeKind.RESCHEDULE, clock, retry_at=later)], now=clock.now())
+        rec = store.get_job(job.job_id)
+        assert (rec.status, rec.attempts, rec.scheduled_time) == (JobStatus.PENDING, 0, later)
+
+    def test_attempt_history(self, store: Any, clock: FakeClock) -> None:
+        [job] = self.insert(store, clock)
+        [c1] = self.claim(store, clock)
+        store.record_outcomes(NODE, [outcome(c1, OutcomeKind.RETRY, clock, error="E1", retry_at=clock.now())], now=clock.now())
+        [c2] = self.claim(store, clock, node=OTHER)
+        clock.advance(1)
+        store.record_outcomes(OTHER, [outcome(c2, OutcomeKind.SUCCEEDED, clock)], now=clock.now())
+        history = store.attempts(job.job_id)
+        assert [(a.attempt, a.epoch, a.node_id, a.outcome) for a in history] == [
+            (1, 1, NODE, "RETRY"),
+            (2, 2, OTHER, "SUCCEEDED"),
+        ]
+        assert history[0].error == "E1" and history[1].finished_at == clock.now()
+
+    # ------------------------------------------------------------------ operators
+    def test_pause_and_resume(self, store: Any, clock: FakeClock) -> None:
+        [job] = self.insert(store, clock)
+        assert store.pause_job(job.job_id, now=clock.now())
+        assert store.pause_job(job.job_id, now=clock.now()), "pausing twice is fine"
+        assert self.status(store, job.job_id) is JobStatus.PAUSED
+        assert self.claim(store, clock) == []
+        assert store.resume_job(job.job_id, now=clock.now())
+        assert not store.resume_job(job.job_id, now=clock.now())
+        assert self.status(store, job.job_id) is JobStatus.PENDING
+        [c] = self.claim(store, clock)
+        assert not store.pause_job(c.job_id, now=clock.now()), "a RUNNING job cannot be paused"
+        assert not store.pause_job(uuid7(), now=clock.now())
+
+    def test_cancel(self, store: Any, clock: FakeClock) -> None:
+        pending, paused = self.insert(store, clock, n=2)
+        store.pause_job(paused.job_id, now=clock.now())
+        assert store.cancel_job(pending.job_id, now=clock.now())
+        assert store.cancel_job(paused.job_id, now=clock.now())
+        assert not store.cancel_job(pending.job_id, now=clock.now()), "terminal jobs stay terminal"
+        assert not store.cancel_job(uuid7(), now=clock.now())
+        assert self.status(store, pending.job_id) is JobStatus.CANCELED
+
+    def test_cancel_running_job_fences_its_result(self, store: Any, clock: FakeClock) -> None:
+        [job] = self.insert(store, clock)
+        [c] = self.claim(store, clock)
+        assert store.cancel_job(job.job_id, now=clock.now())
+        assert store.record_outcomes(NODE, [outcome(c, OutcomeKind.SUCCEEDED, clock)], now=clock.now()) == [job.job_id]
+        assert self.status(store, job.job_id) is JobStatus.CANCELED
+        assert store.attempts(job.job_id)[0].outcome == "CANCELED"
+
+    def test_cancel_by_tag_skips_running_jobs(self, store: Any, clock: FakeClock) -> None:
+        running = self.insert(store, clock, tags=("batch-7",))[0]
+        self.claim(store, clock)
+        pending = self.insert(store, clock, tags=("batch-7", "x"))[0]
+        paused = self.insert(store, clock, tags=("batch-7",))[0]
+        other = self.insert(store, clock, tags=("other",))[0]
+        store.pause_job(paused.job_id, now=clock.now())
+        assert store.cancel_jobs_by_tag("Batch-7", now=clock.now()) == 2
+        assert [self.status(store, j.job_id) for j in (running, pending, paused, other)] == [
+            JobStatus.RUNNING,
+            JobStatus.CANCELED,
+            JobStatus.CANCELED,
+            JobStatus.PENDING,
+        ]
+
+    def test_replace_is_atomic_and_moves_business_key(self, store: Any, clock: FakeClock) -> None:
+        [old] = self.insert(store, clock, business_key="invoice-9")
+        replacement = new_job(clock, scheduled_time=clock.now() + timedelta(minutes=5))
+        assert store.replace_job(old.job_id, replacement, now=clock.now())
+        old_rec, new_rec = store.get_job(old.job_id), store.get_job(replacement.job_id)
+        assert old_rec.status is JobStatus.CANCELED
+        assert old_rec.superseded_by == replacement.job_id
+        assert new_rec.status is JobStatus.PENDING and new_rec.business_key == "invoice-9"
+        # Replacing a terminal job changes nothing and inserts nothing.
+        ghost = new_job(clock)
+        assert not store.replace_job(old.job_id, ghost, now=clock.now())
+        assert store.get_job(ghost.job_id) is None
+
+    def test_retry_jobs_bulk(self, store: Any, clock: FakeClock) -> None:
+        jobs = self.insert(store, clock, n=5, tags=("etl",))
+        for c in self.claim(store, clock):
+            store.record_outcomes(NODE, [outcome(c, OutcomeKind.DEAD, clock, error="x")], now=clock.now())
+        assert store.retry_jobs(JobFilter(tag="etl"), 3, now=clock.now()) == 3
+        statuses = sorted(self.status(store, j.job_id).value for j in jobs)
+        assert statuses == ["FAILED", "FAILED", "PENDING", "PENDING", "PENDING"]
+        assert store.retry_jobs(JobFilter(tag="nothing"), 10, now=clock.now()) == 0
+        for bad in (0, 1001):
+            with pytest.raises(InvalidJobOptions):
+                store.retry_jobs(JobFilter(), bad, now=clock.now())
+
+    def test_retry_jobs_is_all_or_nothing(self, store: Any, clock: FakeClock) -> None:
+        first, second = self.insert(store, clock, n=2)
+        k1 = self.insert(store, clock, business_key="bk-1")[0]
+        claimed = self.claim(store, clock)
+        for c in claimed:
+            store.record_outcomes(NODE, [outcome(c, OutcomeKind.DEAD, clock)], now=clock.now())
+        self.insert(store, clock, business_key="bk-1")  # takes the key while k1 is dead
+        with pytest.raises(DuplicateBusinessKeyError):
+            store.retry_jobs(JobFilter(), 10, now=clock.now())
+        assert {self.status(store, j.job_id) for j in (first, second, k1)} == {JobStatus.FAILED}
+
+    # ------------------------------------------------------------------ listing
+    def test_list_and_count(self, store: Any, clock: FakeClock) -> None:
+        a, b, c = self.insert(store, clock, n=3)
+        store.cancel_job(c.job_id, now=clock.now())
+        self.claim(store, clock, limit=1)
+        counts = store.count_by_status()
+        assert counts.get("RUNNING") == 1 and counts.get("PENDING") == 1 and counts.get("CANCELED") == 1
+        canceled = store.list_jobs(JobFilter(statuses=(JobStatus.CANCELED,)), 10)
+        assert [r.job_id for r in canceled] == [c.job_id]
+        assert [r.job_id for r in store.list_jobs(JobFilter(), 2)] == [c.job_id, b.job_id]
+
+    # ------------------------------------------------------------------ nodes and recovery
+    def test_heartbeat_and_orphan_recovery(self, store: Any, clock: FakeClock) -> None:
+        store.register_node(NODE, now=clock.now())
+        store.register_node(OTHER, now=clock.now())
+        dead_jobs = self.insert(store, clock, n=2)
+        mine = self.claim(store, clock, node=NODE)
+        live_job = self.insert(store, clock)[0]
+        [theirs] = self.claim(store, clock, node=OTHER)
+        assert theirs.job_id == live_job.job_id
+        grace = timedelta(seconds=60)
+        clock.advance(59)
+        assert store.heartbeat(OTHER, now=clock.now())
+        assert store.recover_orphans(now=clock.now(), grace=grace) == 0
+        clock.advance(2)
+        assert store.recover_orphans(now=clock.now(), grace=grace) == 2
+        assert {self.status(store, j.job_id) for j in dead_jobs} == {JobStatus.PENDING}
+        assert self.status(store, live_job.job_id) is JobStatus.RUNNING
+        assert [n.node_id for n in store.list_nodes()] == [OTHER]
+        assert not store.heartbeat(NODE, now=clock.now()), "a removed node learns it on heartbeat"
+        again = self.claim(store, clock, node=OTHER)
+        assert {c.job_id for c in again} == {c.job_id for c in mine}
+        assert all(c.epoch == 2 for c in again)
+        late = [outcome(c, OutcomeKind.SUCCEEDED, clock) for c in mine]
+        assert sorted(store.record_outcomes(NODE, late, now=clock.now()), key=str) == sorted(
+            (c.job_id for c in mine), key=str
+        )
+
+    def test_release_jobs_hands_back_only_own_running_jobs(self, store: Any, clock: FakeClock) -> None:
+        self.insert(store, clock, n=3)
+        mine = self.claim(store, clock, limit=2)
+        [theirs] = self.claim(store, clock, node=OTHER)
+        ids: Sequence[uuid.UUID] = [c.job_id for c in mine] + [theirs.job_id]
+        assert store.release_jobs(NODE, ids, now=clock.now()) == 2
+        assert self.status(store, theirs.job_id) is JobStatus.RUNNING
+        assert {self.status(store, c.job_id) for c in mine} == {JobStatus.PENDING}
+
+    def test_database_time_is_close_to_real_time(self, store: Any) -> None:
+        from datetime import UTC, datetime
+
+        skew = abs(store.database_time() - datetime.now(UTC))
+        assert skew < timedelta(seconds=5)

@@ -1,0 +1,44 @@
+"""Shared test configuration: Hypothesis profiles and common fixtures."""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+from hypothesis import HealthCheck, settings
+
+from ratchet.testing import FakeClock
+
+# CI: a fixed example budget, derandomised, no per-example deadline (2-core machine, shared CPU).
+settings.register_profile(
+    "ci",
+    max_examples=60,
+    deadline=None,
+    derandomize=True,
+    print_blob=True,
+    suppress_health_check=[HealthCheck.too_slow],
+)
+settings.register_profile("dev", max_examples=100, deadline=None)
+settings.register_profile("thorough", max_examples=2000, deadline=None)
+settings.load_profile(os.environ.get("HYPOTHESIS_PROFILE", "dev"))
+
+SUPPORT = Path(__file__).parent / "support"
+
+
+@pytest.fixture
+def clock() -> FakeClock:
+    return FakeClock()
+
+
+@pytest.fixture
+def sqlite_url(tmp_path: Path) -> str:
+    return f"sqlite:///{tmp_path / 'jobs.db'}"
+
+
+@pytest.fixture
+def support_path(monkeypatch: pytest.MonkeyPatch) -> Iterator[Path]:
+    """Make ``tests/support`` importable (job modules for end-to-end tests)."""
+    monkeypatch.syspath_prepend(str(SUPPORT))
+    yield SUPPORT
