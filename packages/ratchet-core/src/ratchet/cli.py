@@ -141,11 +141,11 @@ def db() -> None:
 @click.option("--url", help=f"Database URL (or ${URL_ENV}).")
 def db_upgrade(url: str | None) -> None:
     """Create or upgrade the schema to the newest revision."""
-    from ratchet.sql.migrate import current_revision
+    from ratchet.sql.migrate import current_revisions
 
     app = _admin_app(url, None)
     app.store.migrate()
-    click.echo(f"schema at revision {current_revision(app.store)}")
+    click.echo(f"schema at revision(s) {', '.join(current_revisions(app.store))}")
 
 
 @main.group()

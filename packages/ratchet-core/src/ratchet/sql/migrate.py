@@ -23,8 +23,12 @@ def alembic_config(store: SqlStore) -> Config:
     return cfg
 
 
-def upgrade(store: SqlStore, revision: str = "head") -> None:
-    """Upgrade the schema under the dialect's migration lock (safe when nodes start together)."""
+def upgrade(store: SqlStore, revision: str = "heads") -> None:
+    """Upgrade the schema under the dialect's migration lock (safe when nodes start together).
+
+    Each feature's migrations form their own branch from the baseline, so ``heads`` (all of
+    them) is the default target.
+    """
     cfg = alembic_config(store)
     with store.engine.begin() as conn:
         with store.dialect.migration_lock(conn):
@@ -32,13 +36,13 @@ def upgrade(store: SqlStore, revision: str = "head") -> None:
             command.upgrade(cfg, revision)
 
 
-def current_revision(store: SqlStore) -> str | None:
-    """The revision the database is at, or None when it has no schema yet."""
+def head_revisions(store: SqlStore) -> tuple[str, ...]:
+    """The newest revision of every migration branch shipped with ratchet-core."""
+    return tuple(sorted(ScriptDirectory.from_config(alembic_config(store)).get_heads()))
+
+
+def current_revisions(store: SqlStore) -> tuple[str, ...]:
+    """The revisions the database is at (one per branch)."""
     with store.read_engine.connect() as conn:
         ctx = MigrationContext.configure(conn, opts={"version_table": VERSION_TABLE})
-        return ctx.get_current_revision()
-
-
-def head_revision(store: SqlStore) -> str | None:
-    """The newest revision shipped with this version of ratchet-core."""
-    return ScriptDirectory.from_config(alembic_config(store)).get_current_head()
+        return tuple(sorted(ctx.get_current_heads()))
