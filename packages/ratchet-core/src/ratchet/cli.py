@@ -95,7 +95,9 @@ def main() -> None:
 @click.option("--orphan-grace", type=float, help="Silent seconds before a node counts as dead.")
 @click.option("--orphan-scan", type=float, help="Seconds between scans for dead nodes.")
 @click.option("--drain-timeout", type=float, help="Seconds SIGTERM waits for running jobs.")
-def worker(app_spec: str, concurrency: int, batch_size: int, log_level: str, **delays: float | None) -> None:
+def worker(
+    app_spec: str, concurrency: int, batch_size: int, log_level: str, **delays: float | None
+) -> None:
     """Run a worker for MODULE:APP until SIGTERM or SIGINT, then drain."""
     from ratchet.config import WorkerConfig
 
@@ -124,7 +126,9 @@ def worker(app_spec: str, concurrency: int, batch_size: int, log_level: str, **d
 
 
 @main.command()
-@click.option("--db", type=click.Path(dir_okay=False), help="SQLite file (default: a fresh temp file).")
+@click.option(
+    "--db", type=click.Path(dir_okay=False), help="SQLite file (default: a fresh temp file)."
+)
 def demo(db: str | None) -> None:
     """Submit a handful of real jobs on SQLite, run a worker until they settle, report."""
     from ratchet.demo import run_demo
@@ -163,12 +167,16 @@ _app_option = click.option("--app", "app_spec", help="MODULE:APP instead of --ur
 @click.option("--status", type=click.Choice([s.value for s in JobStatus], case_sensitive=False))
 @click.option("--tag")
 @click.option("--limit", type=click.IntRange(1, 10_000), default=50, show_default=True)
-def jobs_list(url: str | None, app_spec: str | None, status: str | None, tag: str | None, limit: int) -> None:
+def jobs_list(
+    url: str | None, app_spec: str | None, status: str | None, tag: str | None, limit: int
+) -> None:
     """List jobs, newest first."""
     app = _admin_app(url, app_spec)
     flt = JobFilter(statuses=(JobStatus(status.upper()),) if status else (), tag=tag)
     for rec in app.list_jobs(flt, limit):
-        click.echo(f"{rec.job_id}  {rec.status.value:<9}  p{int(rec.priority)}  a{rec.attempts}  {rec.target}")
+        click.echo(
+            f"{rec.job_id}  {rec.status.value:<9}  p{int(rec.priority)}  a{rec.attempts}  {rec.target}"
+        )
 
 
 def _job_id(text: str) -> uuid.UUID:
@@ -188,11 +196,19 @@ def jobs_show(url: str | None, app_spec: str | None, job_id: str) -> None:
     rec = app.get_job(_job_id(job_id))
     if rec is None:
         raise click.ClickException(f"no job {job_id}")
-    doc = {k: (str(v) if not isinstance(v, (int, float, str, type(None), list, dict)) else v)
-           for k, v in rec.__dict__.items()}
+    doc = {
+        k: (str(v) if not isinstance(v, (int, float, str, type(None), list, dict)) else v)
+        for k, v in rec.__dict__.items()
+    }
     doc["attempt_history"] = [
-        {"attempt": a.attempt, "epoch": a.epoch, "node": a.node_id, "outcome": a.outcome,
-         "started_at": a.started_at.isoformat(), "error": a.error}
+        {
+            "attempt": a.attempt,
+            "epoch": a.epoch,
+            "node": a.node_id,
+            "outcome": a.outcome,
+            "started_at": a.started_at.isoformat(),
+            "error": a.error,
+        }
         for a in app.attempts(rec.job_id)
     ]
     click.echo(json.dumps(doc, indent=2, default=str))

@@ -7,6 +7,7 @@ worker until all of them settle and prints what happened to each.
 
 from __future__ import annotations
 
+import itertools
 import logging
 import os
 import tempfile
@@ -70,13 +71,17 @@ def run_demo(db_path: str | None = None, *, quiet_logs: bool = True) -> int:
         "immediate": app.enqueue_now(greet, "world"),
         "delayed 1s": app.schedule(timedelta(seconds=1), remind, "water the plants").submit(),
         "priority LOW": app.enqueue(report, "low").with_priority(JobPriority.LOW).submit(),
-        "priority CRITICAL": app.enqueue(report, "critical").with_priority(JobPriority.CRITICAL).submit(),
+        "priority CRITICAL": app.enqueue(report, "critical")
+        .with_priority(JobPriority.CRITICAL)
+        .submit(),
         "priority HIGH": app.enqueue(report, "high").with_priority(JobPriority.HIGH).submit(),
         "flaky (retried)": app.enqueue(flaky_charge, 1200)
         .with_max_retries(3)
         .with_backoff(BackoffPolicy.EXPONENTIAL, timedelta(milliseconds=200))
         .submit(),
-        "broken (DLQ)": app.enqueue(broken_import, "/data/missing.csv").with_max_retries(1).submit(),
+        "broken (DLQ)": app.enqueue(broken_import, "/data/missing.csv")
+        .with_max_retries(1)
+        .submit(),
     }
     worker = app.worker(
         concurrency=1,
@@ -108,10 +113,12 @@ def run_demo(db_path: str | None = None, *, quiet_logs: bool = True) -> int:
     history = app.attempts(jobs["flaky (retried)"].id)
     gaps = [
         f"{(b.started_at - a.finished_at).total_seconds():.2f}s"
-        for a, b in zip(history, history[1:], strict=False)
+        for a, b in itertools.pairwise(history)
         if a.finished_at is not None
     ]
     print("flaky job backoff between attempts:", ", ".join(gaps))
-    print(f"\nsettled in {elapsed:.1f}s: {'all jobs ended as expected' if ok else 'UNEXPECTED OUTCOME'}")
+    print(
+        f"\nsettled in {elapsed:.1f}s: {'all jobs ended as expected' if ok else 'UNEXPECTED OUTCOME'}"
+    )
     app.close()
     return 0 if ok else 1

@@ -254,4 +254,3 @@ def iter_chunks(items: Sequence[T], size: int) -> Iterator[Sequence[T]]:
     """Slices of ``items`` of at most ``size`` elements (helper for batched writes)."""
     for start in range(0, len(items), size):
         yield items[start : start + size]
-

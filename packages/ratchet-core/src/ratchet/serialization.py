@@ -27,12 +27,18 @@ def _encode(value: Any, path: str) -> Any:
         return value
     if isinstance(value, enum.Enum):
         cls = type(value)
-        return {TAG: "enum", "t": f"{cls.__module__}:{cls.__qualname__}", "v": _encode(value.value, path)}
+        return {
+            TAG: "enum",
+            "t": f"{cls.__module__}:{cls.__qualname__}",
+            "v": _encode(value.value, path),
+        }
     if isinstance(value, int):
         return value
     if isinstance(value, float):
         if not math.isfinite(value):
-            raise UnserializableArgument(f"{path}: {value!r} is not a finite number; JSON cannot hold it")
+            raise UnserializableArgument(
+                f"{path}: {value!r} is not a finite number; JSON cannot hold it"
+            )
         return value
     if isinstance(value, datetime):
         return {TAG: "datetime", "v": value.isoformat()}

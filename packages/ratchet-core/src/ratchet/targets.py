@@ -78,11 +78,13 @@ def target_of(fn: Callable[..., Any]) -> TargetRef:
             "Put job functions in an importable module."
         )
     if inspect.isbuiltin(func) or not (inspect.isfunction(func) or inspect.ismethod(fn)):
-        raise InvalidJobTarget(f"{fn!r} is not a Python function; wrap it in a module-level function")
+        raise InvalidJobTarget(
+            f"{fn!r} is not a Python function; wrap it in a module-level function"
+        )
     if "." in qualname and not bean:
         # Defined in a class: decide between static/class method and a bean method.
         owner_cls = _walk(importlib.import_module(module), qualname.rsplit(".", 1)[0])
-        raw = inspect.getattr_static(owner_cls, name)
+        raw = inspect.getattr_static(owner_cls, str(name))
         bean = not isinstance(raw, (staticmethod, classmethod))
     ref = TargetRef(module, qualname, bean)
     try:
@@ -111,7 +113,9 @@ def resolve_attribute(ref: TargetRef) -> Any:
     try:
         module = importlib.import_module(ref.module)
     except ImportError as exc:
-        raise UnknownJobTarget(f"cannot import module {ref.module!r} of job target {ref}: {exc}") from exc
+        raise UnknownJobTarget(
+            f"cannot import module {ref.module!r} of job target {ref}: {exc}"
+        ) from exc
     try:
         return _walk(module, ref.qualname)
     except AttributeError:

@@ -21,6 +21,7 @@ from ratchet.domain.errors import (
 )
 from ratchet.domain.lifecycle import JobPriority
 from ratchet.domain.model import AttemptRecord, JobFilter, JobRecord
+from ratchet.domain.retry import RetryPolicy
 from ratchet.engine.builder import JobBuilder, JobHandle
 from ratchet.events import EventKind, JobEvent
 from ratchet.ids import uuid7
@@ -43,6 +44,7 @@ class Ratchet:
     :param coordinator: wakeup coordinator name or URL (default ``local``: this process only).
     :param clock: where time comes from (tests pass a FakeClock).
     :param plugins: a prepared :class:`~ratchet.plugins.Plugins` (default: built-ins + entry points).
+    :param retry_policy: a :class:`~ratchet.domain.retry.RetryPolicy` consulted on every failure.
     """
 
     def __init__(
@@ -56,6 +58,7 @@ class Ratchet:
         clock: Clock | None = None,
         plugins: Plugins | None = None,
         store_options: dict[str, Any] | None = None,
+        retry_policy: RetryPolicy | None = None,
         **config: Any,
     ) -> None:
         self.config = RatchetConfig(
@@ -68,6 +71,8 @@ class Ratchet:
         self.beans = self.plugins.bean_resolver(self.config)
         self.resilience = self.plugins.resilience_strategy(self.config)
         self.clock: Clock = clock or SystemClock()
+        self.retry_policy = retry_policy
+        """Consulted after ``@do_not_retry`` and before ``max_retries`` (None: always retry)."""
         self.store: Store = self.plugins.store_factory(url)(url, store_options)
         self.node_name = self.config.node_name or "client"
         context = {"store": self.store, "app": self}
@@ -153,7 +158,9 @@ class Ratchet:
             raise InvalidJobOptions(f"delay must be a timedelta or datetime, got {delay!r}")
         return JobBuilder(self, ref, args, kwargs, delay=delay)
 
-    def submit_many(self, builders: Sequence[JobBuilder], connection: Any = None) -> list[JobHandle]:
+    def submit_many(
+        self, builders: Sequence[JobBuilder], connection: Any = None
+    ) -> list[JobHandle]:
         """Submit several builders in one transaction (bulk insert)."""
         return self._submit(builders, connection=connection)
 
@@ -190,7 +197,9 @@ class Ratchet:
             try:
                 self.coordinator.notify_new_work(WakeupHint(JobPriority(top), self.node_name))
             except Exception:
-                log.warning("wakeup could not be sent; polling will still find the job", exc_info=True)
+                log.warning(
+                    "wakeup could not be sent; polling will still find the job", exc_info=True
+                )
         for _, job in inserted:
             self.emit(JobEvent(EventKind.SUBMITTED, job.job_id, now, data={"target": job.target}))
 
@@ -214,7 +223,9 @@ class Ratchet:
         new_job = builder.build(now)
         if not self.store.replace_job(job_id, new_job, now=now):
             raise JobNotFound(f"job {job_id} does not exist or is no longer live")
-        self.emit(JobEvent(EventKind.REPLACED, job_id, now, data={"superseded_by": str(new_job.job_id)}))
+        self.emit(
+            JobEvent(EventKind.REPLACED, job_id, now, data={"superseded_by": str(new_job.job_id)})
+        )
         self._after_submit([(builder, new_job)], now)
         return JobHandle(new_job.job_id, self)
 
@@ -228,15 +239,21 @@ class Ratchet:
 
         :returns: False if the job is missing or already terminal.
         """
-        return self._operator(EventKind.CANCELLED, self.store.cancel_job(job_id, now=self.now()), job_id)
+        return self._operator(
+            EventKind.CANCELLED, self.store.cancel_job(job_id, now=self.now()), job_id
+        )
 
     def pause_job(self, job_id: uuid.UUID) -> bool:
         """Pause a PENDING job (True if already paused)."""
-        return self._operator(EventKind.PAUSED, self.store.pause_job(job_id, now=self.now()), job_id)
+        return self._operator(
+            EventKind.PAUSED, self.store.pause_job(job_id, now=self.now()), job_id
+        )
 
     def resume_job(self, job_id: uuid.UUID) -> bool:
         """Resume a PAUSED job; False unless it was paused."""
-        return self._operator(EventKind.RESUMED, self.store.resume_job(job_id, now=self.now()), job_id)
+        return self._operator(
+            EventKind.RESUMED, self.store.resume_job(job_id, now=self.now()), job_id
+        )
 
     def retry_job(self, job_id: uuid.UUID) -> bool:
         """Move a dead-lettered (FAILED) job back to PENDING with its attempts reset."""
@@ -257,7 +274,11 @@ class Ratchet:
         """Cancel every PENDING, PAUSED or WAITING job with ``tag`` (never RUNNING ones)."""
         count = self.store.cancel_jobs_by_tag(tag, now=self.now())
         if count:
-            self.emit(JobEvent(EventKind.BULK_CANCELLED, None, self.now(), data={"tag": tag, "count": count}))
+            self.emit(
+                JobEvent(
+                    EventKind.BULK_CANCELLED, None, self.now(), data={"tag": tag, "count": count}
+                )
+            )
         return count
 
     # -- reading ---------------------------------------------------------------------------------

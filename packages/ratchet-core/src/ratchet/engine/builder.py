@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import uuid
 import warnings
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 from typing import TYPE_CHECKING, Any
@@ -126,7 +126,9 @@ class JobBuilder:
         try:
             self._priority = JobPriority(priority)
         except ValueError:
-            raise InvalidJobOptions(f"priority must be 0..4 (a JobPriority), got {priority!r}") from None
+            raise InvalidJobOptions(
+                f"priority must be 0..4 (a JobPriority), got {priority!r}"
+            ) from None
         return self
 
     def with_max_retries(self, max_retries: int) -> JobBuilder:
@@ -134,7 +136,9 @@ class JobBuilder:
         self._max_retries = max_retries
         return self
 
-    def with_backoff(self, policy: BackoffPolicy | str, delay: timedelta = timedelta(0)) -> JobBuilder:
+    def with_backoff(
+        self, policy: BackoffPolicy | str, delay: timedelta = timedelta(0)
+    ) -> JobBuilder:
         opts = JobOptions(backoff=policy, backoff_delay=delay)  # type: ignore[arg-type]
         self._backoff, self._backoff_delay = opts.backoff, opts.backoff_delay
         return self

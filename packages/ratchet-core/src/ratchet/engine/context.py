@@ -76,7 +76,7 @@ def install_log_record_factory() -> None:
     previous = logging.getLogRecordFactory()
 
     def factory(*args: object, **kwargs: object) -> logging.LogRecord:
-        record = previous(*args, **kwargs)  # type: ignore[arg-type]
+        record = previous(*args, **kwargs)
         ctx = _current.get()
         record.ratchet_job_id = str(ctx.job_id) if ctx else None
         record.ratchet_node_id = ctx.node_id if ctx else None

@@ -10,6 +10,7 @@ to PENDING. Every database error is survived: the loop logs once per outage and 
 from __future__ import annotations
 
 import asyncio
+import functools
 import heapq
 import inspect
 import logging
@@ -31,8 +32,9 @@ from ratchet.domain.model import ClaimedJob, Outcome, OutcomeKind
 from ratchet.domain.polling import AdaptivePollingStrategy, PollingConfig
 from ratchet.domain.retry import decide_retry
 from ratchet.engine.context import JobContext, bound, install_log_record_factory
+from ratchet.engine.pipeline import CircuitBreakerGate, Gate, OrphanRecovery, PeriodicTask
 from ratchet.events import EventKind, JobEvent
-from ratchet.ports import WakeupHint
+from ratchet.ports import ExecutorProvider, WakeupHint
 from ratchet.serialization import decode_payload, encode_result
 from ratchet.targets import TargetRef, owner_class, resolve_attribute
 
@@ -52,7 +54,11 @@ def default_node_id() -> str:
 def describe_error(exc: BaseException) -> str:
     """``module.Type: message``, truncated."""
     klass = type(exc)
-    name = klass.__qualname__ if klass.__module__ == "builtins" else f"{klass.__module__}.{klass.__qualname__}"
+    name = (
+        klass.__qualname__
+        if klass.__module__ == "builtins"
+        else f"{klass.__module__}.{klass.__qualname__}"
+    )
     text = f"{name}: {exc}"
     return text if len(text) <= MAX_ERROR_CHARS else text[: MAX_ERROR_CHARS - 3] + "..."
 
@@ -83,7 +89,11 @@ class Worker:
         self.store = app.store
         self.node_id = node_id or app.config.node_name or default_node_id()
         self.stats = WorkerStats()
-        self._executor = app.plugins.executor_factory("threads")(config.concurrency)
+        self._executors: dict[str, ExecutorProvider] = {}
+        self.gates: list[Gate] = [CircuitBreakerGate()]
+        """Checked in order before every attempt; features append theirs."""
+        self.periodic: list[PeriodicTask] = [OrphanRecovery(config.orphan_scan_interval)]
+        """Maintenance tasks run on the heartbeat thread; features append theirs."""
         self._inflight: dict[uuid.UUID, ClaimedJob] = {}
         self._lock = threading.Lock()
         self._wake = threading.Event()
@@ -172,7 +182,8 @@ class Worker:
             self.store.deregister_node(self.node_id)
         except StoreUnavailable:
             log.error("drain: could not deregister node %s", self.node_id)
-        self._executor.shutdown(wait=False)
+        for executor in self._executors.values():
+            executor.shutdown(wait=False)
         self.app.beans.clear()
         log.info("worker %s stopped", self.node_id)
 
@@ -223,9 +234,24 @@ class Worker:
             self._saturated = len(claimed) == want
         for job in claimed:
             self.app.emit(
-                JobEvent(EventKind.STARTED, job.job_id, job.claimed_at, self.node_id, {"attempt": job.attempt})
+                JobEvent(
+                    EventKind.STARTED,
+                    job.job_id,
+                    job.claimed_at,
+                    self.node_id,
+                    {"attempt": job.attempt},
+                )
             )
         return claimed
+
+    def executor_for(self, job: ClaimedJob) -> ExecutorProvider:
+        """The executor provider that runs ``job`` (its ``executor`` option, else threads)."""
+        name = job.executor or "threads"
+        executor = self._executors.get(name)
+        if executor is None:
+            executor = self.app.plugins.executor_factory(name)(self.config.concurrency)
+            self._executors[name] = executor
+        return executor
 
     def _poll_loop(self) -> None:
         backoff = 0.05
@@ -233,7 +259,7 @@ class Worker:
             try:
                 claimed = self.poll_once()
                 for job in claimed:
-                    self._executor.submit(lambda job=job: self._run_and_queue(job))
+                    self.executor_for(job).submit(functools.partial(self._run_and_queue, job))
                 utilisation = 1 - self.free_slots() / self.config.concurrency
                 decision = self.strategy.on_poll(
                     self.app.now(), len(claimed), self.config.batch_size, utilisation
@@ -246,9 +272,7 @@ class Worker:
                 delay = backoff
                 backoff = min(backoff * 2, 5.0)
             delay = min(delay, self._seconds_until_due())
-            if delay > 0 and self._wake.wait(timeout=delay):
-                self._wake.clear()
-            elif delay <= 0:
+            if (delay > 0 and self._wake.wait(timeout=delay)) or delay <= 0:
                 self._wake.clear()
 
     def _seconds_until_due(self) -> float:
@@ -298,7 +322,7 @@ class Worker:
         fn = self._targets.get(key)
         if fn is None:
             if ref.bean:
-                instance = self.app.beans.resolve(owner_class(ref))
+                instance: Any = self.app.beans.resolve(owner_class(ref))
                 fn = getattr(instance, ref.qualname.rsplit(".", 1)[1])
             else:
                 fn = resolve_attribute(ref)
@@ -319,55 +343,87 @@ class Worker:
             tags=job.tags,
         )
         with bound(ctx):
+            passed: list[Gate] = []
             try:
                 if started - job.claimed_at > self.config.recheck_after and not self.store.is_owned(
                     job.job_id, job.epoch, self.node_id
                 ):
                     log.info("job %s was canceled or taken before it started", job.job_id)
                     return None
+                for gate in self.gates:
+                    stop = gate.enter(self, job, started)
+                    if stop is not None:
+                        return stop
+                    passed.append(gate)
                 ref = TargetRef.parse(job.target)
-                service = ref.service_name
-                if not app.resilience.is_available(service):
-                    retry_at = started + app.resilience.retry_delay(service)
-                    return Outcome(
-                        job.job_id, job.epoch, job.attempt, OutcomeKind.RESCHEDULE, started, app.now(),
-                        error=f"circuit open for {service}", retry_at=retry_at,
-                    )
                 app.enforce_policy(ref)
                 fn = self._resolve(ref)
                 args, kwargs = decode_payload(job.payload)
-
-                def call() -> Any:
-                    value = fn(*args, **kwargs)
-                    if inspect.isawaitable(value):
-                        return asyncio.run(_await(value))
-                    return value
-
-                value = app.resilience.execute(service, call)
+                value = self.invoke(job, ref, fn, args, kwargs)
                 result = encode_result(value, app.config.max_result_bytes)
                 return Outcome(
-                    job.job_id, job.epoch, job.attempt, OutcomeKind.SUCCEEDED, started, app.now(),
+                    job.job_id,
+                    job.epoch,
+                    job.attempt,
+                    OutcomeKind.SUCCEEDED,
+                    started,
+                    app.now(),
                     result=result,
                 )
             except Exception as exc:
-                finished = app.now()
-                decision = decide_retry(
-                    attempt=job.attempt,
-                    max_retries=job.max_retries,
-                    exc=exc,
-                    now=finished,
-                    backoff=job.backoff,
-                    backoff_base=job.backoff_delay,
-                )
-                error = describe_error(exc)
-                log.warning(
-                    "job %s attempt %d failed: %s (%s)", job.job_id, job.attempt, error, decision.reason
-                )
-                kind = OutcomeKind.RETRY if decision.retry else OutcomeKind.DEAD
-                return Outcome(
-                    job.job_id, job.epoch, job.attempt, kind, started, finished,
-                    error=error, retry_at=decision.retry_at,
-                )
+                return self.failure_outcome(job, started, exc)
+            finally:
+                for gate in reversed(passed):
+                    try:
+                        gate.leave(self, job)
+                    except Exception:
+                        log.exception("gate %s failed to release job %s", gate.name, job.job_id)
+
+    def invoke(
+        self,
+        job: ClaimedJob,
+        ref: TargetRef,
+        fn: Callable[..., Any],
+        args: list[Any],
+        kwargs: dict[str, Any],
+    ) -> Any:
+        """Call the target under the resilience strategy (``async def`` targets run to completion)."""
+
+        def call() -> Any:
+            value = fn(*args, **kwargs)
+            if inspect.isawaitable(value):
+                return asyncio.run(_await(value))
+            return value
+
+        return self.app.resilience.execute(ref.service_name, call)
+
+    def failure_outcome(self, job: ClaimedJob, started: datetime, exc: BaseException) -> Outcome:
+        """The retry decision for a failed attempt, as an outcome to record."""
+        finished = self.app.now()
+        decision = decide_retry(
+            attempt=job.attempt,
+            max_retries=job.max_retries,
+            exc=exc,
+            now=finished,
+            backoff=job.backoff,
+            backoff_base=job.backoff_delay,
+            policy=self.app.retry_policy,
+        )
+        error = describe_error(exc)
+        log.warning(
+            "job %s attempt %d failed: %s (%s)", job.job_id, job.attempt, error, decision.reason
+        )
+        kind = OutcomeKind.RETRY if decision.retry else OutcomeKind.DEAD
+        return Outcome(
+            job.job_id,
+            job.epoch,
+            job.attempt,
+            kind,
+            started,
+            finished,
+            error=error,
+            retry_at=decision.retry_at,
+        )
 
     # ------------------------------------------------------------------ writing outcomes
     def _write_loop(self) -> None:
@@ -415,7 +471,10 @@ class Worker:
             except Exception as exc:
                 self._outage(exc)
                 if not retry_forever and self._stopping.is_set():
-                    log.error("could not record %d outcome(s); orphan recovery will rerun them", len(batch))
+                    log.error(
+                        "could not record %d outcome(s); orphan recovery will rerun them",
+                        len(batch),
+                    )
                     break
                 time.sleep(delay)  # waiting out a database outage, not synchronising
                 delay = min(delay * 2, 5.0)
@@ -432,32 +491,45 @@ class Worker:
                 stats.by_job[o.job_id] = "FENCED_OUT"
                 log.warning(
                     "job %s epoch %d: this node no longer owns it (canceled, recovered or taken "
-                    "over); its outcome %s was discarded", o.job_id, o.epoch, o.kind.value,
+                    "over); its outcome %s was discarded",
+                    o.job_id,
+                    o.epoch,
+                    o.kind.value,
                 )
                 self.app.emit(JobEvent(EventKind.FENCED_OUT, o.job_id, o.finished_at, self.node_id))
                 continue
             stats.by_job[o.job_id] = o.kind.value
-            data = {"attempt": o.attempt, "error": o.error}
+            data: dict[str, Any] = {"attempt": o.attempt, "error": o.error}
             if o.kind is OutcomeKind.SUCCEEDED:
                 stats.succeeded += 1
-                self.app.emit(JobEvent(EventKind.COMPLETED, o.job_id, o.finished_at, self.node_id, data))
+                self.app.emit(
+                    JobEvent(EventKind.COMPLETED, o.job_id, o.finished_at, self.node_id, data)
+                )
             elif o.kind is OutcomeKind.RESCHEDULE:
                 stats.rescheduled += 1
-                self.app.emit(JobEvent(EventKind.RESCHEDULED, o.job_id, o.finished_at, self.node_id, data))
+                self.app.emit(
+                    JobEvent(EventKind.RESCHEDULED, o.job_id, o.finished_at, self.node_id, data)
+                )
                 if o.retry_at is not None:
                     self._wake_at(o.retry_at)
             else:
-                self.app.emit(JobEvent(EventKind.FAILED, o.job_id, o.finished_at, self.node_id, data))
+                self.app.emit(
+                    JobEvent(EventKind.FAILED, o.job_id, o.finished_at, self.node_id, data)
+                )
                 if o.kind is OutcomeKind.RETRY:
                     stats.retried += 1
                     data = {**data, "retry_at": o.retry_at}
-                    self.app.emit(JobEvent(EventKind.RETRYING, o.job_id, o.finished_at, self.node_id, data))
+                    self.app.emit(
+                        JobEvent(EventKind.RETRYING, o.job_id, o.finished_at, self.node_id, data)
+                    )
                     if o.retry_at is not None:
                         self._wake_at(o.retry_at)
                 else:
                     stats.dead_lettered += 1
                     self.app.emit(
-                        JobEvent(EventKind.DEAD_LETTERED, o.job_id, o.finished_at, self.node_id, data)
+                        JobEvent(
+                            EventKind.DEAD_LETTERED, o.job_id, o.finished_at, self.node_id, data
+                        )
                     )
 
     # ------------------------------------------------------------------ heartbeat and recovery
@@ -465,7 +537,9 @@ class Worker:
         """Refresh this node's heartbeat (re-registering if its row vanished)."""
         now = self.app.now()
         if not self.store.heartbeat(self.node_id, now=now):
-            log.warning("node %s was not registered (declared dead?); registering again", self.node_id)
+            log.warning(
+                "node %s was not registered (declared dead?); registering again", self.node_id
+            )
             self.store.register_node(self.node_id, now=now)
 
     def recover_once(self) -> int:
@@ -474,25 +548,33 @@ class Worker:
         if count:
             self.stats.recovered += count
             log.warning("recovered %d job(s) from dead nodes", count)
-            self.app.emit(JobEvent(EventKind.RECOVERED, None, self.app.now(), self.node_id, {"count": count}))
+            self.app.emit(
+                JobEvent(EventKind.RECOVERED, None, self.app.now(), self.node_id, {"count": count})
+            )
             self._wake.set()
         return count
 
     def _heartbeat_loop(self) -> None:
-        scan_every = self.config.orphan_scan_interval.total_seconds()
-        tick = min(self.config.heartbeat_interval.total_seconds(), scan_every)
-        next_scan = time.monotonic()
-        while True:
-            try:
-                self.heartbeat_once()
-                if time.monotonic() >= next_scan:
-                    next_scan = time.monotonic() + scan_every
-                    self.recover_once()
-                self._outage_over()
-            except Exception as exc:
-                self._outage(exc)
-            if self._stopping.wait(timeout=tick):
-                return
+        next_run = {task.name: time.monotonic() for task in self.periodic}
+        next_beat = time.monotonic() + self.config.heartbeat_interval.total_seconds()
+        while not self._stopping.wait(
+            timeout=max(0.0, min([next_beat, *next_run.values()]) - time.monotonic())
+        ):
+            now = time.monotonic()
+            if now >= next_beat:
+                next_beat = now + self.config.heartbeat_interval.total_seconds()
+                try:
+                    self.heartbeat_once()
+                    self._outage_over()
+                except Exception as exc:
+                    self._outage(exc)
+            for task in list(self.periodic):
+                if now >= next_run.get(task.name, 0.0):
+                    next_run[task.name] = now + task.interval.total_seconds()
+                    try:
+                        task.run_once(self)
+                    except Exception as exc:
+                        log.warning("maintenance task %s failed: %s", task.name, exc)
 
 
 async def _await(value: Any) -> Any:

@@ -30,10 +30,9 @@ def upgrade(store: SqlStore, revision: str = "heads") -> None:
     them) is the default target.
     """
     cfg = alembic_config(store)
-    with store.engine.begin() as conn:
-        with store.dialect.migration_lock(conn):
-            cfg.attributes["connection"] = conn
-            command.upgrade(cfg, revision)
+    with store.engine.begin() as conn, store.dialect.migration_lock(conn):
+        cfg.attributes["connection"] = conn
+        command.upgrade(cfg, revision)
 
 
 def head_revisions(store: SqlStore) -> tuple[str, ...]:

@@ -204,7 +204,9 @@ class SqlStore:
 
         return self._run(work, write=False) if keys else {}
 
-    def _insert(self, conn: Connection, jobs: Sequence[NewJob], now: datetime) -> list[InsertResult]:
+    def _insert(
+        self, conn: Connection, jobs: Sequence[NewJob], now: datetime
+    ) -> list[InsertResult]:
         if not jobs:
             return []
         existing: dict[str, uuid.UUID] = {}
@@ -333,10 +335,12 @@ class SqlStore:
     def _claim(
         self, conn: Connection, node_id: str, limit: int, now: datetime, boost: timedelta
     ) -> list[ClaimedJob]:
-        rows = conn.execute(self._candidates(now, limit)).all()
+        rows = list(conn.execute(self._candidates(now, limit)).all())
         if not rows:
             return []
-        rows.sort(key=lambda r: claim_order_key(r.priority, r.scheduled_time, str(r.job_id), now, boost))
+        rows.sort(
+            key=lambda r: claim_order_key(r.priority, r.scheduled_time, str(r.job_id), now, boost)
+        )
         if self.dialect.skip_locked:
             # Lock what nobody else holds; others' claims skip ours and vice versa.
             ids = [r.job_id for r in rows]
@@ -358,7 +362,10 @@ class SqlStore:
             update(Q)
             .where(Q.c.job_id.in_(ids), Q.c.status == JobStatus.PENDING.value)
             .values(
-                status=JobStatus.RUNNING.value, picked_by=node_id, picked_at=now, epoch=Q.c.epoch + 1
+                status=JobStatus.RUNNING.value,
+                picked_by=node_id,
+                picked_at=now,
+                epoch=Q.c.epoch + 1,
             )
         )
         if result.rowcount != len(ids):
@@ -460,8 +467,12 @@ class SqlStore:
                 accepted.append((o, row))
         if not accepted:
             return fenced
-        terminal = [(o, r) for o, r in accepted if o.kind in (OutcomeKind.SUCCEEDED, OutcomeKind.DEAD)]
-        back = [(o, r) for o, r in accepted if o.kind in (OutcomeKind.RETRY, OutcomeKind.RESCHEDULE)]
+        terminal = [
+            (o, r) for o, r in accepted if o.kind in (OutcomeKind.SUCCEEDED, OutcomeKind.DEAD)
+        ]
+        back = [
+            (o, r) for o, r in accepted if o.kind in (OutcomeKind.RETRY, OutcomeKind.RESCHEDULE)
+        ]
         if terminal:
             for chunk in iter_chunks([o.job_id for o, _ in terminal], CHUNK):
                 conn.execute(delete(Q).where(Q.c.job_id.in_(chunk)))
@@ -479,7 +490,9 @@ class SqlStore:
                     {
                         "b_id": o.job_id,
                         "b_status": (
-                            JobStatus.SUCCEEDED if o.kind is OutcomeKind.SUCCEEDED else JobStatus.FAILED
+                            JobStatus.SUCCEEDED
+                            if o.kind is OutcomeKind.SUCCEEDED
+                            else JobStatus.FAILED
                         ).value,
                         "b_error": o.error,
                         "b_result": o.result,
@@ -519,7 +532,9 @@ class SqlStore:
                 EXE.c.epoch == bindparam("b_epoch"),
             )
             .values(
-                finished_at=bindparam("b_at"), outcome=bindparam("b_outcome"), error=bindparam("b_error")
+                finished_at=bindparam("b_at"),
+                outcome=bindparam("b_outcome"),
+                error=bindparam("b_error"),
             ),
             [
                 {
@@ -926,4 +941,3 @@ class SqlStore:
         """A plain connection (for tests and the caller-transaction API)."""
         with self.engine.connect() as conn:
             yield conn
-

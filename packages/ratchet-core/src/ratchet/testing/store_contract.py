@@ -51,9 +51,7 @@ def new_job(clock: FakeClock, **overrides: Any) -> NewJob:
     return NewJob(**fields)
 
 
-def outcome(
-    job: ClaimedJob, kind: OutcomeKind, clock: FakeClock, **overrides: Any
-) -> Outcome:
+def outcome(job: ClaimedJob, kind: OutcomeKind, clock: FakeClock, **overrides: Any) -> Outcome:
     """An outcome of ``job``'s current attempt."""
     now = clock.now()
     fields: dict[str, Any] = {
@@ -77,7 +75,9 @@ class StoreContract:
         store.insert_jobs(jobs, now=clock.now())
         return jobs
 
-    def claim(self, store: Any, clock: FakeClock, limit: int = 10, node: str = NODE) -> list[ClaimedJob]:
+    def claim(
+        self, store: Any, clock: FakeClock, limit: int = 10, node: str = NODE
+    ) -> list[ClaimedJob]:
         return list(store.claim(node, limit, now=clock.now(), boost_interval=BOOST))
 
     def status(self, store: Any, job_id: uuid.UUID) -> JobStatus:
@@ -139,7 +139,9 @@ class StoreContract:
     def test_idempotency_key_is_permanent(self, store: Any, clock: FakeClock) -> None:
         [first] = self.insert(store, clock, idempotency_key="once")
         [claimed] = self.claim(store, clock)
-        store.record_outcomes(NODE, [outcome(claimed, OutcomeKind.SUCCEEDED, clock)], now=clock.now())
+        store.record_outcomes(
+            NODE, [outcome(claimed, OutcomeKind.SUCCEEDED, clock)], now=clock.now()
+        )
         assert self.status(store, first.job_id) is JobStatus.SUCCEEDED
         [result] = store.insert_jobs([new_job(clock, idempotency_key="once")], now=clock.now())
         assert (result.inserted, result.job_id) == (False, first.job_id)
@@ -219,13 +221,19 @@ class StoreContract:
     def test_claim_order_priority_then_time_then_id(self, store: Any, clock: FakeClock) -> None:
         t0 = clock.now()
         low = new_job(clock, priority=JobPriority.LOW, scheduled_time=t0 - timedelta(seconds=5))
-        high_late = new_job(clock, priority=JobPriority.HIGH, scheduled_time=t0 - timedelta(seconds=1))
-        high_early = new_job(clock, priority=JobPriority.HIGH, scheduled_time=t0 - timedelta(seconds=2))
+        high_late = new_job(
+            clock, priority=JobPriority.HIGH, scheduled_time=t0 - timedelta(seconds=1)
+        )
+        high_early = new_job(
+            clock, priority=JobPriority.HIGH, scheduled_time=t0 - timedelta(seconds=2)
+        )
         crit = new_job(clock, priority=JobPriority.CRITICAL, scheduled_time=t0)
         same_a = new_job(clock, priority=JobPriority.NORMAL, scheduled_time=t0)
         same_b = new_job(clock, priority=JobPriority.NORMAL, scheduled_time=t0)
         store.insert_jobs([low, same_b, high_late, same_a, crit, high_early], now=t0)
-        order = [c.job_id for c in self.claim(store, clock, limit=1) + self.claim(store, clock, limit=10)]
+        order = [
+            c.job_id for c in self.claim(store, clock, limit=1) + self.claim(store, clock, limit=10)
+        ]
         ab = sorted([same_a.job_id, same_b.job_id], key=str)
         assert order == [crit.job_id, high_early.job_id, high_late.job_id, *ab, low.job_id]
 
@@ -253,7 +261,9 @@ class StoreContract:
         [first] = store.claim(NODE, 1, now=t0, boost_interval=timedelta(0))
         assert first.job_id == new_high.job_id
 
-    def test_claim_is_exclusive_under_concurrent_claimers(self, store: Any, clock: FakeClock) -> None:
+    def test_claim_is_exclusive_under_concurrent_claimers(
+        self, store: Any, clock: FakeClock
+    ) -> None:
         jobs = self.insert(store, clock, n=300)
         seen: list[uuid.UUID] = []
         lock = threading.Lock()
@@ -304,7 +314,12 @@ class StoreContract:
         zombie = outcome(first, OutcomeKind.SUCCEEDED, clock, result='"late"')
         assert store.record_outcomes(NODE, [zombie], now=clock.now()) == [job.job_id]
         rec = store.get_job(job.job_id)
-        assert (rec.status, rec.picked_by, rec.epoch, rec.result) == (JobStatus.RUNNING, OTHER, 2, None)
+        assert (rec.status, rec.picked_by, rec.epoch, rec.result) == (
+            JobStatus.RUNNING,
+            OTHER,
+            2,
+            None,
+        )
         # The same epoch from the wrong node is fenced too.
         wrong_node = outcome(second, OutcomeKind.SUCCEEDED, clock)
         assert store.record_outcomes(NODE, [wrong_node], now=clock.now()) == [job.job_id]
@@ -332,12 +347,16 @@ class StoreContract:
             JobStatus.FAILED,
         ]
 
-    def test_retry_reschedules_with_backoff_and_counts_attempt(self, store: Any, clock: FakeClock) -> None:
+    def test_retry_reschedules_with_backoff_and_counts_attempt(
+        self, store: Any, clock: FakeClock
+    ) -> None:
         [job] = self.insert(store, clock)
         [c] = self.claim(store, clock)
         retry_at = clock.now() + timedelta(seconds=10)
         store.record_outcomes(
-            NODE, [outcome(c, OutcomeKind.RETRY, clock, error="E: x", retry_at=retry_at)], now=clock.now()
+            NODE,
+            [outcome(c, OutcomeKind.RETRY, clock, error="E: x", retry_at=retry_at)],
+            now=clock.now(),
         )
         rec = store.get_job(job.job_id)
         assert (rec.status, rec.attempts, rec.last_error) == (JobStatus.PENDING, 1, "E: x")
@@ -351,7 +370,9 @@ class StoreContract:
     def test_dead_letter_and_operator_retry(self, store: Any, clock: FakeClock) -> None:
         [job] = self.insert(store, clock)
         [c] = self.claim(store, clock)
-        store.record_outcomes(NODE, [outcome(c, OutcomeKind.DEAD, clock, error="Boom: bad")], now=clock.now())
+        store.record_outcomes(
+            NODE, [outcome(c, OutcomeKind.DEAD, clock, error="Boom: bad")], now=clock.now()
+        )
         rec = store.get_job(job.job_id)
         assert (rec.status, rec.attempts, rec.last_error) == (JobStatus.FAILED, 1, "Boom: bad")
         assert self.claim(store, clock) == []
@@ -366,14 +387,20 @@ class StoreContract:
         [job] = self.insert(store, clock)
         [c] = self.claim(store, clock)
         later = clock.now() + timedelta(seconds=30)
-        store.record_outcomes(NODE, [outcome(c, OutcomeKind.RESCHEDULE, clock, retry_at=later)], now=clock.now())
+        store.record_outcomes(
+            NODE, [outcome(c, OutcomeKind.RESCHEDULE, clock, retry_at=later)], now=clock.now()
+        )
         rec = store.get_job(job.job_id)
         assert (rec.status, rec.attempts, rec.scheduled_time) == (JobStatus.PENDING, 0, later)
 
     def test_attempt_history(self, store: Any, clock: FakeClock) -> None:
         [job] = self.insert(store, clock)
         [c1] = self.claim(store, clock)
-        store.record_outcomes(NODE, [outcome(c1, OutcomeKind.RETRY, clock, error="E1", retry_at=clock.now())], now=clock.now())
+        store.record_outcomes(
+            NODE,
+            [outcome(c1, OutcomeKind.RETRY, clock, error="E1", retry_at=clock.now())],
+            now=clock.now(),
+        )
         [c2] = self.claim(store, clock, node=OTHER)
         clock.advance(1)
         store.record_outcomes(OTHER, [outcome(c2, OutcomeKind.SUCCEEDED, clock)], now=clock.now())
@@ -411,7 +438,9 @@ class StoreContract:
         [job] = self.insert(store, clock)
         [c] = self.claim(store, clock)
         assert store.cancel_job(job.job_id, now=clock.now())
-        assert store.record_outcomes(NODE, [outcome(c, OutcomeKind.SUCCEEDED, clock)], now=clock.now()) == [job.job_id]
+        assert store.record_outcomes(
+            NODE, [outcome(c, OutcomeKind.SUCCEEDED, clock)], now=clock.now()
+        ) == [job.job_id]
         assert self.status(store, job.job_id) is JobStatus.CANCELED
         assert store.attempts(job.job_id)[0].outcome == "CANCELED"
 
@@ -446,7 +475,9 @@ class StoreContract:
     def test_retry_jobs_bulk(self, store: Any, clock: FakeClock) -> None:
         jobs = self.insert(store, clock, n=5, tags=("etl",))
         for c in self.claim(store, clock):
-            store.record_outcomes(NODE, [outcome(c, OutcomeKind.DEAD, clock, error="x")], now=clock.now())
+            store.record_outcomes(
+                NODE, [outcome(c, OutcomeKind.DEAD, clock, error="x")], now=clock.now()
+            )
         assert store.retry_jobs(JobFilter(tag="etl"), 3, now=clock.now()) == 3
         statuses = sorted(self.status(store, j.job_id).value for j in jobs)
         assert statuses == ["FAILED", "FAILED", "PENDING", "PENDING", "PENDING"]
@@ -468,11 +499,15 @@ class StoreContract:
 
     # ------------------------------------------------------------------ listing
     def test_list_and_count(self, store: Any, clock: FakeClock) -> None:
-        a, b, c = self.insert(store, clock, n=3)
+        _a, b, c = self.insert(store, clock, n=3)
         store.cancel_job(c.job_id, now=clock.now())
         self.claim(store, clock, limit=1)
         counts = store.count_by_status()
-        assert counts.get("RUNNING") == 1 and counts.get("PENDING") == 1 and counts.get("CANCELED") == 1
+        assert (
+            counts.get("RUNNING") == 1
+            and counts.get("PENDING") == 1
+            and counts.get("CANCELED") == 1
+        )
         canceled = store.list_jobs(JobFilter(statuses=(JobStatus.CANCELED,)), 10)
         assert [r.job_id for r in canceled] == [c.job_id]
         assert [r.job_id for r in store.list_jobs(JobFilter(), 2)] == [c.job_id, b.job_id]
@@ -504,7 +539,9 @@ class StoreContract:
             (c.job_id for c in mine), key=str
         )
 
-    def test_release_jobs_hands_back_only_own_running_jobs(self, store: Any, clock: FakeClock) -> None:
+    def test_release_jobs_hands_back_only_own_running_jobs(
+        self, store: Any, clock: FakeClock
+    ) -> None:
         self.insert(store, clock, n=3)
         mine = self.claim(store, clock, limit=2)
         [theirs] = self.claim(store, clock, node=OTHER)

@@ -45,9 +45,7 @@ def upgrade() -> None:
     op.create_index("idx_job_terminal", "scheduler_job", ["terminal_status", "terminated_at"])
     op.create_table(
         "scheduler_job_queue",
-        sa.Column(
-            "job_id", UUIDType(), sa.ForeignKey("scheduler_job.job_id"), primary_key=True
-        ),
+        sa.Column("job_id", UUIDType(), sa.ForeignKey("scheduler_job.job_id"), primary_key=True),
         sa.Column("status", sa.String(16), nullable=False),
         sa.Column("priority", sa.SmallInteger(), nullable=False),
         sa.Column("scheduled_time", UTCMicros(), nullable=False),

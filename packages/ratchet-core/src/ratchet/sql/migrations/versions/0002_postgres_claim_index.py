@@ -1,0 +1,44 @@
+"""PostgreSQL: a partial index on the PENDING rows for the claim.
+
+The claim scans, per priority level, the oldest due PENDING jobs. This index holds only PENDING
+rows in exactly that order, so each branch is a short range scan whatever the number of RUNNING,
+WAITING or PAUSED rows, and the claim stays O(batch) with millions of jobs waiting.
+Other databases: nothing (SQLite and MySQL use ``idx_queue_claim``).
+
+Revision ID: 0002
+Revises: 0001
+Create Date: 2026-12-01
+"""
+
+from __future__ import annotations
+
+import sqlalchemy as sa
+from alembic import op
+
+revision = "0002"
+down_revision = "0001"
+branch_labels = None
+depends_on = None
+
+INDEX = "idx_queue_pending_claim"
+
+
+def _is_postgres() -> bool:
+    return bool(op.get_context().dialect.name == "postgresql")
+
+
+def upgrade() -> None:
+    if not _is_postgres():
+        return
+    op.create_index(
+        INDEX,
+        "scheduler_job_queue",
+        ["priority", "scheduled_time", "job_id"],
+        postgresql_where=sa.text("status = 'PENDING'"),
+    )
+
+
+def downgrade() -> None:
+    if not _is_postgres():
+        return
+    op.drop_index(INDEX, table_name="scheduler_job_queue")
