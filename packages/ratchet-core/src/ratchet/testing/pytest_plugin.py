@@ -1,3 +1,180 @@
-"""pytest plugin for Ratchet's own tests and for adapter authors (filled in below)."""
+"""pytest plugin for Ratchet's own tests and for adapter authors.
+
+Load it with ``-p ratchet.testing.pytest_plugin``. It provides:
+
+* ``--run-slow`` (or ``RATCHET_RUN_SLOW=1``): tests marked ``slow`` are skipped without it.
+* ``--require-backends=postgres,mysql`` (or ``RATCHET_REQUIRE_BACKENDS``; the option wins;
+  ``all`` means every backend): a backend fixture that cannot provide its server then FAILS
+  the test instead of skipping it. Backends: sqlite, postgres, mysql, redis.
+* session fixtures ``postgres_server``, ``mariadb_server`` and ``redis_server``: a throwaway
+  server from :mod:`ratchet.testing.servers`, started the first time a test asks for it and
+  cleaned up at session end. ``RATCHET_TEST_POSTGRES_URL`` / ``RATCHET_TEST_MYSQL_URL`` /
+  ``RATCHET_TEST_REDIS_URL`` point them at an existing server instead (an
+  :class:`~ratchet.testing.servers.ExternalServer`: same ``url()``/``host``/``port`` etc.).
+"""
 
 from __future__ import annotations
+
+import os
+from collections.abc import Callable, Iterator
+from typing import NoReturn, TypeVar
+
+import pytest
+
+from ratchet.testing.servers import (
+    ExternalServer,
+    MariaDBServer,
+    PostgresServer,
+    RedisServer,
+    ServerError,
+)
+
+BACKENDS: tuple[str, ...] = ("sqlite", "postgres", "mysql", "redis")
+_TRUE = {"1", "true", "yes", "on"}
+_required_key = pytest.StashKey[frozenset[str]]()
+_S = TypeVar("_S", PostgresServer, MariaDBServer, RedisServer)
+
+_MARKERS = (
+    "postgres: needs a PostgreSQL server (started by the test run)",
+    "mysql: needs a MariaDB/MySQL server (started by the test run)",
+    "redis: needs a Redis server (started by the test run)",
+    "slow: long-running test; run on demand with --run-slow or RATCHET_RUN_SLOW=1",
+)
+
+
+def pytest_addoption(parser: pytest.Parser) -> None:
+    """Register ``--run-slow`` and ``--require-backends``."""
+    group = parser.getgroup("ratchet", "Ratchet test backends")
+    group.addoption(
+        "--run-slow",
+        action="store_true",
+        default=False,
+        help="run tests marked 'slow' (also: RATCHET_RUN_SLOW=1)",
+    )
+    group.addoption(
+        "--require-backends",
+        default=None,
+        metavar="LIST",
+        help=(
+            "comma list of backends (sqlite,postgres,mysql,redis or 'all') whose servers must "
+            "be available: their fixtures fail instead of skipping "
+            "(default: $RATCHET_REQUIRE_BACKENDS)"
+        ),
+    )
+
+
+def parse_backends(value: str | None) -> frozenset[str]:
+    """Parse a comma list of backend names ('all' = every backend); raise UsageError."""
+    names = {part.strip().lower() for part in (value or "").split(",") if part.strip()}
+    if "all" in names:
+        return frozenset(BACKENDS)
+    unknown = names - set(BACKENDS)
+    if unknown:
+        raise pytest.UsageError(
+            f"unknown backend(s) {', '.join(sorted(unknown))} in --require-backends / "
+            f"RATCHET_REQUIRE_BACKENDS; choose from {', '.join(BACKENDS)}"
+        )
+    return frozenset(names)
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    """Declare the markers and read the required backends."""
+    for line in _MARKERS:
+        config.addinivalue_line("markers", line)
+    option = config.getoption("--require-backends")
+    value = option if option is not None else os.environ.get("RATCHET_REQUIRE_BACKENDS")
+    config.stash[_required_key] = parse_backends(value)
+
+
+def run_slow(config: pytest.Config) -> bool:
+    """Whether slow tests run in this session (``--run-slow`` or ``RATCHET_RUN_SLOW``)."""
+    if config.getoption("--run-slow"):
+        return True
+    return os.environ.get("RATCHET_RUN_SLOW", "").strip().lower() in _TRUE
+
+
+def required_backends(config: pytest.Config) -> frozenset[str]:
+    """The backends that must be available in this session."""
+    return config.stash.get(_required_key, frozenset())
+
+
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    """Skip tests marked ``slow`` unless slow tests were asked for."""
+    if run_slow(config):
+        return
+    skip = pytest.mark.skip(reason="slow test: run with --run-slow or RATCHET_RUN_SLOW=1")
+    for item in items:
+        if item.get_closest_marker("slow") is not None:
+            item.add_marker(skip)
+
+
+def backend_unavailable(config: pytest.Config, backend: str, reason: str) -> NoReturn:
+    """Fail (backend required) or skip (otherwise) because ``backend`` cannot be used."""
+    if backend in required_backends(config):
+        pytest.fail(
+            f"required backend {backend!r} is unavailable: {reason}\n"
+            "(required through --require-backends / RATCHET_REQUIRE_BACKENDS)",
+            pytrace=False,
+        )
+    pytest.skip(f"{backend} unavailable: {reason}")
+
+
+def _server_fixture(
+    request: pytest.FixtureRequest,
+    backend: str,
+    env_var: str,
+    default_driver: str | None,
+    factory: Callable[[], _S],
+) -> Iterator[_S | ExternalServer]:
+    """Yield an external server from ``env_var`` or a started throwaway one."""
+    config = request.config
+    url = os.environ.get(env_var, "").strip()
+    if url:
+        try:
+            external = ExternalServer(backend, url, default_driver)
+        except ValueError as exc:
+            backend_unavailable(config, backend, f"{env_var}: {exc}")
+        if not external.running:
+            backend_unavailable(
+                config,
+                backend,
+                f"{env_var} points at {external.host}:{external.port}, which refuses connections",
+            )
+        yield external
+        return
+    server = factory()
+    try:
+        server.start()
+    except (ServerError, OSError) as exc:
+        server.cleanup()
+        backend_unavailable(config, backend, f"{type(exc).__name__}: {exc}")
+    try:
+        yield server
+    finally:
+        server.cleanup()
+
+
+@pytest.fixture(scope="session")
+def postgres_server(
+    request: pytest.FixtureRequest,
+) -> Iterator[PostgresServer | ExternalServer]:
+    """A PostgreSQL server for the session (or ``RATCHET_TEST_POSTGRES_URL``)."""
+    yield from _server_fixture(
+        request, "postgres", "RATCHET_TEST_POSTGRES_URL", "psycopg", PostgresServer
+    )
+
+
+@pytest.fixture(scope="session")
+def mariadb_server(
+    request: pytest.FixtureRequest,
+) -> Iterator[MariaDBServer | ExternalServer]:
+    """A MariaDB server for the session (or ``RATCHET_TEST_MYSQL_URL``)."""
+    yield from _server_fixture(request, "mysql", "RATCHET_TEST_MYSQL_URL", "pymysql", MariaDBServer)
+
+
+@pytest.fixture(scope="session")
+def redis_server(
+    request: pytest.FixtureRequest,
+) -> Iterator[RedisServer | ExternalServer]:
+    """A Redis server for the session (or ``RATCHET_TEST_REDIS_URL``)."""
+    yield from _server_fixture(request, "redis", "RATCHET_TEST_REDIS_URL", None, RedisServer)

@@ -1,0 +1,83 @@
+#!/usr/bin/env bash
+# Install the database server binaries that the test suite starts itself (throwaway
+# PostgreSQL, MariaDB and Redis instances on free loopback ports; see
+# ratchet/testing/servers.py). Idempotent: installs only what is missing, from Debian's
+# packages, and never starts, stops or reconfigures the system-wide services -- the tests
+# do not use them. Run as root (or with sudo) on Debian 12.
+set -euo pipefail
+
+log() { printf 'install-test-services: %s\n' "$*"; }
+
+have_postgres() {
+    local dir
+    for dir in /usr/lib/postgresql/*/bin; do
+        if [[ -x "$dir/postgres" && -x "$dir/initdb" && -x "$dir/pg_isready" ]] \
+            && command -v psql >/dev/null 2>&1; then
+            return 0
+        fi
+    done
+    return 1
+}
+
+have() {
+    local name
+    for name in "$@"; do
+        command -v "$name" >/dev/null 2>&1 || [[ -x "/usr/sbin/$name" ]] || return 1
+    done
+}
+
+missing=()
+if have_postgres; then
+    log "PostgreSQL server binaries present ($(ls -d /usr/lib/postgresql/*/bin | tr '\n' ' '))"
+else
+    missing+=(postgresql)
+fi
+if have mariadbd mariadb-install-db mariadb-admin mariadb; then
+    log "MariaDB server binaries present"
+else
+    missing+=(mariadb-server)
+fi
+if have redis-server redis-cli; then
+    log "Redis server binaries present"
+else
+    missing+=(redis-server)
+fi
+
+if ((${#missing[@]} == 0)); then
+    log "nothing to install"
+    exit 0
+fi
+
+if [[ "$(id -u)" -ne 0 ]]; then
+    if command -v sudo >/dev/null 2>&1; then
+        log "not root: re-running with sudo"
+        exec sudo bash "$0" "$@"
+    fi
+    log "missing packages (${missing[*]}) and not root: run this script as root" >&2
+    exit 1
+fi
+
+# Keep the packages' maintainer scripts from starting the system services during the
+# install: the tests start their own servers, and in containers without an init system a
+# service start would fail the install. Only if no policy is in place already.
+policy=/usr/sbin/policy-rc.d
+if [[ ! -e "$policy" ]]; then
+    printf '#!/bin/sh\n# temporary, from install-test-services.sh\nexit 101\n' >"$policy"
+    chmod 755 "$policy"
+    trap 'rm -f "$policy"' EXIT
+    log "temporarily blocking service starts during the install ($policy)"
+fi
+
+log "installing: ${missing[*]}"
+export DEBIAN_FRONTEND=noninteractive
+apt-get update
+apt-get install -y --no-install-recommends "${missing[@]}"
+
+if have_postgres && have mariadbd mariadb-install-db mariadb-admin mariadb \
+    && have redis-server redis-cli; then
+    log "done: ${missing[*]} installed; the system services are not needed by the tests" \
+        "(they start their own servers on free ports)"
+else
+    log "install finished but some binaries are still missing" >&2
+    exit 1
+fi
