@@ -125,11 +125,6 @@ def test_the_domain_loads_no_other_ratchet_module() -> None:
     assert [m for m in outside if not m.startswith("ratchet.domain")] == []
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="bug outside the domain: ratchet/__init__.py imports pluggy and ratchet.engine "
-    "(hence SQLAlchemy) eagerly, so a plain `import ratchet.domain` loads them",
-)
 def test_a_plain_import_of_ratchet_domain_loads_no_infrastructure() -> None:
     _, modules = fresh_import(stub_root=False)
     assert [m for prefix in FORBIDDEN_LOADED for m in loaded(prefix, modules)] == []

@@ -154,11 +154,6 @@ def test_non_string_tags_are_refused(tag: Any) -> None:
         JobOptions(tags=("ok", tag))
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="domain bug: a bare string is iterated character by character "
-    "(tags='urgent' gives ('u', 'r', 'g', 'e', 'n', 't'))",
-)
 def test_a_bare_string_is_not_split_into_character_tags() -> None:
     with pytest.raises(InvalidJobOptions):
         JobOptions(tags="urgent")  # type: ignore[arg-type]

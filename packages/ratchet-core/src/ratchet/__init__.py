@@ -3,15 +3,17 @@
 >>> from ratchet import Ratchet, JobPriority            # doctest: +SKIP
 >>> app = Ratchet("sqlite:///jobs.db", allowed_modules=["myapp"])
 >>> app.enqueue(myapp.jobs.send_welcome, 42).with_priority(JobPriority.HIGH).submit()
+
+Only the pure domain is imported eagerly; the engine (SQLAlchemy) and pluggy load on first use of
+a name that needs them, so ``import ratchet.domain`` stays free of I/O libraries.
 """
 
 from __future__ import annotations
 
-import pluggy
+import importlib
+from typing import TYPE_CHECKING, Any
 
-hookimpl = pluggy.HookimplMarker("ratchet")
-
-from ratchet.domain.errors import (  # noqa: E402
+from ratchet.domain.errors import (
     ClassPolicyViolation,
     ConfigurationError,
     DuplicateBusinessKeyError,
@@ -29,16 +31,46 @@ from ratchet.domain.errors import (  # noqa: E402
     UnknownStoreError,
     UnserializableArgument,
 )
-from ratchet.domain.lifecycle import JobPriority, JobStatus  # noqa: E402
-from ratchet.domain.model import JobFilter  # noqa: E402
-from ratchet.domain.options import BackoffPolicy, JobOptions  # noqa: E402
-from ratchet.domain.retry import DoNotRetry, RetryPolicy, do_not_retry  # noqa: E402
-from ratchet.engine.app import Ratchet  # noqa: E402
-from ratchet.engine.builder import JobBuilder, JobHandle, UnsubmittedJobWarning  # noqa: E402
-from ratchet.engine.context import JobContext  # noqa: E402
-from ratchet.events import EventKind, JobEvent  # noqa: E402
+from ratchet.domain.lifecycle import JobPriority, JobStatus
+from ratchet.domain.model import JobFilter
+from ratchet.domain.options import BackoffPolicy, JobOptions
+from ratchet.domain.retry import DoNotRetry, RetryPolicy, do_not_retry
+
+if TYPE_CHECKING:
+    import pluggy
+
+    from ratchet.engine.app import Ratchet
+    from ratchet.engine.builder import JobBuilder, JobHandle, UnsubmittedJobWarning
+    from ratchet.engine.context import JobContext
+    from ratchet.events import EventKind, JobEvent
+
+    hookimpl: pluggy.HookimplMarker
 
 __version__ = "0.1.0"
+
+_LAZY = {
+    "Ratchet": "ratchet.engine.app",
+    "JobBuilder": "ratchet.engine.builder",
+    "JobHandle": "ratchet.engine.builder",
+    "UnsubmittedJobWarning": "ratchet.engine.builder",
+    "JobContext": "ratchet.engine.context",
+    "EventKind": "ratchet.events",
+    "JobEvent": "ratchet.events",
+}
+
+
+def __getattr__(name: str) -> Any:
+    if name == "hookimpl":
+        import pluggy
+
+        value: Any = pluggy.HookimplMarker("ratchet")
+    elif name in _LAZY:
+        value = getattr(importlib.import_module(_LAZY[name]), name)
+    else:
+        raise AttributeError(f"module 'ratchet' has no attribute {name!r}")
+    globals()[name] = value
+    return value
+
 
 __all__ = [
     "BackoffPolicy",

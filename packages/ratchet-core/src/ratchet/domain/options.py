@@ -31,6 +31,8 @@ def normalize_tags(tags: Iterable[str]) -> tuple[str, ...]:
 
     :raises InvalidJobOptions: a tag is not a string or is longer than 64 characters.
     """
+    if isinstance(tags, str):
+        raise InvalidJobOptions(f"tags must be a collection of strings, not the string {tags!r}")
     seen: dict[str, None] = {}
     for tag in tags:
         if not isinstance(tag, str):
@@ -60,6 +62,8 @@ class JobOptions:
     immediate: bool = False
 
     def __post_init__(self) -> None:
+        if isinstance(self.priority, bool):
+            raise InvalidJobOptions(f"priority must be a JobPriority (0..4), got {self.priority!r}")
         if not isinstance(self.priority, JobPriority):
             try:
                 object.__setattr__(self, "priority", JobPriority(self.priority))
@@ -73,7 +77,9 @@ class JobOptions:
             raise InvalidJobOptions(f"max_retries must be >= 0, got {self.max_retries}")
         if not isinstance(self.backoff, BackoffPolicy):
             try:
-                object.__setattr__(self, "backoff", BackoffPolicy(str(self.backoff).upper()))
+                if not isinstance(self.backoff, str):
+                    raise ValueError(self.backoff)
+                object.__setattr__(self, "backoff", BackoffPolicy(self.backoff.upper()))
             except ValueError:
                 raise InvalidJobOptions(
                     f"backoff must be one of NONE, FIXED, EXPONENTIAL; got {self.backoff!r}"

@@ -64,9 +64,12 @@ def backoff_delay(policy: BackoffPolicy, base: timedelta, attempt: int) -> timed
         return timedelta(0)
     if policy is BackoffPolicy.FIXED:
         return min(base, MAX_BACKOFF)
-    exponent = min(attempt - 1, 40)
-    delay = base * (2**exponent) if base <= MAX_BACKOFF else MAX_BACKOFF
-    return min(delay, MAX_BACKOFF)
+    if base <= timedelta(0):
+        return timedelta(0)
+    exponent = min(attempt - 1, 40)  # 2**40 microseconds already exceed 24 hours
+    if 2**exponent > MAX_BACKOFF // base:
+        return MAX_BACKOFF
+    return base * 2**exponent
 
 
 @dataclass(frozen=True)
@@ -107,5 +110,6 @@ def decide_retry(
             False, None, f"attempt {attempt} exhausted max_retries={max_retries}"
         )
     custom = policy.delay(attempt)
-    delay = custom if custom else backoff_delay(backoff, backoff_base, attempt)
+    use_custom = custom is not None and custom > timedelta(0)
+    delay = custom if use_custom and custom is not None else backoff_delay(backoff, backoff_base, attempt)
     return RetryDecision(True, now + delay, f"retry {attempt} of {max_retries}")
