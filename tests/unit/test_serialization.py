@@ -1,0 +1,122 @@
+"""JSON payloads: exact round trips for the supported types, clear refusals for the rest."""
+
+from __future__ import annotations
+
+import enum
+import uuid
+from datetime import UTC, date, datetime, timedelta, timezone
+from decimal import Decimal
+from typing import Any
+
+import pytest
+from hypothesis import given
+from hypothesis import strategies as st
+
+from ratchet.domain.errors import PayloadTooLargeError, ResultTooLargeError, UnserializableArgument
+from ratchet.serialization import decode_payload, decode_result, encode_payload, encode_result
+
+
+class Mood(enum.Enum):
+    CALM = "calm"
+    BUSY = 2
+
+
+json_leaves = (
+    st.none()
+    | st.booleans()
+    | st.integers(min_value=-(2**63), max_value=2**63)
+    | st.floats(allow_nan=False, allow_infinity=False)
+    | st.text(max_size=20)
+    | st.datetimes(timezones=st.sampled_from([UTC, timezone(timedelta(hours=5, minutes=30))]))
+    | st.datetimes()
+    | st.dates()
+    | st.uuids()
+    | st.decimals(allow_nan=False, allow_infinity=False)
+    | st.sampled_from(list(Mood))
+)
+values = st.recursive(
+    json_leaves,
+    lambda inner: (
+        st.lists(inner, max_size=4)
+        | st.dictionaries(
+            st.text(max_size=8).filter(lambda k: k != "__ratchet__"), inner, max_size=4
+        )
+    ),
+    max_leaves=20,
+)
+
+
+def same(a: Any, b: Any) -> bool:
+    """Equality that also checks types (1 vs True vs 1.0, date vs datetime)."""
+    if type(a) is not type(b):
+        return False
+    if isinstance(a, list):
+        return len(a) == len(b) and all(same(x, y) for x, y in zip(a, b, strict=True))
+    if isinstance(a, dict):
+        return a.keys() == b.keys() and all(same(a[k], b[k]) for k in a)
+    if isinstance(a, datetime):
+        return (a == b and a.tzinfo == b.tzinfo) or (a.utcoffset() == b.utcoffset() and a == b)
+    return bool(a == b)
+
+
+@given(
+    args=st.lists(values, max_size=4),
+    kwargs=st.dictionaries(st.text(max_size=6), values, max_size=3),
+)
+def test_payload_round_trips_exactly(args: list[Any], kwargs: dict[str, Any]) -> None:
+    text = encode_payload(args, kwargs, max_bytes=10_000_000)
+    back_args, back_kwargs = decode_payload(text)
+    assert same(back_args, args) and same(back_kwargs, kwargs)
+
+
+@given(value=values)
+def test_result_round_trips_exactly(value: Any) -> None:
+    assert same(decode_result(encode_result(value, 10_000_000)), value)
+
+
+@pytest.mark.parametrize(
+    ("value", "hint"),
+    [
+        ((1, 2), "use a list"),
+        ({1, 2}, "use a list"),
+        (object(), "object cannot be stored"),
+        (b"bytes", "bytes cannot be stored"),
+        (float("nan"), "finite"),
+        (float("inf"), "finite"),
+        ({1: "x"}, "keys must be strings"),
+        ({"__ratchet__": 1}, "reserved"),
+        (timedelta(seconds=1), "timedelta cannot be stored"),
+    ],
+)
+def test_unserialisable_arguments_are_refused_with_a_reason(value: Any, hint: str) -> None:
+    with pytest.raises(UnserializableArgument, match=hint):
+        encode_payload([value], {}, max_bytes=10_000)
+
+
+def test_payload_cap() -> None:
+    encode_payload(["x" * 900], {}, max_bytes=1000)
+    with pytest.raises(PayloadTooLargeError, match="cap is 1000 bytes"):
+        encode_payload(["x" * 1000], {}, max_bytes=1000)
+
+
+def test_payload_cap_counts_utf8_bytes() -> None:
+    with pytest.raises(PayloadTooLargeError):
+        encode_payload(["é" * 600], {}, max_bytes=1000)
+
+
+def test_result_cap() -> None:
+    with pytest.raises(ResultTooLargeError):
+        encode_result("y" * 100, max_bytes=50)
+    assert encode_result(None, 1) is None
+
+
+def test_rich_types_keep_their_types() -> None:
+    when = datetime(2026, 3, 8, 7, 0, tzinfo=UTC)
+    args, _ = decode_payload(
+        encode_payload(
+            [when, date(2026, 1, 2), uuid.UUID(int=7), Decimal("1.10"), Mood.BUSY], {}, 1000
+        )
+    )
+    assert args == [when, date(2026, 1, 2), uuid.UUID(int=7), Decimal("1.10"), Mood.BUSY]
+    assert str(args[3]) == "1.10"
+    assert type(args[1]) is date
