@@ -1,0 +1,105 @@
+"""The PostgreSQL dialect: ``SKIP LOCKED`` claims, an advisory migration lock, SQLSTATE mapping."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from contextlib import contextmanager
+from typing import Any
+
+from sqlalchemy import Select, text
+from sqlalchemy.engine import Connection
+from sqlalchemy.exc import DBAPIError
+
+from ratchet.sql.dialect import ErrorKind, SqlDialect
+
+#: Key of the transaction-level advisory lock held while migrations run (ASCII "ratchetM").
+MIGRATION_LOCK_KEY = 0x7261746368657444
+
+#: Constraint names PostgreSQL reports for the two uniqueness rules of the schema.
+IDEMPOTENCY_CONSTRAINT = "scheduler_idempotency_key_pkey"
+BUSINESS_KEY_CONSTRAINT = "uq_queue_business_key"
+
+UNIQUE_VIOLATION = "23505"
+#: Serialization failure, deadlock detected, lock not available (NOWAIT / lock_timeout).
+RETRYABLE_STATES = frozenset({"40001", "40P01", "55P03"})
+#: Admin shutdown, crash shutdown, cannot connect now (starting up / shutting down).
+TRANSIENT_STATES = frozenset({"57P01", "57P02", "57P03", "53300"})
+
+#: Pool defaults: a worker uses a poller, a writer and a heartbeat connection plus occasional
+#: reads from job threads; submitters in the same process share the pool.
+DEFAULT_POOL_SIZE = 10
+DEFAULT_MAX_OVERFLOW = 20
+
+
+class PostgresDialect(SqlDialect):
+    """PostgreSQL >= 12 through psycopg 3."""
+
+    name = "postgresql"
+    skip_locked = True
+    multi_host = True
+
+    def engine_kwargs(self, url: str) -> dict[str, Any]:
+        """Pre-ping pooled connections so a worker reconnects after the server restarts."""
+        return {
+            "pool_pre_ping": True,
+            "pool_size": DEFAULT_POOL_SIZE,
+            "max_overflow": DEFAULT_MAX_OVERFLOW,
+            "pool_timeout": 30,
+            "connect_args": {
+                "connect_timeout": 5,
+                "application_name": "ratchet",
+                # Notice a dead server or a broken network instead of hanging on a socket.
+                "keepalives": 1,
+                "keepalives_idle": 10,
+                "keepalives_interval": 5,
+                "keepalives_count": 3,
+            },
+        }
+
+    def lock_for_claim(self, stmt: Select[Any]) -> Select[Any]:
+        return stmt.with_for_update(skip_locked=True)
+
+    def lock_rows(self, stmt: Select[Any]) -> Select[Any]:
+        return stmt.with_for_update()
+
+    @contextmanager
+    def migration_lock(self, conn: Connection) -> Iterator[None]:
+        """Hold a transaction-level advisory lock; it is released when the migration commits.
+
+        A node that waited for the lock then finds the schema at head and does nothing.
+        """
+        conn.execute(text("SELECT pg_advisory_xact_lock(:key)"), {"key": MIGRATION_LOCK_KEY})
+        yield
+
+    def classify(self, exc: BaseException) -> ErrorKind:
+        """Classify by SQLSTATE (``exc.orig.sqlstate``), then by the connection's state."""
+        orig = exc.orig if isinstance(exc, DBAPIError) else exc
+        state = getattr(orig, "sqlstate", None) or ""
+        if state == UNIQUE_VIOLATION:
+            diag = getattr(orig, "diag", None)
+            constraint = getattr(diag, "constraint_name", None)
+            if constraint == IDEMPOTENCY_CONSTRAINT:
+                return ErrorKind.DUPLICATE_IDEMPOTENCY_KEY
+            if constraint == BUSINESS_KEY_CONSTRAINT:
+                return ErrorKind.DUPLICATE_BUSINESS_KEY
+            return ErrorKind.OTHER
+        if state in RETRYABLE_STATES:
+            return ErrorKind.RETRYABLE
+        if state.startswith("08") or state in TRANSIENT_STATES:
+            return ErrorKind.TRANSIENT
+        if isinstance(exc, DBAPIError) and exc.connection_invalidated:
+            return ErrorKind.TRANSIENT
+        if _is_dead_connection_error(orig):
+            return ErrorKind.TRANSIENT
+        return ErrorKind.OTHER
+
+
+def _is_dead_connection_error(orig: BaseException | None) -> bool:
+    """A psycopg ``OperationalError`` without SQLSTATE: refused, reset or closed connection.
+
+    Errors the server reports always carry a SQLSTATE; those raised by libpq itself (connection
+    refused, "server closed the connection unexpectedly", "consuming input failed") do not.
+    """
+    import psycopg
+
+    return isinstance(orig, psycopg.OperationalError) and not getattr(orig, "sqlstate", None)

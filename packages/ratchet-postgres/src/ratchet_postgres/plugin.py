@@ -1,0 +1,52 @@
+"""The ``ratchet`` entry-point plugin: the PostgreSQL store and the ``postgres`` coordinator."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from ratchet import hookimpl
+
+#: URL schemes (before ``+driver``) served by the store.
+STORE_SCHEMES = ("postgresql", "postgres")
+#: Names and URL schemes that select the LISTEN/NOTIFY coordinator.
+COORDINATOR_NAMES = ("postgres", "postgresql", "postgresql+psycopg")
+
+
+def make_postgres_store(url: str, options: dict[str, Any] | None = None) -> Any:
+    """A :class:`~ratchet_postgres.store.PostgresStore` for ``url``."""
+    from ratchet_postgres.store import PostgresStore
+
+    return PostgresStore(url, **(options or {}))
+
+
+def make_postgres_coordinator(spec: str, context: dict[str, Any] | None = None) -> Any:
+    """A :class:`~ratchet_postgres.coordinator.PostgresClusterCoordinator`.
+
+    ``spec`` is ``postgres`` (use the app's store database) or a ``postgresql://`` URL.
+    """
+    from ratchet.domain.errors import ConfigurationError
+    from ratchet_postgres.coordinator import PostgresClusterCoordinator
+
+    if "://" in spec:
+        url = spec
+    else:
+        store = (context or {}).get("store")
+        url = getattr(store, "url", "") or ""
+        if not url.split(":", 1)[0].startswith("postgres"):
+            raise ConfigurationError(
+                "coordinator='postgres' needs a PostgreSQL store, or a postgresql:// URL as the "
+                f"coordinator spec (the store is {url or 'unknown'!r})"
+            )
+    return PostgresClusterCoordinator(url)
+
+
+@hookimpl
+def ratchet_register_stores(registry: Any) -> None:
+    for scheme in STORE_SCHEMES:
+        registry.add(scheme, make_postgres_store)
+
+
+@hookimpl
+def ratchet_register_coordinators(registry: Any) -> None:
+    for name in COORDINATOR_NAMES:
+        registry.add(name, make_postgres_coordinator)
