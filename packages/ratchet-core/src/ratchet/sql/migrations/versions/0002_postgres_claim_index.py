@@ -1,9 +1,12 @@
-"""PostgreSQL: a partial index on the PENDING rows for the claim.
+"""PostgreSQL: a partial index on the PENDING rows replaces the full claim index.
 
 The claim scans, per priority level, the oldest due PENDING jobs. This index holds only PENDING
 rows in exactly that order, so each branch is a short range scan whatever the number of RUNNING,
-WAITING or PAUSED rows, and the claim stays O(batch) with millions of jobs waiting.
-Other databases: nothing (SQLite and MySQL use ``idx_queue_claim``).
+WAITING or PAUSED rows, and the claim stays O(batch) with millions of jobs waiting. It makes
+``idx_queue_claim`` (status, priority, scheduled_time, job_id) redundant on PostgreSQL: that one
+is dropped, so every state change maintains one index less, and the planner cannot pick the
+larger index for the claim on a cost tie. Other databases: nothing (they keep
+``idx_queue_claim``).
 
 Revision ID: 0002
 Revises: 0001
@@ -21,6 +24,7 @@ branch_labels = None
 depends_on = None
 
 INDEX = "idx_queue_pending_claim"
+FULL_INDEX = "idx_queue_claim"
 
 
 def _is_postgres() -> bool:
@@ -36,9 +40,13 @@ def upgrade() -> None:
         ["priority", "scheduled_time", "job_id"],
         postgresql_where=sa.text("status = 'PENDING'"),
     )
+    op.drop_index(FULL_INDEX, table_name="scheduler_job_queue")
 
 
 def downgrade() -> None:
     if not _is_postgres():
         return
+    op.create_index(
+        FULL_INDEX, "scheduler_job_queue", ["status", "priority", "scheduled_time", "job_id"]
+    )
     op.drop_index(INDEX, table_name="scheduler_job_queue")
