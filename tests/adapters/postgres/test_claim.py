@@ -1,0 +1,304 @@
+"""The one-statement PostgreSQL claim: same answers as the generic claim, exclusive, indexed."""
+
+from __future__ import annotations
+
+import json
+import random
+import re
+import threading
+import uuid
+from collections.abc import Iterator
+from datetime import UTC, datetime, timedelta
+from typing import Any
+
+import pytest
+from sqlalchemy import text
+from sqlalchemy.engine import Connection
+
+from ratchet.domain.lifecycle import JobPriority, JobStatus
+from ratchet.domain.model import ClaimedJob
+from ratchet.sql.store import SqlStore
+from ratchet.sql.types import to_micros
+from ratchet.testing.clock import FakeClock
+from ratchet.testing.store_contract import new_job
+from ratchet_postgres import PostgresStore
+from ratchet_postgres.store import claim_statement
+
+pytestmark = pytest.mark.postgres
+
+BOOST = timedelta(minutes=15)
+
+
+@pytest.fixture
+def store(postgres_store_url: str) -> Iterator[PostgresStore]:
+    s = PostgresStore(postgres_store_url)
+    yield s
+    s.close()
+
+
+def fill(
+    conn: Connection, pending: int, running: int = 0, *, start: datetime | None = None
+) -> None:
+    """Insert jobs quickly in SQL: ``pending`` PENDING (priority i % 5, one per ms) + RUNNING."""
+    t0 = to_micros(start or datetime(2030, 1, 1, tzinfo=UTC))
+    total = pending + running
+    conn.execute(
+        text(
+            "INSERT INTO scheduler_job (job_id, target, payload, priority, max_retries,"
+            " backoff_policy, backoff_ms, idempotency_key, created_at, attempts)"
+            " SELECT gen_random_uuid(), 'bench:noop', '{\"args\":[],\"kwargs\":{}}', g % 5, 0,"
+            " 'NONE', 0, 'k' || g, :t0, 0 FROM generate_series(1, :n) g"
+        ),
+        {"t0": t0, "n": total},
+    )
+    conn.execute(
+        text(
+            "INSERT INTO scheduler_job_queue (job_id, status, priority, scheduled_time, attempts,"
+            " epoch, picked_by)"
+            " SELECT job_id, CASE WHEN rn <= :pending THEN 'PENDING' ELSE 'RUNNING' END,"
+            "  priority, :t0 + rn * 1000, 0, 0, CASE WHEN rn <= :pending THEN NULL ELSE 'other' END"
+            " FROM (SELECT job_id, priority, row_number() OVER () AS rn FROM scheduler_job) s"
+        ),
+        {"t0": t0, "pending": pending},
+    )
+    conn.execute(text("ANALYZE scheduler_job_queue"))
+    conn.execute(text("ANALYZE scheduler_job"))
+
+
+# ---------------------------------------------------------------------- same answers
+def _claim_and_roll_back(
+    store: PostgresStore, generic: bool, node: str, limit: int, now: datetime, boost: timedelta
+) -> tuple[list[ClaimedJob], list[tuple[Any, ...]], list[tuple[Any, ...]]]:
+    with store.engine.connect() as conn, conn.begin() as trans:
+        if generic:
+            claimed = SqlStore._claim(store, conn, node, limit, now, boost)
+        else:
+            claimed = store._claim(conn, node, limit, now, boost)
+        queue = [
+            tuple(r)
+            for r in conn.execute(
+                text(
+                    "SELECT job_id, status, epoch, picked_by, picked_at FROM scheduler_job_queue"
+                    " ORDER BY job_id"
+                )
+            )
+        ]
+        history = [
+            tuple(r)
+            for r in conn.execute(
+                text(
+                    "SELECT job_id, attempt_no, epoch, node_id, started_at, outcome"
+                    " FROM scheduler_job_execution ORDER BY job_id, epoch"
+                )
+            )
+        ]
+        trans.rollback()
+    return claimed, queue, history
+
+
+def test_claim_returns_exactly_what_the_generic_claim_returns(store: PostgresStore) -> None:
+    """Random queues: the one-statement claim and SqlStore._claim agree on result and writes."""
+    rng = random.Random(20261201)
+    clock = FakeClock()
+    base = clock.now()
+    jobs = []
+    for i in range(400):
+        age = timedelta(minutes=rng.choice([0, 1, 14, 15, 16, 29, 31, 61, 240]))
+        same_instant = i % 7 == 0  # ties in scheduled_time: the id decides
+        scheduled = base - (timedelta(minutes=31) if same_instant else age)
+        if i % 13 == 0:
+            scheduled = base + timedelta(minutes=5)  # not yet due
+        jobs.append(
+            new_job(
+                clock,
+                priority=rng.choice(list(JobPriority)),
+                scheduled_time=scheduled,
+                tags=("t",) if i % 3 == 0 else (),
+                params={"k": str(i)} if i % 4 == 0 else {},
+                timeout=timedelta(seconds=i) if i % 5 == 0 else None,
+                executor="threads" if i % 6 == 0 else None,
+            )
+        )
+    store.insert_jobs(jobs, now=base)
+    # Some rows that are not claimable at all.
+    store.pause_job(jobs[1].job_id, now=base)
+    taken = store.claim("someone-else", 7, now=base, boost_interval=BOOST)
+    assert len(taken) == 7
+    cases = 0
+    for limit in (1, 3, 10, 50, 500):
+        for boost in (BOOST, timedelta(0), timedelta(minutes=1)):
+            for now in (base, base + timedelta(minutes=10)):
+                mine = _claim_and_roll_back(store, False, "me", limit, now, boost)
+                generic = _claim_and_roll_back(store, True, "me", limit, now, boost)
+                assert mine[0] == generic[0], (limit, boost, now)
+                assert mine[1] == generic[1]
+                assert mine[2] == generic[2]
+                with store.engine.connect() as conn:
+                    due = conn.execute(
+                        text(
+                            "SELECT count(*) FROM scheduler_job_queue"
+                            " WHERE status = 'PENDING' AND scheduled_time <= :now"
+                        ),
+                        {"now": to_micros(now)},
+                    ).scalar_one()
+                assert len(mine[0]) == min(limit, due) > 0
+                cases += 1
+    assert cases == 30
+
+
+def test_claim_round_trip_and_definition_fields(store: PostgresStore) -> None:
+    clock = FakeClock()
+    job = new_job(
+        clock,
+        priority=JobPriority.HIGH,
+        tags=("a", "b"),
+        params={"region": "eu"},
+        timeout=timedelta(seconds=9),
+        executor="threads",
+    )
+    store.insert_jobs([job], now=clock.now())
+    statements: list[str] = []
+
+    def count(conn: Any, cursor: Any, statement: str, *args: Any) -> None:
+        statements.append(statement)
+
+    from sqlalchemy import event
+
+    event.listen(store.engine, "before_cursor_execute", count)
+    try:
+        [claimed] = store.claim("n1", 10, now=clock.now(), boost_interval=BOOST)
+    finally:
+        event.remove(store.engine, "before_cursor_execute", count)
+    assert len(statements) == 1, statements  # one round trip (plus BEGIN / COMMIT)
+    assert (claimed.job_id, claimed.epoch, claimed.attempt) == (job.job_id, 1, 1)
+    assert claimed.priority is JobPriority.HIGH
+    assert claimed.tags == ("a", "b") and dict(claimed.params) == {"region": "eu"}
+    assert claimed.timeout == timedelta(seconds=9) and claimed.executor == "threads"
+    assert claimed.scheduled_time == job.scheduled_time and claimed.claimed_at == clock.now()
+    assert json.loads(claimed.payload) == json.loads(job.payload)
+    [attempt] = store.attempts(job.job_id)
+    assert (attempt.attempt, attempt.epoch, attempt.node_id, attempt.outcome) == (
+        1,
+        1,
+        "n1",
+        "RUNNING",
+    )
+
+
+# ---------------------------------------------------------------------- exclusivity
+def test_concurrent_claimers_never_share_a_job(
+    store: PostgresStore, postgres_store_url: str
+) -> None:
+    """Eight claimers on two engines (separate pools) drain 3,000 jobs: each claimed once."""
+    with store.engine.begin() as conn:
+        fill(conn, 3000, start=datetime(2020, 1, 1, tzinfo=UTC))
+    other = PostgresStore(postgres_store_url)
+    now = datetime.now(UTC)
+    got: list[list[ClaimedJob]] = [[] for _ in range(8)]
+    errors: list[BaseException] = []
+    start = threading.Barrier(8)
+
+    def claimer(i: int) -> None:
+        s = store if i % 2 else other
+        try:
+            start.wait(timeout=30)
+            while batch := s.claim(f"node-{i}", 25, now=now, boost_interval=BOOST):
+                got[i].extend(batch)
+        except BaseException as exc:
+            errors.append(exc)
+
+    threads = [threading.Thread(target=claimer, args=(i,)) for i in range(8)]
+    try:
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join(timeout=120)
+    finally:
+        other.close()
+    assert errors == []
+    ids = [c.job_id for batch in got for c in batch]
+    assert len(ids) == 3000 and len(set(ids)) == 3000
+    assert sum(1 for batch in got if batch) >= 2, "the claimers did not run concurrently"
+    assert {c.epoch for batch in got for c in batch} == {1}
+    with store.engine.connect() as conn:
+        rows = conn.execute(
+            text(
+                "SELECT status, count(*), count(DISTINCT picked_by), max(epoch)"
+                " FROM scheduler_job_queue GROUP BY status"
+            )
+        ).all()
+        history = conn.execute(
+            text("SELECT count(*), count(DISTINCT job_id) FROM scheduler_job_execution")
+        ).one()
+    assert [(r[0], r[1], r[3]) for r in rows] == [(JobStatus.RUNNING.value, 3000, 1)]
+    assert tuple(history) == (3000, 3000)
+    owners = {c.job_id: f"node-{i}" for i, batch in enumerate(got) for c in batch}
+    with store.engine.connect() as conn:
+        db_owners = dict(
+            conn.execute(text("SELECT job_id, picked_by FROM scheduler_job_queue")).all()
+        )
+    assert db_owners == owners
+
+
+# ---------------------------------------------------------------------- the plan
+def _plan(conn: Connection, sql: str, params: dict[str, Any]) -> str:
+    rows = conn.execute(text("EXPLAIN (FORMAT JSON) " + sql), params).scalar_one()
+    return json.dumps(rows)
+
+
+def test_claim_plan_uses_the_partial_index(store: PostgresStore) -> None:
+    """With 20,000 PENDING and 20,000 RUNNING rows, every branch is an index scan."""
+    with store.engine.begin() as conn:
+        fill(conn, 20_000, 20_000)
+    now = datetime(2030, 1, 2, tzinfo=UTC)
+    params = {
+        "now": to_micros(now),
+        "lim": 50,
+        "node": "n",
+        "boost": BOOST // timedelta(microseconds=1),
+    }
+    sql = claim_statement(True).text
+    with store.engine.connect() as conn:
+        custom = _plan(conn, sql, params)
+        # The statement as psycopg runs it after five executions: a server-side prepared
+        # statement, here forced to its generic plan.
+        positional = {"now": "$1", "lim": "$2", "node": "$3", "boost": "$4"}
+        prepared = re.sub(r":(now|lim|node|boost)\b", lambda m: positional[m.group(1)], sql)
+        conn.execute(text(f"PREPARE claim_probe (bigint, int, text, bigint) AS {prepared}"))
+        conn.execute(text("SET plan_cache_mode = force_generic_plan"))
+        generic = conn.execute(
+            text(
+                "EXPLAIN (FORMAT JSON) EXECUTE claim_probe"
+                f"({params['now']}, {params['lim']}, 'n', {params['boost']})"
+            )
+        ).scalar_one()
+        conn.rollback()
+    for plan in (custom, json.dumps(generic)):
+        assert plan.count('"Index Name": "idx_queue_pending_claim"') == len(JobPriority), plan
+        assert '"Node Type": "Seq Scan"' not in plan, plan
+        assert '"Sort Method"' not in plan or "external" not in plan
+
+
+def test_claim_skips_rows_locked_by_another_transaction(store: PostgresStore) -> None:
+    clock = FakeClock()
+    jobs = [
+        new_job(clock, scheduled_time=clock.now() - timedelta(seconds=10 - i)) for i in range(3)
+    ]
+    store.insert_jobs(jobs, now=clock.now())
+    with store.engine.connect() as holder:
+        holder.execute(
+            text("SELECT 1 FROM scheduler_job_queue WHERE job_id = :id FOR UPDATE"),
+            {"id": jobs[0].job_id},
+        )
+        claimed = store.claim("n1", 3, now=clock.now(), boost_interval=BOOST)
+        holder.rollback()
+    assert [c.job_id for c in claimed] == [jobs[1].job_id, jobs[2].job_id]
+    [late] = store.claim("n2", 3, now=clock.now(), boost_interval=BOOST)
+    assert late.job_id == jobs[0].job_id
+
+
+def test_ids_of_claimed_jobs_are_uuids(store: PostgresStore) -> None:
+    clock = FakeClock()
+    store.insert_jobs([new_job(clock)], now=clock.now())
+    [claimed] = store.claim("n1", 1, now=clock.now(), boost_interval=BOOST)
+    assert isinstance(claimed.job_id, uuid.UUID)

@@ -1,0 +1,213 @@
+"""The LISTEN/NOTIFY coordinator beyond the shared contract: latency, reconnects, cleanup."""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+import uuid
+from collections.abc import Callable, Iterator
+from typing import Any
+
+import psycopg
+import pytest
+
+from ratchet.domain.lifecycle import JobPriority
+from ratchet.ports import WakeupHint
+from ratchet.testing.coordinator_contract import Recorder
+from ratchet_postgres.coordinator import (
+    RECONNECT_ORIGIN,
+    CoordinatorState,
+    PostgresClusterCoordinator,
+    decode_hint,
+    encode_hint,
+)
+
+pytestmark = pytest.mark.postgres
+
+DELIVERY_BOUND = 1.0  # seconds; typical delivery on loopback is well under 5 ms
+
+
+@pytest.fixture
+def make(postgres_store_url: str) -> Iterator[Callable[..., PostgresClusterCoordinator]]:
+    channel = f"test_{uuid.uuid4().hex[:10]}"
+    made: list[PostgresClusterCoordinator] = []
+
+    def factory(**kwargs: Any) -> PostgresClusterCoordinator:
+        node = PostgresClusterCoordinator(postgres_store_url, channel=channel, **kwargs)
+        made.append(node)
+        assert node.wait_connected(10), "listener did not connect"
+        return node
+
+    yield factory
+    for node in made:
+        node.close()
+
+
+def _admin(url: str) -> psycopg.Connection[Any]:
+    return psycopg.connect(url.replace("postgresql+psycopg", "postgresql"), autocommit=True)
+
+
+def _wait(predicate: Callable[[], bool], timeout: float, what: str) -> None:
+    deadline = time.monotonic() + timeout
+    while not predicate():
+        assert time.monotonic() < deadline, f"timed out waiting for {what}"
+        time.sleep(0.01)  # polling a condition with a deadline
+
+
+def test_delivery_to_another_node_is_fast(make: Callable[..., PostgresClusterCoordinator]) -> None:
+    sender, receiver = make(), make()
+    recorder = Recorder()
+    receiver.add_listener(recorder)
+    latencies = []
+    for i in range(20):
+        origin = f"lat-{i}"
+        started = time.perf_counter()
+        sender.notify_new_work(WakeupHint(JobPriority.HIGH, origin, target="t"))
+        hint = recorder.wait_for(origin, DELIVERY_BOUND)
+        latencies.append(time.perf_counter() - started)
+        assert hint == WakeupHint(JobPriority.HIGH, origin, target="t")
+    assert max(latencies) < DELIVERY_BOUND
+    assert receiver.received == 20
+
+
+def test_local_listeners_hear_their_own_node_once(
+    make: Callable[..., PostgresClusterCoordinator],
+) -> None:
+    """A worker in the submitting process wakes at once (no round trip) and exactly once."""
+    node, other = make(), make()
+    mine, theirs = Recorder(), Recorder()
+    node.add_listener(mine)
+    other.add_listener(theirs)
+    node.notify_new_work(WakeupHint(JobPriority.NORMAL, "self"))
+    assert mine.find("self") != []  # synchronous, before any round trip
+    other.notify_new_work(WakeupHint(JobPriority.NORMAL, "marker"))
+    assert mine.wait_for("marker", DELIVERY_BOUND) is not None
+    assert theirs.wait_for("self", DELIVERY_BOUND) is not None
+    assert len(mine.find("self")) == 1
+    assert node.received == 1  # the marker; its own echo was dropped
+
+
+def test_reconnects_after_the_listener_backend_is_terminated(
+    make: Callable[..., PostgresClusterCoordinator],
+    postgres_store_url: str,
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    sender = make()
+    receiver = make(max_backoff=0.2)
+    recorder = Recorder()
+    receiver.add_listener(recorder)
+    old_pid = receiver.listener_pid
+    caplog.set_level(logging.WARNING, logger="ratchet.coordinator.postgres")
+    with _admin(postgres_store_url) as admin:
+        admin.execute("SELECT pg_terminate_backend(%s)", (old_pid,))
+    _wait(
+        lambda: receiver.reconnects == 1 and receiver.state is CoordinatorState.CONNECTED,
+        10,
+        "reconnect",
+    )
+    assert receiver.listener_pid != old_pid
+    # Missed wakeups are covered by one synthetic hint after reconnecting.
+    assert recorder.wait_for(RECONNECT_ORIGIN, DELIVERY_BOUND) is not None
+    sender.notify_new_work(WakeupHint(JobPriority.CRITICAL, "after"))
+    assert recorder.wait_for("after", DELIVERY_BOUND) is not None
+    lost = [r for r in caplog.records if "connection lost" in r.getMessage()]
+    assert len(lost) == 1  # logged once per outage
+
+
+def test_outage_is_logged_once_and_polling_is_not_blocked(
+    make: Callable[..., PostgresClusterCoordinator],
+    postgres_store_url: str,
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    """While the listener cannot reconnect (role may not log in), it retries quietly."""
+    role = f"r_{uuid.uuid4().hex[:8]}"
+    with _admin(postgres_store_url) as admin:
+        admin.execute(f"CREATE ROLE {role} LOGIN PASSWORD 'pw'")
+    from sqlalchemy.engine import make_url
+
+    url = make_url(postgres_store_url).set(username=role, password="pw").render_as_string(False)
+    caplog.set_level(logging.WARNING, logger="ratchet.coordinator.postgres")
+    node = PostgresClusterCoordinator(url, max_backoff=0.05, initial_backoff=0.01)
+    try:
+        assert node.wait_connected(10)
+        with _admin(postgres_store_url) as admin:
+            admin.execute(f"ALTER ROLE {role} NOLOGIN")
+            admin.execute("SELECT pg_terminate_backend(%s)", (node.listener_pid,))
+        _wait(lambda: node.connect_failures >= 3, 10, "several failed reconnects")
+        assert node.state is CoordinatorState.RECONNECTING
+        # Local listeners still hear local hints while the listener is down.
+        recorder = Recorder()
+        node.add_listener(recorder)
+        node.notify_new_work(WakeupHint(JobPriority.HIGH, "local"))  # NOTIFY fails: no raise
+        assert recorder.find("local") != []
+        with _admin(postgres_store_url) as admin:
+            admin.execute(f"ALTER ROLE {role} LOGIN")
+        _wait(lambda: node.state is CoordinatorState.CONNECTED, 10, "reconnected")
+        messages = [r.getMessage() for r in caplog.records]
+        outage = [m for m in messages if "cannot connect" in m or "connection lost" in m]
+        assert len(outage) == 1, messages  # once per outage, however many attempts failed
+        assert sum("reconnected" in m for m in messages) == 1
+    finally:
+        node.close()
+        with _admin(postgres_store_url) as admin:
+            admin.execute(f"DROP ROLE IF EXISTS {role}")
+
+
+def test_close_is_prompt_idempotent_and_leaks_nothing(
+    make: Callable[..., PostgresClusterCoordinator], postgres_store_url: str
+) -> None:
+    before = {t.ident for t in threading.enumerate()}
+    node = PostgresClusterCoordinator(postgres_store_url, ping_interval=60)
+    assert node.wait_connected(10)
+    node.notify_new_work(WakeupHint(JobPriority.NORMAL, "warm"))  # opens the sender connection
+    with _admin(postgres_store_url) as admin:
+        count = admin.execute(
+            "SELECT count(*) FROM pg_stat_activity WHERE datname = current_database()"
+            " AND application_name = 'ratchet-listener'"
+        ).fetchone()
+        assert count is not None and count[0] == 2
+        started = time.monotonic()
+        node.close()
+        took = time.monotonic() - started
+        node.close()
+        assert took < 1.0, f"close() took {took:.2f} s"
+        assert node.state is CoordinatorState.CLOSED
+        leaked = [t.name for t in threading.enumerate() if t.ident not in before and t.is_alive()]
+        assert leaked == []
+        _wait(
+            lambda: (
+                admin.execute(
+                    "SELECT count(*) FROM pg_stat_activity WHERE datname = current_database()"
+                    " AND application_name = 'ratchet-listener'"
+                ).fetchone()
+                == (0,)
+            ),
+            10,
+            "server-side sessions to end",
+        )
+    node.notify_new_work(WakeupHint(JobPriority.NORMAL, "after-close"))  # ignored, no raise
+
+
+def test_close_while_reconnecting_is_prompt(postgres_store_url: str) -> None:
+    from ratchet.testing.servers import free_port
+
+    node = PostgresClusterCoordinator(
+        f"postgresql://nobody:x@127.0.0.1:{free_port()}/none", max_backoff=30, initial_backoff=30
+    )
+    _wait(lambda: node.state is CoordinatorState.RECONNECTING, 10, "first failed connect")
+    started = time.monotonic()
+    node.close()
+    assert time.monotonic() - started < 1.0
+    assert not node._thread.is_alive()
+
+
+def test_payload_round_trip_and_garbage() -> None:
+    hint = WakeupHint(JobPriority.LOW, "node-ä", target="x" * 5000)
+    decoded, sender = decode_hint(encode_hint(hint, "abc"))
+    assert sender == "abc"
+    assert decoded.priority is JobPriority.LOW and decoded.origin_node == "node-ä"
+    assert decoded.target == "x" * 1000  # cut, so the payload stays under NOTIFY's limit
+    assert len(encode_hint(WakeupHint(JobPriority.LOW, "o" * 9000, "t" * 9000)).encode()) < 8000
+    assert decode_hint("not json")[0] == WakeupHint(JobPriority.NORMAL, "?")
+    assert decode_hint('{"p": 99}')[0] == WakeupHint(JobPriority.NORMAL, "?")

@@ -1,0 +1,180 @@
+"""Migrations on PostgreSQL: several nodes starting at once migrate exactly once."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+import textwrap
+import threading
+import time
+from collections.abc import Iterator
+
+import psycopg
+import pytest
+from sqlalchemy import inspect, text
+
+from ratchet.sql.migrate import current_revisions, head_revisions
+from ratchet.sql.sqlite import SqliteDialect
+from ratchet.sql.store import SqlStore
+from ratchet_postgres import PostgresStore
+
+pytestmark = pytest.mark.postgres
+
+TABLES = {
+    "scheduler_job",
+    "scheduler_job_queue",
+    "scheduler_job_tag",
+    "scheduler_idempotency_key",
+    "scheduler_job_execution",
+    "scheduler_node",
+    "ratchet_alembic_version",
+}
+
+MIGRATE_SCRIPT = textwrap.dedent(
+    """
+    import sys
+    from ratchet_postgres import PostgresStore
+    store = PostgresStore(sys.argv[1])
+    sys.stdin.readline()          # start together
+    store.migrate()
+    store.close()
+    print("migrated")
+    """
+)
+
+
+@pytest.fixture
+def empty_store(postgres_empty_url: str) -> Iterator[PostgresStore]:
+    store = PostgresStore(postgres_empty_url)
+    yield store
+    store.close()
+
+
+def _schema(store: PostgresStore) -> tuple[set[str], list[str], list[str]]:
+    with store.engine.connect() as conn:
+        tables = set(inspect(conn).get_table_names())
+        versions = list(
+            conn.execute(text("SELECT version_num FROM ratchet_alembic_version")).scalars()
+        )
+        indexes = list(
+            conn.execute(
+                text(
+                    "SELECT indexname FROM pg_indexes WHERE tablename = 'scheduler_job_queue'"
+                    " AND indexname = 'idx_queue_pending_claim'"
+                )
+            ).scalars()
+        )
+    return tables, sorted(versions), indexes
+
+
+def test_concurrent_migrations_in_threads_and_processes(
+    empty_store: PostgresStore, postgres_empty_url: str
+) -> None:
+    """Four threads and four processes call migrate() on an empty database at the same time."""
+    procs = [
+        subprocess.Popen(
+            [sys.executable, "-c", MIGRATE_SCRIPT, postgres_empty_url],
+            stdin=subprocess.PIPE,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+            env={**os.environ, "PYTHONWARNINGS": "ignore"},
+        )
+        for _ in range(4)
+    ]
+    errors: list[BaseException] = []
+    start = threading.Barrier(5)
+
+    def migrate_in_thread() -> None:
+        store = PostgresStore(postgres_empty_url)
+        try:
+            start.wait(timeout=60)
+            store.migrate()
+        except BaseException as exc:
+            errors.append(exc)
+        finally:
+            store.close()
+
+    threads = [threading.Thread(target=migrate_in_thread) for _ in range(4)]
+    for t in threads:
+        t.start()
+    start.wait(timeout=60)  # every thread is at the line; release the processes too
+    for p in procs:
+        assert p.stdin is not None
+        p.stdin.write("go\n")
+        p.stdin.flush()
+    for t in threads:
+        t.join(timeout=120)
+    outputs = [p.communicate(timeout=120) for p in procs]
+    assert errors == []
+    for p, (out, err) in zip(procs, outputs, strict=True):
+        assert p.returncode == 0, err
+        assert out.strip() == "migrated"
+
+    tables, versions, indexes = _schema(empty_store)
+    assert tables >= TABLES
+    assert versions == sorted(head_revisions(empty_store))
+    assert tuple(versions) == current_revisions(empty_store)
+    assert indexes == ["idx_queue_pending_claim"]
+
+
+def _advisory_waiters(url: str) -> int:
+    with psycopg.connect(url.replace("postgresql+psycopg", "postgresql")) as conn:
+        row = conn.execute(
+            "SELECT count(*) FROM pg_locks WHERE locktype = 'advisory' AND NOT granted"
+        ).fetchone()
+    return int(row[0]) if row else 0
+
+
+def test_a_waiting_node_finds_the_schema_migrated(
+    empty_store: PostgresStore, postgres_empty_url: str
+) -> None:
+    """While one node holds the migration lock, another blocks on it, then migrates alone."""
+    done = threading.Event()
+    failure: list[BaseException] = []
+
+    def late_node() -> None:
+        store = PostgresStore(postgres_empty_url)
+        try:
+            store.migrate()
+        except BaseException as exc:
+            failure.append(exc)
+        finally:
+            store.close()
+            done.set()
+
+    with empty_store.engine.begin() as holder, empty_store.dialect.migration_lock(holder):
+        thread = threading.Thread(target=late_node)
+        thread.start()
+        deadline = time.monotonic() + 30
+        while _advisory_waiters(postgres_empty_url) != 1:
+            assert time.monotonic() < deadline, "the late node never waited for the lock"
+            time.sleep(0.02)  # polling the server's lock table
+        assert not done.is_set()
+    thread.join(timeout=60)
+    assert failure == []
+    assert done.is_set()
+    assert _schema(empty_store)[1] == sorted(head_revisions(empty_store))
+
+
+def test_migrating_twice_is_a_no_op(postgres_store_url: str) -> None:
+    store = PostgresStore(postgres_store_url)
+    try:
+        before = current_revisions(store)
+        store.migrate()
+        assert current_revisions(store) == before == tuple(sorted(head_revisions(store)))
+    finally:
+        store.close()
+
+
+def test_claim_index_migration_does_nothing_on_sqlite(tmp_path: object) -> None:
+    store = SqlStore(f"sqlite:///{tmp_path}/jobs.db", SqliteDialect())
+    try:
+        store.migrate()
+        with store.engine.connect() as conn:
+            names = {ix["name"] for ix in inspect(conn).get_indexes("scheduler_job_queue")}
+        assert "idx_queue_pending_claim" not in names
+        assert "idx_queue_claim" in names
+    finally:
+        store.close()
