@@ -208,7 +208,9 @@ def parse_url(
     )
     if not 0 < low <= high:
         raise ConfigurationError(f"need 0 < reconnect_min <= reconnect_max ({redacted})")
-    clean = urlunsplit(parts._replace(scheme=scheme, query=urlencode(passed, quote_via=quote)))
+    clean = urlunsplit(
+        parts._replace(scheme=scheme, query=urlencode(passed, safe="/", quote_via=quote))
+    )
     password = unquote(parts.password) if parts.password is not None else None
     userinfo = parts.netloc.rsplit("@", 1)[0] if "@" in parts.netloc else None
     if password is None and userinfo and ":" not in userinfo:
