@@ -1,0 +1,108 @@
+"""Real ``ratchet worker`` processes on one SQLite file: end to end, exactly once, kill -9."""
+
+from __future__ import annotations
+
+import signal
+from collections import Counter
+from pathlib import Path
+
+import procs
+import pytest
+import sample_jobs
+
+from ratchet import JobFilter, JobStatus, Ratchet
+
+
+@pytest.fixture
+def app(sqlite_url: str) -> Ratchet:
+    app = Ratchet(sqlite_url, allowed_modules=["sample_jobs"])
+    yield app
+    app.close()
+
+
+def statuses(app: Ratchet) -> Counter[str]:
+    return Counter({k: v for k, v in app.store.count_by_status().items()})
+
+
+def test_worker_process_runs_jobs_end_to_end_and_drains_on_sigterm(
+    app: Ratchet, sqlite_url: str, tmp_path: Path
+) -> None:
+    ok = app.enqueue(sample_jobs.record, {"n": 1}).submit()
+    flaky = app.enqueue(sample_jobs.fail_until, 2).with_max_retries(2).submit()
+    dead = app.enqueue(sample_jobs.fail_always, "boom").with_max_retries(1).submit()
+    worker = procs.start_worker(sqlite_url, log=tmp_path / "worker.log")
+    try:
+        settled = procs.wait_for(
+            lambda: all(h.status().is_terminal for h in (ok, flaky, dead)), timeout=60
+        )
+        assert settled, (tmp_path / "worker.log").read_text()
+        assert app.store.list_nodes(), "the worker registered its node"
+    finally:
+        [code] = procs.stop([worker])
+    assert code == 0
+    assert ok.result() == {"n": 1}
+    assert (flaky.status(), flaky.result(), flaky.record().attempts) == (JobStatus.SUCCEEDED, 2, 1)
+    assert dead.status() is JobStatus.FAILED
+    assert "RuntimeError: boom" in (dead.record().last_error or "")
+    assert app.store.list_nodes() == [], "SIGTERM deregistered the node"
+
+
+def test_three_workers_run_3000_jobs_exactly_once(
+    app: Ratchet, sqlite_url: str, tmp_path: Path
+) -> None:
+    effects = procs.make_side_effect_db(tmp_path / "effects.db")
+    builders = [app.enqueue(sample_jobs.side_effect, effects, f"t{i}") for i in range(3000)]
+    app.submit_many(builders)
+    workers = [
+        procs.start_worker(sqlite_url, "--concurrency", "4", log=tmp_path / f"w{i}.log")
+        for i in range(3)
+    ]
+    try:
+        done = procs.wait_for(
+            lambda: statuses(app).get("SUCCEEDED", 0) == 3000, timeout=240, interval=0.5
+        )
+        assert done, statuses(app)
+    finally:
+        codes = procs.stop(workers)
+    assert codes == [0, 0, 0]
+    rows = procs.side_effects(effects)
+    tokens = Counter(t for t, _ in rows)
+    assert len(rows) == 3000 and len(tokens) == 3000, "every job ran exactly once"
+    assert len({pid for _, pid in rows}) == 3, "all three workers took part"
+    assert app.list_jobs(JobFilter(statuses=(JobStatus.PENDING, JobStatus.RUNNING)), 10) == []
+
+
+def test_kill_9_loses_no_job(app: Ratchet, sqlite_url: str, tmp_path: Path) -> None:
+    effects = procs.make_side_effect_db(tmp_path / "effects.db")
+    n = 60
+    app.submit_many(
+        [app.enqueue(sample_jobs.slow_side_effect, effects, f"k{i}", 0.2) for i in range(n)]
+    )
+    victim = procs.start_worker(sqlite_url, "--concurrency", "4", log=tmp_path / "victim.log")
+    try:
+        assert procs.wait_for(lambda: len(procs.side_effects(effects)) >= 4, timeout=60)
+        assert procs.wait_for(lambda: statuses(app).get("RUNNING", 0) > 0, timeout=30)
+    finally:
+        victim.send_signal(signal.SIGKILL)
+        victim.wait()
+    stranded = statuses(app).get("RUNNING", 0)
+    assert stranded > 0, "the kill left claimed jobs behind (the case under test)"
+    survivor = procs.start_worker(sqlite_url, "--concurrency", "4", log=tmp_path / "survivor.log")
+    try:
+        done = procs.wait_for(
+            lambda: statuses(app).get("SUCCEEDED", 0) == n, timeout=120, interval=0.25
+        )
+        assert done, statuses(app)
+    finally:
+        assert procs.stop([survivor]) == [0]
+    tokens = Counter(t for t, _ in procs.side_effects(effects))
+    assert set(tokens) == {f"k{i}" for i in range(n)}, "no job was lost"
+    # At least once: a job killed mid-run may run again, nothing else may.
+    assert sum(tokens.values()) - n <= stranded
+    recovered = [
+        a
+        for h in app.list_jobs(JobFilter(), 100)
+        for a in app.attempts(h.job_id)
+        if a.outcome == "ABANDONED"
+    ]
+    assert len(recovered) == stranded
