@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import logging
+import os
 import threading
 import time
 from collections.abc import Callable
@@ -195,3 +196,29 @@ def test_close_releases_every_connection_and_thread(redis_server: Any, redis_url
     assert [t for t in threading.enumerate() if t not in threads_before] == []
     assert wait_until(lambda: "ratchet-wakeup" not in client_names(redis_server), 5)
     assert all(node.state is CoordinatorState.CLOSED for node in nodes)
+
+
+def test_a_forked_child_can_still_publish(make_coordinator: Callable[..., Any]) -> None:
+    inherited = make_coordinator()
+    _, recorder = listening(make_coordinator)
+    origin = unique("child")
+    pid = os.fork()
+    if pid == 0:  # the child: publish through the inherited coordinator, then leave at once
+        code = 1
+        try:
+            inherited.notify_new_work(WakeupHint(JobPriority.CRITICAL, origin))
+            deadline = time.monotonic() + 5
+            while inherited.stats.published < 1 and time.monotonic() < deadline:
+                time.sleep(0.01)
+            code = 0 if inherited.stats.published == 1 else 2
+            inherited.close()
+        finally:
+            os._exit(code)
+    _, status = os.waitpid(pid, 0)
+    assert os.waitstatus_to_exitcode(status) == 0
+    assert recorder.wait_for(origin, 5) is not None
+    # the parent's copy is untouched: still subscribed and publishing
+    assert inherited.state is CoordinatorState.CONNECTED
+    again = unique("parent")
+    inherited.notify_new_work(WakeupHint(JobPriority.NORMAL, again))
+    assert recorder.wait_for(again, 5) is not None

@@ -31,6 +31,7 @@ import socket
 import threading
 import time
 import uuid
+import weakref
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any, Final
@@ -286,7 +287,8 @@ class RedisClusterCoordinator:
     :param connect_timeout: seconds a connection attempt may take.
     :param keepalive: seconds of silence after which the subscriber PINGs Redis; no answer within
         ``socket_timeout`` more means the connection is dead and is replaced.
-    :param max_pending: most distinct hints waiting for the publisher (older ones are dropped).
+    :param max_pending: most distinct (origin, target) hints waiting for the publisher; further
+        ones are dropped and counted (a queued hint already wakes every node).
     :param startup_wait: how long the constructor waits for the first subscription attempt to
         finish (it never fails because Redis is down: the coordinator then keeps retrying).
     """
@@ -353,6 +355,8 @@ class RedisClusterCoordinator:
         self._publisher = threading.Thread(
             target=self._publish_loop, name="ratchet-redis-publisher", daemon=True
         )
+        self._pid = os.getpid()
+        _live.add(self)
         self._subscriber.start()
         self._publisher.start()
         self._first_attempt.wait(startup_wait)
@@ -386,12 +390,15 @@ class RedisClusterCoordinator:
         if self._closed.is_set():
             return
         self._deliver(hint)
-        key = (hint.origin_node, hint.target)
         try:
+            key = (hint.origin_node, hint.target)
             priority = JobPriority(hint.priority)
-        except ValueError:
-            priority = JobPriority.NORMAL
+        except (AttributeError, TypeError, ValueError):
+            log.debug("ignored a malformed hint %r", hint)
+            return
         with self._lock:
+            if not self._publisher.is_alive() and not self._closed.is_set():
+                self._start_publisher()  # first hint in a forked child
             queued = self._pending.get(key)
             if queued is None and len(self._pending) >= self._max_pending:
                 self._counters.add("dropped")
@@ -437,6 +444,34 @@ class RedisClusterCoordinator:
         )
 
     # ------------------------------------------------------------------ internals
+    def _start_publisher(self) -> None:
+        self._publisher = threading.Thread(
+            target=self._publish_loop, name="ratchet-redis-publisher", daemon=True
+        )
+        self._publisher.start()
+
+    def _after_fork_in_child(self) -> None:
+        """Make a copy inherited through ``fork()`` usable: publish-only, fresh locks.
+
+        The parent's threads did not come along and its locks may have been held at the fork.
+        The child publishes (its first hint starts a publisher thread; redis-py opens new
+        connections) but does not subscribe: its listeners belong to the parent's workers.
+        """
+        if os.getpid() == self._pid:
+            return
+        self._pid = os.getpid()
+        self._lock = threading.Lock()
+        self._pending_ready = threading.Condition(self._lock)
+        self._counters = _Counters()
+        self._pending = {}
+        self._listeners = []
+        self._pubsub = None  # the parent's socket: never shut it down from here
+        self._connected = threading.Event()
+        self._first_attempt = threading.Event()
+        self._pub_outage = False
+        if not self._closed.is_set():
+            self._state = CoordinatorState.CLOSED  # no subscription in this process
+
     def _scrub(self, exc: BaseException | str) -> str:
         """``Type: message`` of an exception (or a text) with the password removed."""
         text = exc if isinstance(exc, str) else f"{type(exc).__name__}: {exc}"
@@ -624,6 +659,19 @@ class RedisClusterCoordinator:
         if pubsub is not None:
             with contextlib.suppress(Exception):  # closing a broken socket
                 pubsub.close()
+
+
+#: Every coordinator not yet garbage-collected, for the fork handler below.
+_live: weakref.WeakSet[RedisClusterCoordinator] = weakref.WeakSet()
+
+
+def _reinit_in_child() -> None:
+    for coordinator in list(_live):
+        coordinator._after_fork_in_child()
+
+
+if hasattr(os, "register_at_fork"):
+    os.register_at_fork(after_in_child=_reinit_in_child)
 
 
 def _interrupt(pubsub: Any) -> None:
