@@ -52,15 +52,15 @@ class PostgresAdmin:
         self.conninfo = libpq_url(database_url(server_url, "postgres"))
         self.conn = psycopg.connect(self.conninfo, autocommit=True)
 
-    def execute(self, stmt: sql.Composable) -> None:
+    def execute(self, stmt: sql.Composable | str, params: tuple[Any, ...] | None = None) -> None:
         """Run ``stmt``, reconnecting once if the server was restarted meanwhile."""
         try:
-            self.conn.execute(stmt)
+            self.conn.execute(stmt, params)
         except psycopg.OperationalError:
             if not self.conn.closed and not self.conn.broken:
                 raise
             self.conn = psycopg.connect(self.conninfo, autocommit=True)
-            self.conn.execute(stmt)
+            self.conn.execute(stmt, params)
 
     def create(self, name: str, template: str | None = None) -> str:
         """Create database ``name`` (optionally from ``template``); return its SQLAlchemy URL."""
@@ -126,7 +126,7 @@ class DatabasePool:
         """Recycle ``name`` if its schema is untouched, else drop it."""
         url = database_url(self.admin.server_url, name)
         try:
-            self.admin.conn.execute(
+            self.admin.execute(
                 "SELECT pg_terminate_backend(pid) FROM pg_stat_activity"
                 " WHERE datname = %s AND pid <> pg_backend_pid()",
                 (name,),

@@ -79,7 +79,7 @@ def test_concurrent_migrations_in_threads_and_processes(
             stdout=subprocess.PIPE,
             stderr=subprocess.PIPE,
             text=True,
-            env={**os.environ, "PYTHONWARNINGS": "ignore"},
+            env={k: v for k, v in os.environ.items() if k != "PYTHONDONTWRITEBYTECODE"},
         )
         for _ in range(4)
     ]

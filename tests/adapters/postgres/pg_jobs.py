@@ -1,0 +1,62 @@
+"""Jobs and the app for the PostgreSQL subprocess tests (workers run ``ratchet worker pg_jobs:app``).
+
+The app is built on first access from ``RATCHET_PG_TEST_URL`` (and ``RATCHET_PG_TEST_COORDINATOR``,
+default ``local``), so the test process can import the job functions without an app.
+"""
+
+from __future__ import annotations
+
+import os
+import threading
+import time
+from typing import Any
+
+import psycopg
+
+_local = threading.local()
+_app: Any = None
+_app_lock = threading.Lock()
+
+SIDE_EFFECT_DDL = (
+    "CREATE TABLE side_effect (n integer NOT NULL, pid integer NOT NULL,"
+    " at timestamptz NOT NULL DEFAULT clock_timestamp())"
+)
+
+
+def libpq(url: str) -> str:
+    return url.replace("postgresql+psycopg://", "postgresql://", 1)
+
+
+def _conn() -> psycopg.Connection[Any]:
+    conn = getattr(_local, "conn", None)
+    if conn is None or conn.closed or conn.broken:
+        conn = psycopg.connect(libpq(os.environ["RATCHET_PG_TEST_URL"]), autocommit=True)
+        _local.conn = conn
+    return conn
+
+
+def record(n: int, sleep_ms: int = 0) -> None:
+    """The side effect: one row per execution (no unique key, so a second run would show)."""
+    if sleep_ms:
+        time.sleep(sleep_ms / 1000)  # stands for the job's own work
+    _conn().execute("INSERT INTO side_effect (n, pid) VALUES (%s, %s)", (n, os.getpid()))
+
+
+def noop(n: int = 0) -> None:
+    """Does nothing (benchmarks)."""
+
+
+def __getattr__(name: str) -> Any:
+    global _app
+    if name != "app":
+        raise AttributeError(name)
+    with _app_lock:
+        if _app is None:
+            from ratchet import Ratchet
+
+            _app = Ratchet(
+                os.environ["RATCHET_PG_TEST_URL"],
+                allowed_modules=["pg_jobs"],
+                coordinator=os.environ.get("RATCHET_PG_TEST_COORDINATOR", "local"),
+            )
+        return _app
