@@ -222,3 +222,23 @@ def test_a_forked_child_can_still_publish(make_coordinator: Callable[..., Any]) 
     again = unique("parent")
     inherited.notify_new_work(WakeupHint(JobPriority.NORMAL, again))
     assert recorder.wait_for(again, 5) is not None
+
+
+def test_a_silent_connection_is_detected_by_keepalive(
+    redis_server: Any, make_coordinator: Callable[..., Any]
+) -> None:
+    # CLIENT PAUSE makes Redis answer nothing (not even PING) while the sockets stay open: the
+    # subscriber must notice by itself, as with a half-open TCP connection.
+    sender = make_coordinator()
+    node, recorder = listening(make_coordinator, keepalive=0.2, socket_timeout=0.2)
+    client = raw_client(redis_server)
+    try:
+        client.execute_command("CLIENT", "PAUSE", "2500", "ALL")
+        assert wait_until(lambda: node.stats.connect_failures >= 1, 10), node.stats
+        assert wait_until(lambda: node.stats.reconnects >= 1, 15), node.stats
+        origin = unique("after-pause")
+        sender.notify_new_work(WakeupHint(JobPriority.NORMAL, origin))
+        assert recorder.wait_for(origin, 5) is not None
+    finally:
+        client.execute_command("CLIENT", "UNPAUSE")
+        client.close()
