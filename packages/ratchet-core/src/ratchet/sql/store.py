@@ -53,6 +53,8 @@ from ratchet.domain.priority import claim_order_key
 from ratchet.ports import InsertResult, StoreCapabilities, iter_chunks
 from ratchet.sql import schema
 from ratchet.sql.dialect import ErrorKind, SqlDialect
+from ratchet.sql.types import UTCMicros
+from ratchet.sql.permits import PermitStoreMixin
 
 log = logging.getLogger("ratchet.store")
 
@@ -76,7 +78,7 @@ def _ms(value: timedelta | None) -> int | None:
     return None if value is None else int(value / timedelta(milliseconds=1))
 
 
-class SqlStore:
+class SqlStore(PermitStoreMixin):
     """A :class:`~ratchet.ports.Store` over SQLAlchemy Core."""
 
     def __init__(self, url: str, dialect: SqlDialect, **engine_options: Any) -> None:
@@ -93,6 +95,7 @@ class SqlStore:
         self.capabilities = StoreCapabilities(
             dialect=dialect.name, skip_locked=dialect.skip_locked, multi_host=dialect.multi_host
         )
+        self._candidate_cache: dict[int, Select[Any]] = {}
         self.retried_errors = 0
         """How many retryable errors (deadlocks, busy) were absorbed by retrying."""
 
@@ -274,6 +277,7 @@ class SqlStore:
             "idempotency_key": j.idempotency_key,
             "business_key": j.business_key,
             "executor": j.executor,
+            "resource_name": j.resource_name,
             "created_at": j.created_at,
             "attempts": 0,
         }
@@ -335,7 +339,13 @@ class SqlStore:
     def _claim(
         self, conn: Connection, node_id: str, limit: int, now: datetime, boost: timedelta
     ) -> list[ClaimedJob]:
-        rows = list(conn.execute(self._candidates(now, limit)).all())
+        stmt = self._candidate_cache.get(limit)
+        if stmt is None:
+            # Built once per batch size with the time as a bound parameter: constructing the
+            # five-branch union costs more than running it.
+            stmt = self._candidates(bindparam("c_now", type_=UTCMicros()), limit)  # type: ignore[arg-type]
+            self._candidate_cache[limit] = stmt
+        rows = list(conn.execute(stmt, {"c_now": now}).all())
         if not rows:
             return []
         rows.sort(
@@ -384,6 +394,7 @@ class SqlStore:
                     J.c.params,
                     J.c.tags,
                     J.c.executor,
+                    J.c.resource_name,
                 ).where(J.c.job_id.in_(ids))
             )
         }
@@ -421,6 +432,7 @@ class SqlStore:
                     params=json.loads(d.params) if d.params else {},
                     tags=tuple(json.loads(d.tags)) if d.tags else (),
                     executor=d.executor,
+                    resource_name=d.resource_name,
                 )
             )
         return claimed
@@ -785,6 +797,7 @@ class SqlStore:
             terminated_at=r.terminated_at,
             superseded_by=r.superseded_by,
             executor=r.executor,
+            resource_name=r.resource_name,
         )
 
     def get_job(self, job_id: uuid.UUID) -> JobRecord | None:
@@ -902,6 +915,7 @@ class SqlStore:
             )
             rows = conn.execute(self.dialect.lock_rows(stmt)).all()
             self._back_to_pending(conn, rows, now, "ABANDONED")
+            self._reclaim_dead_permits(conn, cutoff)
             conn.execute(delete(NODE).where(NODE.c.heartbeat_at < cutoff))
             return len(rows)
 

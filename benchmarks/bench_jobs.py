@@ -1,0 +1,7 @@
+"""Job functions for the benchmarks."""
+
+from __future__ import annotations
+
+
+def noop(i: int) -> None:
+    return None

@@ -1,0 +1,95 @@
+"""SQLite throughput: bulk enqueue, single enqueue, no-op processing with one worker process.
+
+Run on demand: ``python benchmarks/bench_sqlite.py [--runs 5] [--jobs 20000]``. Prints the median
+of several runs for each measurement, plus the machine it ran on.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import platform
+import statistics
+import sys
+import tempfile
+import time
+from collections.abc import Callable
+from datetime import timedelta
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+
+import bench_jobs  # noqa: E402
+
+from ratchet import Ratchet  # noqa: E402
+
+
+def fresh_app(workdir: str, name: str) -> Ratchet:
+    return Ratchet(f"sqlite:///{os.path.join(workdir, name)}", allowed_modules=["bench_jobs"])
+
+
+def bulk_enqueue(workdir: str, n: int, run: int) -> float:
+    app = fresh_app(workdir, f"bulk{run}.db")
+    builders = [app.enqueue(bench_jobs.noop, i) for i in range(n)]
+    start = time.perf_counter()
+    for chunk in range(0, n, 5000):
+        app.submit_many(builders[chunk : chunk + 5000])
+    elapsed = time.perf_counter() - start
+    app.close()
+    return n / elapsed
+
+
+def single_enqueue(workdir: str, n: int, run: int) -> float:
+    app = fresh_app(workdir, f"single{run}.db")
+    start = time.perf_counter()
+    for i in range(n):
+        app.enqueue(bench_jobs.noop, i).submit()
+    elapsed = time.perf_counter() - start
+    app.close()
+    return n / elapsed
+
+
+def process(workdir: str, n: int, run: int) -> float:
+    app = fresh_app(workdir, f"proc{run}.db")
+    builders = [app.enqueue(bench_jobs.noop, i) for i in range(n)]
+    for chunk in range(0, n, 5000):
+        app.submit_many(builders[chunk : chunk + 5000])
+    worker = app.worker(
+        concurrency=8,
+        batch_size=100,
+        min_delay=timedelta(milliseconds=20),
+        burst_delay=timedelta(milliseconds=5),
+    )
+    start = time.perf_counter()
+    worker.start()
+    ok = worker.wait_until(lambda: worker.stats.succeeded >= n, timeout=600)
+    elapsed = time.perf_counter() - start
+    worker.stop()
+    assert ok and app.store.count_by_status().get("SUCCEEDED") == n
+    app.close()
+    return n / elapsed
+
+
+def median_of(label: str, fn: Callable[[str, int, int], float], n: int, runs: int) -> float:
+    values = []
+    for run in range(runs):
+        with tempfile.TemporaryDirectory(prefix="ratchet-bench-") as workdir:
+            values.append(fn(workdir, n, run))
+    med = statistics.median(values)
+    print(f"{label:<28} median {med:>9,.0f} jobs/s   runs: {', '.join(f'{v:,.0f}' for v in values)}")
+    return med
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__)
+    parser.add_argument("--runs", type=int, default=5)
+    parser.add_argument("--jobs", type=int, default=20_000)
+    args = parser.parse_args()
+    print(f"machine: {platform.machine()}, {os.cpu_count()} cores, Python {platform.python_version()}")
+    median_of("bulk enqueue", bulk_enqueue, args.jobs, args.runs)
+    median_of("single enqueue", single_enqueue, min(args.jobs, 5000), args.runs)
+    median_of("no-op processing (1 proc)", process, args.jobs, args.runs)
+
+
+if __name__ == "__main__":
+    main()
