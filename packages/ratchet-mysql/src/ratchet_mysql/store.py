@@ -9,18 +9,25 @@ to lock, and looks past rows others hold instead of coming back short.
 
 from __future__ import annotations
 
-from datetime import UTC, datetime
+import logging
+from datetime import UTC, datetime, timedelta
 from typing import Any
 
 from sqlalchemy import Select, select, text, union_all
 from sqlalchemy.engine import Connection, make_url
+from sqlalchemy.exc import ProgrammingError
 
 from ratchet.domain.lifecycle import JobPriority, JobStatus
+from ratchet.domain.model import ClaimedJob
 from ratchet.sql import schema
 from ratchet.sql.store import SqlStore
-from ratchet_mysql.dialect import MySQLDialect
+from ratchet_mysql.dialect import MySQLDialect, error_code
+
+log = logging.getLogger("ratchet.mysql")
 
 Q = schema.job_queue
+#: Parse error (1064), wrong usage of UNION and FOR UPDATE (1221), not supported (1235).
+SYNTAX_ERRORS = frozenset({1064, 1221, 1235})
 
 DRIVER = "pymysql"
 
@@ -40,7 +47,31 @@ class MySQLStore(SqlStore):
     def __init__(
         self, url: str, dialect: MySQLDialect | None = None, **engine_options: Any
     ) -> None:
-        super().__init__(normalize_url(url), dialect or MySQLDialect(), **engine_options)
+        """``engine_options`` go to ``create_engine``; ``connect_args`` merge into the defaults."""
+        url = normalize_url(url)
+        dialect = dialect or MySQLDialect()
+        if "connect_args" in engine_options:
+            defaults = dialect.engine_kwargs(url)["connect_args"]
+            engine_options["connect_args"] = {**defaults, **engine_options["connect_args"]}
+        self._locking_union = True
+        """Whether the server accepts the per-level locking UNION (else: the generic claim)."""
+        super().__init__(url, dialect, **engine_options)
+
+    def claim(
+        self, node_id: str, limit: int, *, now: datetime, boost_interval: timedelta
+    ) -> list[ClaimedJob]:
+        try:
+            return super().claim(node_id, limit, now=now, boost_interval=boost_interval)
+        except ProgrammingError as exc:
+            if not self._locking_union or error_code(exc) not in SYNTAX_ERRORS:
+                raise
+            log.warning(
+                "the server rejects locking clauses in UNION branches (%s); claiming with "
+                "separate candidate and lock queries",
+                exc.orig,
+            )
+            self._locking_union = False
+            return super().claim(node_id, limit, now=now, boost_interval=boost_interval)
 
     def database_time(self) -> datetime:
         """The server's UTC clock with microseconds (``CURRENT_TIMESTAMP`` has whole seconds)."""
@@ -53,6 +84,8 @@ class MySQLStore(SqlStore):
 
     def _candidates(self, now: datetime, limit: int) -> Select[Any]:
         """Per priority level, the ``limit`` oldest due jobs nobody holds, locked as read."""
+        if not self._locking_union:
+            return super()._candidates(now, limit)
         branches = [
             select(Q.c.job_id, Q.c.priority, Q.c.scheduled_time, Q.c.epoch, Q.c.attempts)
             .where(

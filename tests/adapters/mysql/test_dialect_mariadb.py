@@ -1,0 +1,366 @@
+"""The MySQL dialect against a real MariaDB 10.11: error classification, isolation, keys, plan.
+
+Every error here is provoked for real on the server (a duplicate key, a deadlock between two
+connections, a lock wait timeout, a killed connection); the classifier must name each one.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+from collections.abc import Callable
+from datetime import timedelta
+from typing import Any
+
+import pytest
+from sqlalchemy import event, insert, select, text
+from sqlalchemy.exc import DBAPIError
+
+from ratchet.domain.errors import DuplicateBusinessKeyError
+from ratchet.domain.lifecycle import JobPriority, JobStatus
+from ratchet.plugins import Plugins, make_plugin_manager
+from ratchet.sql import schema
+from ratchet.sql.dialect import ErrorKind
+from ratchet.testing import FakeClock
+from ratchet.testing.store_contract import new_job
+from ratchet_mysql import MySQLDialect, MySQLStore, normalize_url
+from ratchet_mysql.dialect import error_code
+
+BOOST = timedelta(minutes=15)
+Q = schema.job_queue
+IDEM = schema.idempotency_key
+
+
+def wait_until(predicate: Callable[[], bool], timeout: float = 20.0) -> None:
+    """Poll a real condition until it holds (fail after ``timeout`` seconds)."""
+    deadline = time.monotonic() + timeout
+    while not predicate():
+        if time.monotonic() > deadline:
+            raise AssertionError("condition not reached in time")
+        time.sleep(0.01)
+
+
+def lock_wait_of(template: Any, connection_id: int) -> bool:
+    """Whether the session ``connection_id`` is waiting for a row lock."""
+    rows = template.execute(
+        "SELECT COUNT(*) FROM information_schema.INNODB_TRX"
+        " WHERE trx_mysql_thread_id = %s AND trx_state = 'LOCK WAIT'",
+        args=(connection_id,),
+    )
+    return bool(rows[0][0])
+
+
+def lock_job_row(store: MySQLStore, job_id: Any) -> Any:
+    """A connection holding ``FOR UPDATE`` on the job's queue row (caller rolls back)."""
+    conn = store.engine.connect()
+    conn.begin()
+    conn.execute(select(Q.c.job_id).where(Q.c.job_id == job_id).with_for_update()).all()
+    return conn
+
+
+def connection_id(conn: Any) -> int:
+    return int(conn.exec_driver_sql("SELECT CONNECTION_ID()").scalar_one())
+
+
+# ---------------------------------------------------------------------- duplicates
+def test_mariadb_1011_duplicate_idempotency_key(mysql_store: MySQLStore, clock: FakeClock) -> None:
+    dialect = mysql_store.dialect
+    row = {"idempotency_key": "pay-1", "job_id": new_job(clock).job_id, "created_at": clock.now()}
+    with mysql_store.engine.begin() as conn:
+        conn.execute(insert(IDEM), row)
+    with pytest.raises(DBAPIError) as caught, mysql_store.engine.begin() as conn:
+        conn.execute(insert(IDEM), row)
+    assert error_code(caught.value) == 1062
+    assert dialect.classify(caught.value) is ErrorKind.DUPLICATE_IDEMPOTENCY_KEY
+
+
+def test_mariadb_1011_duplicate_business_key(mysql_store: MySQLStore, clock: FakeClock) -> None:
+    [first] = [new_job(clock, business_key="order-7")]
+    mysql_store.insert_jobs([first], now=clock.now())
+    second = new_job(clock, business_key="order-7")
+    with pytest.raises(DuplicateBusinessKeyError):
+        mysql_store.insert_jobs([second], now=clock.now())
+    with pytest.raises(DBAPIError) as caught, mysql_store.engine.begin() as conn:
+        conn.execute(
+            insert(Q),
+            {
+                "job_id": first.job_id,  # any id: the unique index is checked too
+                "status": "PENDING",
+                "priority": 0,
+                "scheduled_time": clock.now(),
+                "attempts": 0,
+                "epoch": 0,
+                "business_key": "order-7",
+            },
+        )
+    assert error_code(caught.value) == 1062
+    # MariaDB reports whichever unique key it checks first: the primary key of the queue table
+    # is not an idempotency key, the business key index is a business key.
+    kind = mysql_store.dialect.classify(caught.value)
+    assert kind in (ErrorKind.DUPLICATE_BUSINESS_KEY, ErrorKind.OTHER)
+
+
+def test_mariadb_1011_other_primary_key_duplicate_is_other(
+    mysql_store: MySQLStore, clock: FakeClock
+) -> None:
+    [job] = [new_job(clock)]
+    mysql_store.insert_jobs([job], now=clock.now())
+    row = MySQLStore._job_row(job)
+    with pytest.raises(DBAPIError) as caught, mysql_store.engine.begin() as conn:
+        conn.execute(insert(schema.job), row)
+    assert error_code(caught.value) == 1062
+    assert mysql_store.dialect.classify(caught.value) is ErrorKind.OTHER
+
+
+def test_mariadb_1011_keys_compare_exactly(mysql_store: MySQLStore, clock: FakeClock) -> None:
+    """Keys differing only in case, accents or trailing spaces are different keys (0003)."""
+    jobs = [
+        new_job(clock, idempotency_key=key, business_key=key)
+        for key in ("Pay-1", "pay-1", "pay-1 ", "café", "cafe")
+    ]
+    results = mysql_store.insert_jobs(jobs, now=clock.now())
+    assert all(r.inserted for r in results)
+    assert {mysql_store.find_by_idempotency_key(j.idempotency_key) for j in jobs} == {
+        j.job_id for j in jobs
+    }
+
+
+# ---------------------------------------------------------------------- retryable
+def test_mariadb_1011_real_deadlock_is_retryable(
+    mysql_store: MySQLStore, mysql_template: Any, clock: FakeClock
+) -> None:
+    one, two = new_job(clock), new_job(clock)
+    mysql_store.insert_jobs([one, two], now=clock.now())
+    a = lock_job_row(mysql_store, one.job_id)
+    b = lock_job_row(mysql_store, two.job_id)
+    errors: dict[str, BaseException | None] = {}
+
+    def a_takes_two() -> None:
+        try:
+            a.execute(select(Q.c.job_id).where(Q.c.job_id == two.job_id).with_for_update()).all()
+            errors["a"] = None
+        except DBAPIError as exc:
+            errors["a"] = exc
+
+    a_id = connection_id(a)
+    waiter = threading.Thread(target=a_takes_two)
+    waiter.start()
+    try:
+        wait_until(lambda: lock_wait_of(mysql_template, a_id))
+        try:
+            b.execute(select(Q.c.job_id).where(Q.c.job_id == one.job_id).with_for_update()).all()
+            errors["b"] = None
+        except DBAPIError as exc:
+            errors["b"] = exc
+        if errors["b"] is None:  # b won: a is the victim; end b so that a's thread finishes
+            b.rollback()
+        waiter.join(30)
+    finally:
+        for conn in (a, b):
+            conn.rollback()
+            conn.close()
+    victims = [e for e in errors.values() if e is not None]
+    assert len(victims) == 1, errors
+    assert error_code(victims[0]) == 1213
+    assert mysql_store.dialect.classify(victims[0]) is ErrorKind.RETRYABLE
+
+
+def test_mariadb_1011_lock_wait_timeout_is_retryable(
+    mysql_store: MySQLStore, mysql_template: Any, clock: FakeClock
+) -> None:
+    [job] = [new_job(clock)]
+    mysql_store.insert_jobs([job], now=clock.now())
+    holder = lock_job_row(mysql_store, job.job_id)
+    try:
+        with mysql_store.engine.connect() as waiter:
+            waiter.exec_driver_sql("SET SESSION innodb_lock_wait_timeout = 1")
+            with pytest.raises(DBAPIError) as caught:
+                waiter.execute(
+                    select(Q.c.job_id).where(Q.c.job_id == job.job_id).with_for_update()
+                ).all()
+            waiter.rollback()
+    finally:
+        holder.rollback()
+        holder.close()
+    assert error_code(caught.value) == 1205
+    assert mysql_store.dialect.classify(caught.value) is ErrorKind.RETRYABLE
+
+
+def test_mariadb_1011_store_retries_lock_timeouts_and_counts_them(
+    mysql_database_url: str, mysql_template: Any, clock: FakeClock
+) -> None:
+    store = MySQLStore(
+        mysql_database_url,
+        connect_args={"init_command": "SET time_zone = '+00:00', innodb_lock_wait_timeout = 1"},
+    )
+    try:
+        [job] = [new_job(clock)]
+        store.insert_jobs([job], now=clock.now())
+        holder = lock_job_row(store, job.job_id)
+        outcome: dict[str, bool] = {}
+        canceller = threading.Thread(
+            target=lambda: outcome.setdefault("ok", store.cancel_job(job.job_id, now=clock.now()))
+        )
+        canceller.start()
+        try:
+            wait_until(lambda: store.retried_errors >= 1)  # timed out once, retrying
+        finally:
+            holder.rollback()
+            holder.close()
+        canceller.join(30)
+        assert outcome == {"ok": True}
+        assert store.retried_errors >= 1
+        record = store.get_job(job.job_id)
+        assert record is not None and record.status is JobStatus.CANCELED
+    finally:
+        store.close()
+
+
+# ---------------------------------------------------------------------- transient
+def test_mariadb_1011_killed_connection_is_transient_and_store_reconnects(
+    mysql_store: MySQLStore, mysql_template: Any, clock: FakeClock
+) -> None:
+    mysql_store.insert_jobs([new_job(clock)], now=clock.now())
+    conn = mysql_store.engine.connect()
+    victim = connection_id(conn)
+    mysql_template.execute(f"KILL {victim}")
+    with pytest.raises(DBAPIError) as caught:
+        conn.exec_driver_sql("SELECT 1").all()
+    conn.close()
+    assert (
+        error_code(caught.value) in (2006, 2013, 1927, 4031) or caught.value.connection_invalidated
+    )
+    assert mysql_store.dialect.classify(caught.value) is ErrorKind.TRANSIENT
+    # Every pooled session killed: the next operations reconnect (pre-ping) and carry on.
+    mysql_template.kill_sessions("ratchet_t")
+    assert mysql_store.count_by_status() == {"PENDING": 1}
+    assert len(mysql_store.claim("n", 5, now=clock.now(), boost_interval=BOOST)) == 1
+
+
+def test_connection_refused_is_transient() -> None:
+    store = MySQLStore("mysql+pymysql://nobody:x@127.0.0.1:1/none?connect_timeout=2")
+    try:
+        with pytest.raises(DBAPIError) as caught, store.engine.connect():
+            pass
+        assert error_code(caught.value) == 2003
+        assert store.dialect.classify(caught.value) is ErrorKind.TRANSIENT
+    finally:
+        store.close()
+
+
+# ---------------------------------------------------------------------- isolation, plugin
+def test_mariadb_1011_sessions_run_read_committed(
+    mysql_store: MySQLStore, caplog: pytest.LogCaptureFixture
+) -> None:
+    with (
+        caplog.at_level(logging.WARNING, logger="ratchet.mysql"),
+        mysql_store.engine.connect() as c,
+    ):
+        level = c.exec_driver_sql("SELECT @@SESSION.tx_isolation").scalar_one()
+    assert level == "READ-COMMITTED"
+    assert not caplog.records
+
+
+def test_mariadb_1011_warns_when_isolation_is_not_read_committed(
+    mysql_database_url: str, caplog: pytest.LogCaptureFixture
+) -> None:
+    store = MySQLStore(mysql_database_url, isolation_level="REPEATABLE READ")
+    try:
+        with caplog.at_level(logging.WARNING, logger="ratchet.mysql"), store.engine.connect():
+            pass
+    finally:
+        store.close()
+    assert any("REPEATABLE READ" in r.getMessage() for r in caplog.records)
+
+
+def test_plugin_serves_mysql_and_mariadb_urls() -> None:
+    plugins = Plugins(make_plugin_manager())
+    for url in ("mysql+pymysql://u@h/db", "mariadb+pymysql://u@h/db", "mysql://u@h/db"):
+        store = plugins.store_factory(url)(url, None)
+        try:
+            assert isinstance(store, MySQLStore)
+            assert store.capabilities.skip_locked and store.capabilities.multi_host
+        finally:
+            store.close()
+    assert normalize_url("mysql://u@h/db") == "mysql+pymysql://u@h/db"
+    assert normalize_url("mariadb://u@h/db") == "mariadb+pymysql://u@h/db"
+
+
+def test_ssl_disabled_query_flag_is_a_real_boolean() -> None:
+    dialect = MySQLDialect()
+    for value, expected in (("true", True), ("false", False), ("0", False), ("1", True)):
+        args = dialect.engine_kwargs(f"mysql+pymysql://u@h/db?ssl_disabled={value}")
+        assert args["connect_args"]["ssl_disabled"] is expected
+
+
+# ---------------------------------------------------------------------- claim plan
+def test_mariadb_1011_claim_uses_the_claim_index(
+    mysql_store: MySQLStore, mysql_template: Any, clock: FakeClock
+) -> None:
+    jobs = [new_job(clock, priority=p) for p in JobPriority for _ in range(400)]
+    mysql_store.insert_jobs(jobs, now=clock.now())
+    mysql_template.execute("ANALYZE TABLE scheduler_job_queue", "ratchet_t")
+    seen: list[tuple[str, Any]] = []
+
+    def capture(conn: Any, cursor: Any, statement: str, params: Any, ctx: Any, many: bool) -> None:
+        if "SKIP LOCKED" in statement and "UNION" in statement:
+            seen.append((statement, params))
+
+    event.listen(mysql_store.engine, "before_cursor_execute", capture)
+    try:
+        claimed = mysql_store.claim("n", 50, now=clock.now(), boost_interval=BOOST)
+    finally:
+        event.remove(mysql_store.engine, "before_cursor_execute", capture)
+    assert len(claimed) == 50
+    [(statement, params)] = seen
+    with mysql_store.engine.connect() as conn:
+        cursor = conn.connection.cursor()
+        cursor.execute("EXPLAIN " + statement, params)
+        columns = [d[0] for d in cursor.description]
+        plan = [dict(zip(columns, row, strict=True)) for row in cursor.fetchall()]
+    branches = [row for row in plan if row["table"] == "scheduler_job_queue"]
+    assert len(branches) == len(JobPriority), plan
+    for row in branches:
+        assert row["key"] == "idx_queue_claim", plan
+        assert row["type"] in ("range", "ref"), plan  # an index walk in claim order
+        assert "filesort" not in (row["Extra"] or ""), plan
+
+
+def test_mariadb_1011_concurrent_claimers_look_past_each_others_rows(
+    mysql_store: MySQLStore, clock: FakeClock
+) -> None:
+    """A claim whose best candidates are held by another claimer takes the next ones."""
+    jobs = [new_job(clock) for _ in range(10)]
+    mysql_store.insert_jobs(jobs, now=clock.now())
+    with mysql_store.engine.connect() as other:
+        other.begin()
+        held = other.execute(
+            mysql_store._candidates(clock.now(), 4)  # the 4 oldest, locked by "another node"
+        ).all()
+        claimed = mysql_store.claim("n", 4, now=clock.now(), boost_interval=BOOST)
+        other.rollback()
+    assert len(held) == 4 and len(claimed) == 4
+    assert {r.job_id for r in held}.isdisjoint({c.job_id for c in claimed})
+    assert [c.job_id for c in claimed] == [j.job_id for j in jobs[4:8]]
+
+
+def test_mariadb_1011_batched_updates_roll_back_as_one(
+    mysql_store: MySQLStore, clock: FakeClock
+) -> None:
+    """The multi-statement pipeline stops at a failing statement and the transaction rolls back."""
+    jobs = [new_job(clock) for _ in range(3)]
+    mysql_store.insert_jobs(jobs, now=clock.now())
+    statement = text("UPDATE scheduler_job_queue SET attempts = :a WHERE job_id = :id")
+    params = [
+        {"a": 5, "id": jobs[0].job_id.bytes},
+        {"a": 2**40, "id": jobs[1].job_id.bytes},  # out of range for INT under strict mode
+        {"a": 5, "id": jobs[2].job_id.bytes},
+    ]
+    with pytest.raises(DBAPIError), mysql_store.engine.begin() as conn:
+        conn.execute(statement, params)
+    with mysql_store.engine.connect() as conn:
+        assert conn.execute(text("SELECT MAX(attempts) FROM scheduler_job_queue")).scalar() == 0
+    with mysql_store.engine.begin() as conn:
+        result = conn.execute(statement, [params[0], params[2]])
+    assert result.rowcount == 2
