@@ -141,6 +141,7 @@ def test_outage_is_logged_once_and_polling_is_not_blocked(
         node.add_listener(recorder)
         node.notify_new_work(WakeupHint(JobPriority.HIGH, "local"))  # NOTIFY fails: no raise
         assert recorder.find("local") != []
+        _wait(lambda: node.publish_errors == 1, 10, "the failed NOTIFY")
         with _admin(postgres_store_url) as admin:
             admin.execute(f"ALTER ROLE {role} LOGIN")
         _wait(lambda: node.state is CoordinatorState.CONNECTED, 10, "reconnected")
@@ -161,6 +162,7 @@ def test_close_is_prompt_idempotent_and_leaks_nothing(
     node = PostgresClusterCoordinator(postgres_store_url, ping_interval=60)
     assert node.wait_connected(10)
     node.notify_new_work(WakeupHint(JobPriority.NORMAL, "warm"))  # opens the sender connection
+    _wait(lambda: node.published == 1, 10, "the NOTIFY to be sent")
     with _admin(postgres_store_url) as admin:
         count = admin.execute(
             "SELECT count(*) FROM pg_stat_activity WHERE datname = current_database()"
@@ -211,3 +213,25 @@ def test_payload_round_trip_and_garbage() -> None:
     assert len(encode_hint(WakeupHint(JobPriority.LOW, "o" * 9000, "t" * 9000)).encode()) < 8000
     assert decode_hint("not json")[0] == WakeupHint(JobPriority.NORMAL, "?")
     assert decode_hint('{"p": 99}')[0] == WakeupHint(JobPriority.NORMAL, "?")
+
+
+def test_a_burst_of_hints_is_sent_in_few_round_trips(
+    make: Callable[..., PostgresClusterCoordinator],
+) -> None:
+    """Submitting never waits for NOTIFY; identical hints queued together collapse into one."""
+    sender, receiver = make(), make()
+    recorder = Recorder()
+    receiver.add_listener(recorder)
+    started = time.perf_counter()
+    for _ in range(500):
+        sender.notify_new_work(WakeupHint(JobPriority.NORMAL, "same"))
+    for i in range(200):
+        sender.notify_new_work(WakeupHint(JobPriority.NORMAL, f"distinct-{i}"))
+    queued_in = time.perf_counter() - started
+    assert queued_in < 0.5, f"queueing 700 hints took {queued_in:.3f} s"
+    assert recorder.wait_for("distinct-199", 10) is not None
+    assert [f"distinct-{i}" for i in range(200)] == [
+        o for o in recorder.origins() if o.startswith("distinct")
+    ]
+    assert 1 <= len(recorder.find("same")) < 500
+    assert sender.publish_errors == sender.dropped == 0 and sender.pending == 0

@@ -2,14 +2,18 @@
 
 Every node keeps one dedicated listener connection (autocommit, ``LISTEN ratchet_wakeup``) read
 by a background thread that waits on the socket with ``select`` (plus a self-pipe, so
-:meth:`close` returns at once). ``notify_new_work`` sends ``NOTIFY`` on a second, lazily opened
-connection. Hints are never needed for correctness: a lost listener connection reconnects with
-capped exponential backoff while the worker keeps polling, and after reconnecting the listeners
-get one hint because a wakeup may have been missed during the outage.
+:meth:`close` returns at once). ``notify_new_work`` delivers the hint to the node's own listeners
+at once and queues it for a publisher thread, which sends everything queued in one round trip
+(``SELECT pg_notify(...), pg_notify(...)``) on a second, lazily opened connection: submitting
+never waits for the database on the coordinator's account. Hints are never needed for
+correctness: a lost listener connection reconnects with capped exponential backoff while the
+worker keeps polling, and after reconnecting the listeners get one hint because a wakeup may
+have been missed during the outage.
 """
 
 from __future__ import annotations
 
+import collections
 import contextlib
 import enum
 import json
@@ -35,6 +39,11 @@ log = logging.getLogger("ratchet.coordinator.postgres")
 CHANNEL = "ratchet_wakeup"
 #: Origin of the hint delivered after the listener reconnected.
 RECONNECT_ORIGIN = "<listener reconnected>"
+
+#: Hints waiting for the publisher; beyond this the oldest are dropped (and counted).
+OUTBOX_LIMIT = 1000
+#: Most notifications sent in one statement.
+PUBLISH_BATCH = 100
 
 Listener = Callable[[WakeupHint], None]
 
@@ -130,8 +139,15 @@ class PostgresClusterCoordinator:
         """Identifies this coordinator's notifications (to drop their echo)."""
         self._listeners: list[Listener] = []
         self._lock = threading.Lock()
-        self._send_lock = threading.Lock()
+        self._outbox: collections.deque[str] = collections.deque()
+        self._outbox_ready = threading.Condition(threading.Lock())
         self._sender: psycopg.Connection[Any] | None = None
+        self.published = 0
+        """Notifications sent."""
+        self.publish_errors = 0
+        """Notifications that could not be sent (dropped; polling finds the jobs)."""
+        self.dropped = 0
+        """Hints dropped because the outbox was full."""
         self._closed = threading.Event()
         self._connected = threading.Event()
         self._state = CoordinatorState.CONNECTING
@@ -150,7 +166,11 @@ class PostgresClusterCoordinator:
         self._thread = threading.Thread(
             target=self._listen_loop, name="ratchet-pg-listener", daemon=True
         )
+        self._publisher = threading.Thread(
+            target=self._publish_loop, name="ratchet-pg-notify", daemon=True
+        )
         self._thread.start()
+        self._publisher.start()
 
     # ------------------------------------------------------------------ public API
     @property
@@ -166,28 +186,26 @@ class PostgresClusterCoordinator:
         with self._lock:
             self._listeners.append(listener)
 
+    @property
+    def pending(self) -> int:
+        """Hints queued for the publisher."""
+        return len(self._outbox)
+
     def notify_new_work(self, hint: WakeupHint) -> None:
-        """Send ``NOTIFY``; a failure is logged, never raised (polling finds the job anyway)."""
+        """Wake local listeners now and queue a ``NOTIFY`` for the others. Never blocks or raises."""
         if self._closed.is_set():
             return
         self._deliver(hint)
         payload = encode_hint(hint, self.instance)
-        with self._send_lock:
-            for attempt in (1, 2):
-                try:
-                    if self._sender is None or self._sender.closed:
-                        self._sender = psycopg.connect(
-                            self.conninfo, autocommit=True, **self.connect_kwargs
-                        )
-                    self._sender.execute("SELECT pg_notify(%s, %s)", (self.channel, payload))
-                    return
-                except psycopg.Error as exc:
-                    self._drop_sender()
-                    if attempt == 2:
-                        log.warning("wakeup NOTIFY failed (%s); pollers will find the job", exc)
+        with self._outbox_ready:
+            if len(self._outbox) >= OUTBOX_LIMIT:
+                self._outbox.popleft()
+                self.dropped += 1
+            self._outbox.append(payload)
+            self._outbox_ready.notify()
 
     def close(self) -> None:
-        """Stop listening and close both connections. Idempotent; returns promptly."""
+        """Stop listening and publishing, close both connections. Idempotent; returns promptly."""
         if self._closed.is_set():
             return
         self._closed.set()
@@ -197,11 +215,13 @@ class PostgresClusterCoordinator:
                 # A full pipe (OSError) means the thread is being woken anyway.
                 with contextlib.suppress(OSError):
                     os.write(self._wake_w, b"x")
-        if self._thread is not threading.current_thread():
-            # Bounded: a connection attempt in progress gives up after connect_timeout.
-            self._thread.join(timeout=float(self.connect_kwargs.get("connect_timeout", 5)) + 1)
-        with self._send_lock:
-            self._drop_sender()
+        with self._outbox_ready:
+            self._outbox_ready.notify_all()
+        # Bounded: a connection attempt in progress gives up after connect_timeout.
+        limit = float(self.connect_kwargs.get("connect_timeout", 5)) + 1
+        for thread in (self._thread, self._publisher):
+            if thread is not threading.current_thread():
+                thread.join(timeout=limit)
         with self._lock:
             self._listeners.clear()
 
@@ -217,6 +237,52 @@ class PostgresClusterCoordinator:
         if sender is not None:
             with contextlib.suppress(psycopg.Error):
                 sender.close()
+
+    def _publish_loop(self) -> None:
+        outage_logged = False
+        while True:
+            with self._outbox_ready:
+                while not self._outbox and not self._closed.is_set():
+                    self._outbox_ready.wait()
+                if self._closed.is_set():
+                    break
+                batch: list[str] = []
+                while self._outbox and len(batch) < PUBLISH_BATCH:
+                    payload = self._outbox.popleft()
+                    if payload not in batch:  # one submission burst, one notification each
+                        batch.append(payload)
+            try:
+                self._publish(batch)
+                self.published += len(batch)
+                if outage_logged:
+                    log.warning("wakeup NOTIFY works again")
+                    outage_logged = False
+            except psycopg.Error as exc:
+                self.publish_errors += len(batch)
+                if not outage_logged:
+                    log.warning("wakeup NOTIFY failed (%s); pollers will find the jobs", exc)
+                    outage_logged = True
+        self._drop_sender()
+
+    def _publish(self, payloads: list[str]) -> None:
+        """Send ``payloads`` in one statement, reconnecting once if the connection broke."""
+        calls = sql.SQL(", ").join(
+            sql.SQL("pg_notify({}, {})").format(sql.Literal(self.channel), sql.Placeholder())
+            for _ in payloads
+        )
+        stmt = sql.SQL("SELECT {}").format(calls)
+        for attempt in (1, 2):
+            try:
+                if self._sender is None or self._sender.closed:
+                    self._sender = psycopg.connect(
+                        self.conninfo, autocommit=True, **self.connect_kwargs
+                    )
+                self._sender.execute(stmt, payloads)
+                return
+            except psycopg.Error:
+                self._drop_sender()
+                if attempt == 2 or self._closed.is_set():
+                    raise
 
     def _dispatch(self, payload: str) -> None:
         hint, sender = decode_hint(payload)
