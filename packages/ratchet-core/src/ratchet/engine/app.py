@@ -23,6 +23,7 @@ from ratchet.domain.lifecycle import JobPriority
 from ratchet.domain.model import AttemptRecord, JobFilter, JobRecord
 from ratchet.domain.retry import RetryPolicy
 from ratchet.engine.builder import JobBuilder, JobHandle
+from ratchet.engine.gates_api import GatesMixin
 from ratchet.events import EventKind, JobEvent
 from ratchet.ids import uuid7
 from ratchet.plugins import Plugins, make_plugin_manager
@@ -34,7 +35,7 @@ log = logging.getLogger("ratchet")
 EventListener = Callable[[JobEvent], None]
 
 
-class Ratchet:
+class Ratchet(GatesMixin):
     """A scheduler bound to one database.
 
     :param url: SQLAlchemy URL of the store (``sqlite:///jobs.db``, ``postgresql+psycopg://...``).
@@ -85,6 +86,7 @@ class Ratchet:
             auto_migrate = self.store.capabilities.dialect == "sqlite"
         if auto_migrate:
             self.store.migrate()
+        self._wire_gates()
 
     # -- ids, time, events -------------------------------------------------------------------
     def new_id(self) -> uuid.UUID:
@@ -184,10 +186,8 @@ class Ratchet:
 
         if connection is None:
             after_commit()
-        elif isinstance(connection, Session):
-            event.listen(connection, "after_commit", after_commit, once=True)
         else:
-            event.listen(connection, "commit", after_commit, once=True)
+            _run_after_commit(connection, after_commit)
         return handles
 
     def _after_submit(self, inserted: Sequence[tuple[JobBuilder, Any]], now: datetime) -> None:
@@ -234,11 +234,22 @@ class Ratchet:
             self.emit(JobEvent(kind, job_id, self.now()))
         return ok
 
-    def cancel_job(self, job_id: uuid.UUID) -> bool:
+    def cancel_job(self, job_id: uuid.UUID, *, interrupt: bool = False) -> bool:
         """Cancel a live job; a RUNNING one finishes but its result is discarded.
 
+        :param interrupt: also set the running attempt's cancellation request (its node picks
+            it up within ``cancel_request_interval``), so a job that checks
+            ``JobContext.is_cancellation_requested()`` stops at its next safe point.
         :returns: False if the job is missing or already terminal.
         """
+        if interrupt:
+            from ratchet.engine.watchdog import cancellation_store
+
+            store = cancellation_store(self.store)
+            if store is not None:
+                ok = store.request_cancellation(job_id, now=self.now())
+                return self._operator(EventKind.CANCELLED, ok, job_id)
+            log.warning("this store cannot deliver cancellation requests; canceling without")
         return self._operator(
             EventKind.CANCELLED, self.store.cancel_job(job_id, now=self.now()), job_id
         )
@@ -313,3 +324,29 @@ class Ratchet:
 
     def __exit__(self, *exc: object) -> None:
         self.close()
+
+
+def _run_after_commit(connection: Any, callback: Callable[[], None]) -> None:
+    """Call ``callback`` once the caller's transaction commits; never if it rolls back.
+
+    One pair of listeners per connection or session drains a pending list kept in its ``info``
+    (listeners cannot be removed while SQLAlchemy dispatches them).
+    """
+    pending: list[Callable[[], None]] | None = connection.info.get("ratchet_after_commit")
+    if pending is None:
+        pending = connection.info["ratchet_after_commit"] = []
+        queued = pending
+
+        def on_commit(*_: Any) -> None:
+            callbacks = list(queued)
+            queued.clear()
+            for fn in callbacks:
+                fn()
+
+        def on_rollback(*_: Any) -> None:
+            queued.clear()
+
+        is_session = isinstance(connection, Session)
+        event.listen(connection, "after_commit" if is_session else "commit", on_commit)
+        event.listen(connection, "after_rollback" if is_session else "rollback", on_rollback)
+    pending.append(callback)
