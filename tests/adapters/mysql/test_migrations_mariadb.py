@@ -76,7 +76,8 @@ def test_mariadb_1011_nodes_starting_together_migrate_exactly_once(
         store.close()
     versions = mysql_template.execute(f"SELECT version_num FROM `{VERSION_TABLE}`", empty_database)
     assert sorted(v for (v,) in versions) == sorted(head_revisions(store))
-    assert mysql_template.execute("SELECT IS_FREE_LOCK('ratchet_migrate')")[0][0] == 1
+    lock = mysql_dialect.migration_lock_name(empty_database)
+    assert mysql_template.execute("SELECT IS_FREE_LOCK(%s)", args=(lock,))[0][0] == 1
 
 
 def test_mariadb_1011_migrate_at_head_does_nothing(mysql_database_url: str) -> None:
@@ -97,7 +98,7 @@ def test_mariadb_1011_migration_lock_times_out_while_another_node_holds_it(
     store = MySQLStore(mysql_database_url)
     try:
         with holder.cursor() as cur:
-            cur.execute("SELECT GET_LOCK('ratchet_migrate', 5)")
+            cur.execute("SELECT GET_LOCK(%s, 5)", (mysql_dialect.migration_lock_name("ratchet_t"),))
             assert cur.fetchone() == (1,)
         with pytest.raises(TimeoutError, match="ratchet_migrate"):
             store.migrate()

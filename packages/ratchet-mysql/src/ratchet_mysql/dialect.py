@@ -22,7 +22,8 @@ from ratchet.sql.dialect import ErrorKind, SqlDialect
 
 log = logging.getLogger("ratchet.mysql")
 
-#: Name of the server-wide advisory lock held while migrations run.
+#: Prefix of the named lock held while migrations run (named locks are server-wide, so the
+#: database name follows it: two databases on one server migrate independently).
 MIGRATION_LOCK_NAME = "ratchet_migrate"
 #: Seconds a node waits for another node's migration before giving up.
 MIGRATION_LOCK_TIMEOUT = 300
@@ -139,21 +140,22 @@ class MySQLDialect(SqlDialect):
 
     @contextmanager
     def migration_lock(self, conn: Connection) -> Iterator[None]:
-        """Hold ``GET_LOCK('ratchet_migrate')`` on a second session for the whole Alembic run.
+        """Hold ``GET_LOCK('ratchet_migrate.<database>')`` on a second session for the whole Alembic run.
 
         MySQL commits DDL implicitly, so a transaction cannot serialise migrations; a named lock
         can. The migration's own transaction (the version-table rows) is committed before the
         lock is released, so a node that waited then finds the schema at head and does nothing.
         """
+        name = migration_lock_name(conn.engine.url.database)
         with conn.engine.connect() as holder:
             got = holder.execute(
                 text("SELECT GET_LOCK(:name, :timeout)"),
-                {"name": MIGRATION_LOCK_NAME, "timeout": MIGRATION_LOCK_TIMEOUT},
+                {"name": name, "timeout": MIGRATION_LOCK_TIMEOUT},
             ).scalar()
             holder.commit()
             if got != 1:
                 raise TimeoutError(
-                    f"could not take the migration lock {MIGRATION_LOCK_NAME!r} within "
+                    f"could not take the migration lock {name!r} within "
                     f"{MIGRATION_LOCK_TIMEOUT} s (another node is still migrating?)"
                 )
             try:
@@ -161,9 +163,7 @@ class MySQLDialect(SqlDialect):
                 conn.commit()
             finally:
                 try:
-                    holder.execute(
-                        text("SELECT RELEASE_LOCK(:name)"), {"name": MIGRATION_LOCK_NAME}
-                    )
+                    holder.execute(text("SELECT RELEASE_LOCK(:name)"), {"name": name})
                     holder.commit()
                 except DBAPIError:
                     # The lock dies with its session: make sure the pool never reuses it.
@@ -181,6 +181,11 @@ class MySQLDialect(SqlDialect):
         if isinstance(exc, DBAPIError) and exc.connection_invalidated:
             return ErrorKind.TRANSIENT
         return ErrorKind.OTHER
+
+
+def migration_lock_name(database: str | None) -> str:
+    """The named lock of one database's migrations (at most 64 characters, as servers allow)."""
+    return f"{MIGRATION_LOCK_NAME}.{database or ''}"[:64]
 
 
 def pipeline_executemany(cursor: Any, statement: str, parameters: Any) -> int:
