@@ -45,8 +45,8 @@ def test_connected_and_counting(make_coordinator: Callable[..., Any]) -> None:
     marker = unique("marker")
     b.notify_new_work(WakeupHint(JobPriority.LOW, marker))
     assert at_a.wait_for(marker, 5) is not None
-    assert wait_until(lambda: a.stats.ignored_own >= 1, 5)
-    assert a.stats.published >= 1 and b.stats.received >= 1
+    assert wait_until(lambda: a.stats.ignored_own >= 1 and a.stats.published >= 1, 5)
+    assert b.stats.received >= 1
     assert a.stats.publish_errors == 0 and a.stats.reconnects == 0
     assert len(at_a.find(origin)) == 1  # the local delivery, not the echo
 
@@ -192,7 +192,7 @@ def test_close_releases_every_connection_and_thread(redis_server: Any, redis_url
         node.close()
         node.close()
     took = time.perf_counter() - started
-    assert took < 0.5, f"closing 3 coordinators took {took:.3f} s"
+    assert took < 2.0, f"closing 3 coordinators took {took:.3f} s"
     assert [t for t in threading.enumerate() if t not in threads_before] == []
     assert wait_until(lambda: "ratchet-wakeup" not in client_names(redis_server), 5)
     assert all(node.state is CoordinatorState.CLOSED for node in nodes)

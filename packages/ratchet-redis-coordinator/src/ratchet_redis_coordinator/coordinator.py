@@ -611,16 +611,13 @@ class RedisClusterCoordinator:
         self._deliver(hint)
 
     def _on_connected(self) -> None:
+        # Counters and log lines first: whoever waits for CONNECTED then sees them too.
         with self._lock:
             if self._closed.is_set():
                 return
             previous = self._state
-            self._state = CoordinatorState.CONNECTED
             since, self._sub_outage_since = self._sub_outage_since, None
-        self._connected.set()
-        self._first_attempt.set()
         if previous is CoordinatorState.RECONNECTING:
-            self._counters.add("reconnects")
             outage = time.monotonic() - since if since is not None else 0.0
             log.info(
                 "wakeups via %s (cluster %r) work again after %.1f s",
@@ -628,8 +625,15 @@ class RedisClusterCoordinator:
                 self.settings.cluster,
                 outage,
             )
+            self._counters.add("reconnects")
         else:
             log.debug("subscribed to %s on %s", self.channel, self.settings.redacted_url)
+        with self._lock:
+            if self._closed.is_set():
+                return
+            self._state = CoordinatorState.CONNECTED
+        self._connected.set()
+        self._first_attempt.set()
 
     def _on_outage(self, exc: BaseException) -> None:
         with self._lock:

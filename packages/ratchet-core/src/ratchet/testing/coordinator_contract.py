@@ -248,7 +248,10 @@ class CoordinatorContract:
                 trans.commit()
             assert app.get_job(committed.id) is not None
             hint = recorder.wait_for(app_name, self.delivery_timeout)
-            assert hint is not None, "a committed CRITICAL submission sent no wakeup"
+            assert hint is not None, (
+                "a committed CRITICAL submission sent no wakeup (its Connection was the second "
+                "one checked out of the engine's pool, after a rolled-back one)"
+            )
             assert hint.priority is JobPriority.CRITICAL
         finally:
             engine.dispose()
