@@ -13,6 +13,7 @@ from __future__ import annotations
 import importlib
 from typing import TYPE_CHECKING, Any
 
+from ratchet.domain.breaker import BreakerProfile, BreakerState, CircuitOpenError, circuit_breaker
 from ratchet.domain.errors import (
     ClassPolicyViolation,
     ConfigurationError,
@@ -34,6 +35,7 @@ from ratchet.domain.errors import (
 from ratchet.domain.lifecycle import JobPriority, JobStatus
 from ratchet.domain.model import JobFilter
 from ratchet.domain.options import BackoffPolicy, JobOptions
+from ratchet.domain.resources import ResourceLimit
 from ratchet.domain.retry import DoNotRetry, RetryPolicy, do_not_retry
 
 if TYPE_CHECKING:
@@ -74,6 +76,9 @@ def __getattr__(name: str) -> Any:
 
 __all__ = [
     "BackoffPolicy",
+    "BreakerProfile",
+    "BreakerState",
+    "CircuitOpenError",
     "ClassPolicyViolation",
     "ConfigurationError",
     "DoNotRetry",
@@ -96,6 +101,7 @@ __all__ = [
     "PayloadTooLargeError",
     "Ratchet",
     "RatchetError",
+    "ResourceLimit",
     "ResultTooLargeError",
     "RetryPolicy",
     "StoreUnavailable",
@@ -103,6 +109,7 @@ __all__ = [
     "UnknownStoreError",
     "UnserializableArgument",
     "UnsubmittedJobWarning",
+    "circuit_breaker",
     "do_not_retry",
     "hookimpl",
 ]

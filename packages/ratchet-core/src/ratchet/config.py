@@ -2,11 +2,15 @@
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from datetime import timedelta
+from typing import Any
 
+from ratchet.domain.breaker import check_profile_name, resolve_profiles
 from ratchet.domain.errors import ConfigurationError
 from ratchet.domain.priority import DEFAULT_BOOST_INTERVAL
+from ratchet.domain.resources import parse_resource_limits
 
 
 @dataclass
@@ -23,6 +27,14 @@ class RatchetConfig:
     """Age boost: +1 effective priority per interval waited; zero disables."""
     node_name: str | None = None
     extra: dict[str, object] = field(default_factory=dict)
+    circuit_breakers: bool = True
+    """Guard job targets with circuit breakers (False: the pass-through strategy)."""
+    breaker_profiles: Mapping[str, Any] = field(default_factory=dict)
+    """Numbers of the built-in profiles, e.g. ``{"FAST": {"wait": 5}}`` (docs/circuit-breakers.md)."""
+    default_breaker_profile: str = "DEFAULT"
+    """The profile of targets without ``@circuit_breaker(profile=...)``."""
+    resource_limits: Mapping[str, Any] = field(default_factory=dict)
+    """``{name: (max_concurrent, retry_delay)}`` stored when the app starts (docs/resource-limits.md)."""
 
     def __post_init__(self) -> None:
         if isinstance(self.allowed_modules, str):
@@ -32,6 +44,9 @@ class RatchetConfig:
             raise ConfigurationError("payload and result caps must be positive byte counts")
         if self.boost_interval < timedelta(0):
             raise ConfigurationError("boost_interval must not be negative")
+        resolve_profiles(self.breaker_profiles)
+        check_profile_name(self.default_breaker_profile)
+        parse_resource_limits(self.resource_limits)
 
 
 @dataclass

@@ -30,6 +30,8 @@ class EventKind(enum.StrEnum):
     """A job of a dead node went back to PENDING."""
     BULK_CANCELLED = "bulk_cancelled"
     BULK_RETRIED = "bulk_retried"
+    BREAKER_STATE_CHANGED = "breaker_state_changed"
+    """A circuit breaker changed state; ``data``: service, old, new (no job)."""
 
 
 @dataclass(frozen=True)

@@ -8,13 +8,14 @@ checks a store against :class:`Store`.
 from __future__ import annotations
 
 import uuid
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Collection, Iterator, Sequence
 from concurrent.futures import Future
 from contextlib import AbstractContextManager
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
-from typing import Any, Protocol, TypeVar
+from typing import Any, Protocol, TypeVar, runtime_checkable
 
+from ratchet.domain.breaker import BreakerSpec, BreakerState, Transition
 from ratchet.domain.lifecycle import JobPriority
 from ratchet.domain.model import (
     AttemptRecord,
@@ -25,6 +26,7 @@ from ratchet.domain.model import (
     NodeRecord,
     Outcome,
 )
+from ratchet.domain.resources import PermitDecision, PermitRecord, ResourceLimit
 
 T = TypeVar("T")
 
@@ -182,6 +184,51 @@ class Store(Protocol):
         """Hand this node's RUNNING jobs back to PENDING (drain); return how many."""
 
 
+@runtime_checkable
+class PermitStore(Protocol):
+    """Optional store capability: resource limits and the permits held against them.
+
+    Limits and permits are shared by every node of the cluster. Acquisition is exact under
+    concurrency: at most ``max_concurrent`` permits of a resource exist at any moment.
+    """
+
+    def set_resource_limit(self, limit: ResourceLimit, *, now: datetime) -> None:
+        """Create or update a resource's limit (safe when several nodes do it at once)."""
+
+    def get_resource_limit(self, name: str) -> ResourceLimit | None:
+        """The limit of ``name``, or None (unlimited)."""
+
+    def list_resource_limits(self) -> list[ResourceLimit]:
+        """Every registered limit, by name."""
+
+    def delete_resource_limit(self, name: str) -> bool:
+        """Remove a limit (the resource becomes unlimited); False if there was none."""
+
+    def acquire_permit(
+        self, resource: str, job_id: uuid.UUID, epoch: int, node_id: str, *, now: datetime
+    ) -> PermitDecision:
+        """Take a permit for this attempt if one is free (idempotent per ``(job_id, epoch)``).
+
+        Refuses, acquiring nothing, when the job is no longer RUNNING under ``node_id`` and
+        ``epoch`` (``owned`` False). A resource without a limit always grants.
+        """
+
+    def release_permit(self, job_id: uuid.UUID, epoch: int) -> bool:
+        """Give back this attempt's permit; False if it held none."""
+
+    def list_permits(self, resource: str | None = None) -> list[PermitRecord]:
+        """Held permits (of one resource, or all), oldest first."""
+
+    def reclaim_permits(self, *, now: datetime, grace: timedelta) -> int:
+        """Delete permits of nodes silent for longer than ``grace`` (or gone); return how many."""
+
+    def release_stale_permits(
+        self, node_id: str, keep: Collection[tuple[uuid.UUID, int]], *, before: datetime
+    ) -> int:
+        """Delete ``node_id``'s permits acquired before ``before`` except the attempts in
+        ``keep`` (the node's running attempts): repairs releases lost to a database outage."""
+
+
 class TransactionalStore(Protocol):
     """Optional: a store that can join a caller's SQLAlchemy transaction."""
 
@@ -236,6 +283,20 @@ class ResilienceStrategy(Protocol):
 
     def execute(self, service: str, call: Callable[[], T]) -> T:
         """Run ``call`` under the service's breaker, recording its outcome."""
+
+
+@runtime_checkable
+class BreakerRegistry(Protocol):
+    """Optional capability of a :class:`ResilienceStrategy`: named, observable breakers."""
+
+    def configure(self, service: str, spec: BreakerSpec) -> None:
+        """Guard ``service`` as ``spec`` says (profile, recorded / ignored exceptions)."""
+
+    def state(self, service: str) -> BreakerState:
+        """The service's breaker state now."""
+
+    def attach(self, clock: Clock, on_change: Callable[[Transition], None]) -> None:
+        """Read time from ``clock`` and report every state change to ``on_change``."""
 
 
 class ExecutorProvider(Protocol):

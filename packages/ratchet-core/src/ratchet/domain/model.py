@@ -32,6 +32,8 @@ class NewJob:
     params: Mapping[str, str] = field(default_factory=dict)
     executor: str | None = None
     status: JobStatus = JobStatus.PENDING
+    resource_name: str | None = None
+    """The resource whose permit the job needs to execute (None: none)."""
 
 
 @dataclass(frozen=True)
@@ -54,6 +56,7 @@ class ClaimedJob:
     params: Mapping[str, str] = field(default_factory=dict)
     tags: tuple[str, ...] = ()
     executor: str | None = None
+    resource_name: str | None = None
 
 
 class OutcomeKind(enum.StrEnum):
@@ -114,6 +117,7 @@ class JobRecord:
     terminated_at: datetime | None
     superseded_by: uuid.UUID | None
     executor: str | None
+    resource_name: str | None = None
 
 
 @dataclass(frozen=True)

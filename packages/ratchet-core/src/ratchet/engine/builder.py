@@ -12,6 +12,7 @@ from typing import TYPE_CHECKING, Any
 from ratchet.domain.errors import InvalidJobOptions
 from ratchet.domain.lifecycle import JobPriority, JobStatus
 from ratchet.domain.options import BackoffPolicy, JobOptions, normalize_tags
+from ratchet.domain.resources import validate_resource_name
 
 if TYPE_CHECKING:
     from ratchet.domain.model import JobRecord
@@ -119,6 +120,7 @@ class JobBuilder:
         self._business_key: str | None = None
         self._immediate = False
         self._executor: str | None = None
+        self._resource: str | None = None
         self._submitted = False
 
     # -- options ---------------------------------------------------------------------------
@@ -163,6 +165,14 @@ class JobBuilder:
 
     def with_business_key(self, key: str) -> JobBuilder:
         self._business_key = validate_business_key(key)
+        return self
+
+    def with_resource(self, name: str | None) -> JobBuilder:
+        """Execute only while holding a permit of resource ``name`` (None: no resource).
+
+        See ``app.register_resource_limit``; a resource without a limit is unlimited.
+        """
+        self._resource = None if name is None else validate_resource_name(name)
         return self
 
     def with_executor(self, name: str) -> JobBuilder:
@@ -221,6 +231,7 @@ class JobBuilder:
             tags=self._tags,
             params=dict(self._params),
             executor=self._executor,
+            resource_name=self._resource,
         )
 
     def submit(self, connection: Any = None) -> JobHandle:

@@ -7,13 +7,21 @@ Features plug in here instead of editing the job task: a circuit breaker or a re
 
 from __future__ import annotations
 
+import logging
 from datetime import datetime, timedelta
 from typing import TYPE_CHECKING, Protocol
 
+from ratchet.domain.breaker import spec_of
+from ratchet.domain.errors import StoreUnavailable
 from ratchet.domain.model import ClaimedJob, Outcome, OutcomeKind
+from ratchet.domain.resources import DEFAULT_RETRY_DELAY
+from ratchet.ports import BreakerRegistry, PermitStore
 
 if TYPE_CHECKING:
     from ratchet.engine.worker import Worker
+    from ratchet.targets import TargetRef
+
+log = logging.getLogger("ratchet.worker")
 
 
 class Gate(Protocol):
@@ -54,6 +62,29 @@ def reschedule(
     )
 
 
+def breaker_service(worker: Worker, ref: TargetRef) -> str:
+    """The breaker service of a target: ``@circuit_breaker(service=...)`` or ``module.qualname``.
+
+    The target is imported only if the class policy allows it (a refused target keeps the
+    default name and is dead-lettered by the policy check). Its spec is handed to the resilience
+    strategy, so the breaker gets the target's profile and exception filters.
+    """
+    app = worker.app
+    if not app.class_policy.is_allowed(ref.module, ref.qualname):
+        return ref.service_name
+    try:
+        fn = worker._resolve(ref)
+    except Exception:
+        return ref.service_name  # the execution step reports the real error
+    spec = spec_of(fn)
+    if spec is None:
+        return ref.service_name
+    service = spec.service or ref.service_name
+    if isinstance(app.resilience, BreakerRegistry):
+        app.resilience.configure(service, spec)
+    return service
+
+
 class CircuitBreakerGate:
     """Reschedules the attempt while the target service's breaker is open (no retry consumed)."""
 
@@ -63,7 +94,7 @@ class CircuitBreakerGate:
         from ratchet.targets import TargetRef
 
         resilience = worker.app.resilience
-        service = TargetRef.parse(job.target).service_name
+        service = breaker_service(worker, TargetRef.parse(job.target))
         if resilience.is_available(service):
             return None
         at = now + resilience.retry_delay(service)
@@ -71,6 +102,81 @@ class CircuitBreakerGate:
 
     def leave(self, worker: Worker, job: ClaimedJob) -> None:
         return None
+
+
+class PermitGate:
+    """Acquires the job's resource permit before the attempt and releases it afterwards.
+
+    With no permit free the attempt is rescheduled after the resource's retry delay without
+    consuming a retry (seed 000 step 6). Release happens in :meth:`leave`, which the worker calls
+    whatever the outcome (success, failure, timeout, fencing); permits of dead nodes are
+    reclaimed by orphan recovery, and :class:`PermitJanitor` repairs releases lost to outages.
+    """
+
+    name = "resource-permit"
+
+    def __init__(self) -> None:
+        self._warned = False
+
+    def _permits(self, worker: Worker) -> PermitStore | None:
+        permits = worker.store.capability(PermitStore)  # type: ignore[type-abstract]
+        if permits is None and not self._warned:
+            self._warned = True
+            log.warning("the store has no resource permits: resource limits are not enforced")
+        return permits
+
+    def enter(self, worker: Worker, job: ClaimedJob, now: datetime) -> Outcome | None:
+        if not job.resource_name:
+            return None
+        permits = self._permits(worker)
+        if permits is None:
+            return None
+        try:
+            decision = permits.acquire_permit(
+                job.resource_name, job.job_id, job.epoch, worker.node_id, now=now
+            )
+        except StoreUnavailable as exc:
+            at = now + DEFAULT_RETRY_DELAY
+            return reschedule(job, now, now, at, f"resource {job.resource_name!r}: {exc}")
+        if decision.granted:
+            return None
+        if not decision.owned:
+            return reschedule(job, now, now, now, "the job is no longer this node's attempt")
+        at = now + (decision.retry_delay or DEFAULT_RETRY_DELAY)
+        return reschedule(
+            job,
+            now,
+            now,
+            at,
+            f"resource {job.resource_name!r} at capacity ({decision.in_use}/{decision.limit})",
+        )
+
+    def leave(self, worker: Worker, job: ClaimedJob) -> None:
+        if not job.resource_name:
+            return
+        permits = self._permits(worker)
+        if permits is not None:
+            permits.release_permit(job.job_id, job.epoch)
+
+
+class PermitJanitor:
+    """Deletes this node's permits whose attempt is no longer running here (lost releases)."""
+
+    name = "permit-janitor"
+
+    def __init__(self, interval: timedelta) -> None:
+        self.interval = interval
+
+    def run_once(self, worker: Worker) -> None:
+        permits = worker.store.capability(PermitStore)  # type: ignore[type-abstract]
+        if permits is None:
+            return
+        before = worker.app.now()
+        with worker._lock:
+            keep = [(job.job_id, job.epoch) for job in worker._inflight.values()]
+        released = permits.release_stale_permits(worker.node_id, keep, before=before)
+        if released:
+            log.warning("released %d permit(s) of attempts no longer running here", released)
 
 
 class OrphanRecovery:

@@ -27,12 +27,22 @@ from datetime import datetime, timedelta
 from typing import TYPE_CHECKING, Any
 
 from ratchet.config import WorkerConfig
+from ratchet.domain.breaker import CircuitOpenError
 from ratchet.domain.errors import StoreUnavailable
 from ratchet.domain.model import ClaimedJob, Outcome, OutcomeKind
 from ratchet.domain.polling import AdaptivePollingStrategy, PollingConfig
 from ratchet.domain.retry import decide_retry
 from ratchet.engine.context import JobContext, bound, install_log_record_factory
-from ratchet.engine.pipeline import CircuitBreakerGate, Gate, OrphanRecovery, PeriodicTask
+from ratchet.engine.pipeline import (
+    CircuitBreakerGate,
+    Gate,
+    OrphanRecovery,
+    PeriodicTask,
+    PermitGate,
+    PermitJanitor,
+    breaker_service,
+    reschedule,
+)
 from ratchet.events import EventKind, JobEvent
 from ratchet.ports import ExecutorProvider, WakeupHint
 from ratchet.serialization import decode_payload, encode_result
@@ -90,9 +100,12 @@ class Worker:
         self.node_id = node_id or app.config.node_name or default_node_id()
         self.stats = WorkerStats()
         self._executors: dict[str, ExecutorProvider] = {}
-        self.gates: list[Gate] = [CircuitBreakerGate()]
+        self.gates: list[Gate] = [CircuitBreakerGate(), PermitGate()]
         """Checked in order before every attempt; features append theirs."""
-        self.periodic: list[PeriodicTask] = [OrphanRecovery(config.orphan_scan_interval)]
+        self.periodic: list[PeriodicTask] = [
+            OrphanRecovery(config.orphan_scan_interval),
+            PermitJanitor(config.orphan_scan_interval),
+        ]
         """Maintenance tasks run on the heartbeat thread; features append theirs."""
         self._inflight: dict[uuid.UUID, ClaimedJob] = {}
         self._lock = threading.Lock()
@@ -185,6 +198,7 @@ class Worker:
         for executor in self._executors.values():
             executor.shutdown(wait=False)
         self.app.beans.clear()
+        self._targets.clear()
         log.info("worker %s stopped", self.node_id)
 
     def wait_until(self, predicate: Callable[[], bool], timeout: float) -> bool:
@@ -370,6 +384,9 @@ class Worker:
                     app.now(),
                     result=result,
                 )
+            except CircuitOpenError as exc:
+                finished = app.now()
+                return reschedule(job, started, finished, finished + exc.retry_delay, str(exc))
             except Exception as exc:
                 return self.failure_outcome(job, started, exc)
             finally:
@@ -395,7 +412,7 @@ class Worker:
                 return asyncio.run(_await(value))
             return value
 
-        return self.app.resilience.execute(ref.service_name, call)
+        return self.app.resilience.execute(breaker_service(self, ref), call)
 
     def failure_outcome(self, job: ClaimedJob, started: datetime, exc: BaseException) -> Outcome:
         """The retry decision for a failed attempt, as an outcome to record."""

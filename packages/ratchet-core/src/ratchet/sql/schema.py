@@ -48,6 +48,7 @@ job = Table(
     Column("result", Text, nullable=True),
     Column("terminated_at", UTCMicros(), nullable=True),
     Column("superseded_by", UUIDType(), nullable=True),
+    Column("resource_name", String(100), nullable=True),  # migration 0004 (permits)
     Index("idx_job_terminal", "terminal_status", "terminated_at"),
 )
 
@@ -107,4 +108,29 @@ node = Table(
     Column("heartbeat_at", UTCMicros(), nullable=False),
     Column("state", String(16), nullable=False),
     Index("idx_node_heartbeat", "heartbeat_at"),
+)
+
+# -- resource permits (migration 0004, branch "permits") ----------------------------------------
+
+resource_limit = Table(
+    "scheduler_resource_limit",
+    metadata,
+    Column("resource_name", String(100), primary_key=True),
+    Column("max_concurrent", Integer, nullable=False),
+    Column("retry_delay_ms", Integer, nullable=False),
+    Column("description", Text, nullable=True),
+    Column("created_at", UTCMicros(), nullable=False),
+    Column("updated_at", UTCMicros(), nullable=False),
+)
+
+resource_permit = Table(
+    "scheduler_resource_permit",
+    metadata,
+    Column("job_id", UUIDType(), primary_key=True),
+    Column("epoch", Integer, primary_key=True),
+    Column("resource_name", String(100), nullable=False),
+    Column("node_id", String(128), nullable=False),
+    Column("acquired_at", UTCMicros(), nullable=False),
+    Index("idx_permit_resource", "resource_name"),
+    Index("idx_permit_node", "node_id"),
 )
