@@ -1,9 +1,16 @@
 """The coordinator contract over every coordinator: local, redis and (when installed) postgres.
 
 Each backend is a fixture named ``{name}_coordinator_backend`` returning a
-:class:`CoordinatorBackend`. The postgres one is a hook: whoever owns the PostgreSQL
-LISTEN/NOTIFY coordinator defines ``postgres_coordinator_backend`` (e.g. in
-``tests/contract/conftest.py``); until then its cases skip (or fail when postgres is required).
+:class:`~ratchet.testing.coordinator_contract.CoordinatorBackend`. The postgres one is a hook:
+the PostgreSQL LISTEN/NOTIFY coordinator's tests define ``postgres_coordinator_backend`` (e.g. in
+``tests/contract/conftest.py``), for example::
+
+    @pytest.fixture
+    def postgres_coordinator_backend(postgres_server, postgres_store_url):
+        with NodeFactory(lambda: PostgresClusterCoordinator(postgres_store_url)) as factory:
+            yield CoordinatorBackend(factory, broker=postgres_server)
+
+Until it exists, the postgres cases skip (or fail when postgres is a required backend).
 """
 
 from __future__ import annotations
@@ -11,24 +18,17 @@ from __future__ import annotations
 import importlib.util
 import uuid
 from collections.abc import Iterator
-from dataclasses import dataclass
 from typing import Any
 
 import pytest
 
 from ratchet.adapters.local_coordinator import LocalClusterCoordinator
-from ratchet.testing.coordinator_contract import CoordinatorContract, NodeFactory
+from ratchet.testing.coordinator_contract import (
+    CoordinatorBackend,
+    CoordinatorContract,
+    NodeFactory,
+)
 from ratchet.testing.pytest_plugin import backend_unavailable
-
-
-@dataclass
-class CoordinatorBackend:
-    """What the contract needs from one coordinator implementation."""
-
-    factory: NodeFactory
-    broker: Any = None
-    """An object with ``restart()``, or None (in-process: nothing to restart)."""
-
 
 COORDINATORS = [
     pytest.param("local", id="local"),

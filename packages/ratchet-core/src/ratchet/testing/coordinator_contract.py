@@ -34,6 +34,7 @@ import time
 import tracemalloc
 import uuid
 from collections.abc import Callable
+from dataclasses import dataclass
 from pathlib import Path
 from types import TracebackType
 from typing import Any, Protocol
@@ -87,6 +88,19 @@ class NodeFactory:
         tb: TracebackType | None,
     ) -> None:
         self.close_all()
+
+
+@dataclass
+class CoordinatorBackend:
+    """One coordinator implementation as a parametrized test run needs it.
+
+    Ratchet's own ``tests/contract/test_coordinator_contract.py`` asks for a fixture named
+    ``{name}_coordinator_backend`` returning one of these, for each backend it runs.
+    """
+
+    factory: NodeFactory
+    broker: Broker | None = None
+    """An object with ``restart()``, or None when there is nothing to restart (in-process)."""
 
 
 class Recorder:
