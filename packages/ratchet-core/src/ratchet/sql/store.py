@@ -96,6 +96,11 @@ class SqlStore(PermitStoreMixin):
             dialect=dialect.name, skip_locked=dialect.skip_locked, multi_host=dialect.multi_host
         )
         self._candidate_cache: dict[int, Select[Any]] = {}
+        self.outcome_hooks: list[OutcomeHook] = []
+        """Called inside the outcome transaction with the outcomes that applied (not fenced):
+        features that must react exactly once (batch counters, chains) hook in here."""
+        self.terminal_hooks: list[TerminalHook] = []
+        """Called inside the transaction that cancels live jobs (before their rows go)."""
         self.retried_errors = 0
         """How many retryable errors (deadlocks, busy) were absorbed by retrying."""
 
@@ -560,6 +565,10 @@ class SqlStore(PermitStoreMixin):
                 for o, r in accepted
             ],
         )
+        if self.outcome_hooks:
+            applied = [o for o, _ in accepted]
+            for hook in self.outcome_hooks:
+                hook(conn, applied, now)
         return fenced
 
     # ------------------------------------------------------------------ operators
@@ -580,6 +589,8 @@ class SqlStore(PermitStoreMixin):
         error: str | None = None,
     ) -> None:
         """Move live jobs to a terminal status (caller checked the transition)."""
+        for hook in self.terminal_hooks:
+            hook(conn, list(ids), status, now)
         for chunk in iter_chunks(list(ids), CHUNK):
             attempts = dict(
                 conn.execute(select(Q.c.job_id, Q.c.attempts).where(Q.c.job_id.in_(chunk))).all()
