@@ -203,6 +203,7 @@ def make_machine(template: Path, workdir: Path) -> type[RuleBasedStateMachine]:
             assert ok == before.is_live
             if ok:
                 assert self.app.get_job(job_id).status is JobStatus.CANCELED
+                self.forget_claim(job_id)  # a running job's owner is now a zombie
 
         @precondition(lambda self: self.last_status)
         @rule(data=st.data())
@@ -240,6 +241,7 @@ def make_machine(template: Path, workdir: Path) -> type[RuleBasedStateMachine]:
                 return
             handle = self.app.replace(job_id, timedelta(0), sample_jobs.record, "r")
             assert self.app.get_job(job_id).superseded_by == handle.id
+            self.forget_claim(job_id)
             self.max_retries[handle.id] = 0
             self.last_status[handle.id] = JobStatus.PENDING
 
