@@ -62,7 +62,9 @@ def coordinator_backend(request: pytest.FixtureRequest) -> CoordinatorBackend:
     name = f"{request.param}_coordinator_backend"
     try:
         backend: CoordinatorBackend = request.getfixturevalue(name)
-    except pytest.FixtureLookupError:
+    except pytest.FixtureLookupError as exc:
+        if exc.argname != name:  # the hook exists but needs something missing: show that
+            raise
         backend_unavailable(request.config, request.param, f"no fixture {name!r} is defined yet")
     return backend
 

@@ -354,7 +354,9 @@ class CoordinatorContract:
 def _optional_fixture(request: pytest.FixtureRequest, name: str) -> Any:
     try:
         return request.getfixturevalue(name)
-    except pytest.FixtureLookupError:
+    except pytest.FixtureLookupError as exc:
+        if exc.argname != name:  # the fixture exists but one it needs does not
+            raise
         return None
 
 
