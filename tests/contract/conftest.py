@@ -11,7 +11,8 @@ from ratchet.plugins import Plugins, make_plugin_manager
 
 BACKENDS = [
     pytest.param("sqlite", id="sqlite"),
-    pytest.param("postgres", id="postgres", marks=pytest.mark.postgres),
+    pytest.param("postgres", id="postgres15", marks=pytest.mark.postgres),
+    pytest.param("mysql", id="mysql-mariadb10.11", marks=pytest.mark.mysql),
 ]
 
 
