@@ -23,7 +23,6 @@ import contextlib
 import os
 import uuid
 from collections.abc import Iterator
-from dataclasses import dataclass
 from typing import Any
 
 import psycopg
@@ -206,20 +205,10 @@ def postgres_empty_url(postgres_admin: PostgresAdmin) -> Iterator[str]:
         postgres_admin.drop(name)
 
 
-@dataclass
-class PostgresCoordinatorBackend:
-    """What the coordinator contract needs: a node factory and the server to bounce."""
-
-    factory: Any
-    broker: Any = None
-
-
 @pytest.fixture
-def postgres_coordinator_backend(
-    postgres_server: Any,
-) -> Iterator[PostgresCoordinatorBackend]:
+def postgres_coordinator_backend(postgres_server: Any) -> Iterator[Any]:
     """LISTEN/NOTIFY nodes on a channel of their own (fast reconnects for the restart case)."""
-    from ratchet.testing.coordinator_contract import NodeFactory
+    from ratchet.testing.coordinator_contract import CoordinatorBackend, NodeFactory
     from ratchet_postgres.coordinator import PostgresClusterCoordinator
 
     url = postgres_server.url()
@@ -232,4 +221,4 @@ def postgres_coordinator_backend(
         return node
 
     with NodeFactory(make) as factory:
-        yield PostgresCoordinatorBackend(factory, broker)
+        yield CoordinatorBackend(factory, broker)

@@ -8,19 +8,26 @@ opens their attempt-history rows and returns their definitions in a single round
 from __future__ import annotations
 
 import json
+from collections.abc import Sequence
 from datetime import datetime, timedelta
 from functools import cache
 from typing import Any
 
-from sqlalchemy import TextClause, text
+from sqlalchemy import Table, TextClause, text
+from sqlalchemy.dialects import postgresql
 from sqlalchemy.engine import Connection, make_url
 
+from ratchet.domain.errors import DuplicateIdempotencyKeyError
 from ratchet.domain.lifecycle import JobPriority, JobStatus
-from ratchet.domain.model import ClaimedJob
+from ratchet.domain.model import ClaimedJob, NewJob
 from ratchet.domain.options import BackoffPolicy
+from ratchet.ports import InsertResult
+from ratchet.sql import schema
 from ratchet.sql.store import SqlStore
-from ratchet.sql.types import from_micros, to_micros
+from ratchet.sql.types import UTCMicros, from_micros, to_micros
 from ratchet_postgres.dialect import PostgresDialect
+
+_PG = postgresql.dialect()  # type: ignore[no-untyped-call]
 
 DRIVER = "psycopg"
 
@@ -98,6 +105,57 @@ ORDER BY u.eff DESC, u.scheduled_time, u.job_id
     return text(sql)
 
 
+def _recordset(table: Table, columns: Sequence[str], param: str) -> str:
+    """``SELECT <columns> FROM json_to_recordset(:param) AS u(<column type>, ...)``."""
+    defs = ", ".join(f"{c} {table.c[c].type.compile(dialect=_PG)}" for c in columns)
+    names = ", ".join(columns)
+    return f"SELECT {names} FROM json_to_recordset(CAST(:{param} AS json)) AS u({defs})"
+
+
+@cache
+def insert_statement(
+    job_columns: tuple[str, ...], queue_columns: tuple[str, ...], tags: bool
+) -> TextClause:
+    """Insert a batch of jobs in one statement, every table from one JSON parameter each.
+
+    The idempotency keys go in first with ``ON CONFLICT DO NOTHING``; only the jobs whose key
+    went in are inserted into the other tables, and their ids are returned. (JSON, because
+    psycopg builds text arrays in Python, which costs more than the database's JSON parser.)
+    """
+    fresh = "WHERE job_id IN (SELECT job_id FROM idem)"
+    keys = ("idempotency_key", "job_id")
+    parts = [
+        "idem AS (INSERT INTO scheduler_idempotency_key (idempotency_key, job_id, created_at)"
+        f" SELECT idempotency_key, job_id, CAST(:now AS BIGINT)"
+        f" FROM ({_recordset(schema.idempotency_key, keys, 'keys')}) k"
+        " ON CONFLICT DO NOTHING RETURNING job_id)",
+        f"j AS (INSERT INTO scheduler_job ({', '.join(job_columns)})"
+        f" SELECT * FROM ({_recordset(schema.job, job_columns, 'jobs')}) j {fresh})",
+        f"q AS (INSERT INTO scheduler_job_queue ({', '.join(queue_columns)})"
+        f" SELECT * FROM ({_recordset(schema.job_queue, queue_columns, 'queue')}) q {fresh})",
+    ]
+    if tags:
+        parts.append(
+            "t AS (INSERT INTO scheduler_job_tag (job_id, tag)"
+            f" SELECT * FROM ({_recordset(schema.job_tag, (*keys[1:], 'tag'), 'tags')}) t"
+            f" {fresh})"
+        )
+    return text("WITH " + ",\n".join(parts) + "\nSELECT job_id FROM idem")
+
+
+def _json_rows(table: Table, rows: Sequence[dict[str, Any]]) -> str:
+    """``rows`` as a JSON array: times as UTC microseconds, UUIDs as strings."""
+    if not rows:
+        return "[]"
+    times = [c for c in rows[0] if isinstance(table.c[c].type, UTCMicros)]
+    if times:
+        for row in rows:
+            for c in times:
+                if row[c] is not None:
+                    row[c] = to_micros(row[c])
+    return json.dumps(rows, default=str, separators=(",", ":"))
+
+
 class PostgresStore(SqlStore):
     """:class:`~ratchet.sql.store.SqlStore` on PostgreSQL with a single-round-trip claim."""
 
@@ -105,6 +163,70 @@ class PostgresStore(SqlStore):
         self, url: str, dialect: PostgresDialect | None = None, **engine_options: Any
     ) -> None:
         super().__init__(normalize_url(url), dialect or PostgresDialect(), **engine_options)
+
+    def _insert(
+        self, conn: Connection, jobs: Sequence[NewJob], now: datetime
+    ) -> list[InsertResult]:
+        """One round trip for the whole batch (the generic insert needs four or more).
+
+        Same results as the generic insert: a key already taken (before or earlier in this
+        batch) names its holder; a live business key conflict raises (nothing is inserted).
+        """
+        if not jobs:
+            return []
+        first: dict[str, NewJob] = {}
+        for job in jobs:
+            first.setdefault(job.idempotency_key, job)
+        fresh = list(first.values())
+        job_rows = [self._job_row(j) for j in fresh]
+        queue_rows = [
+            {
+                "job_id": j.job_id,
+                "status": j.status.value,
+                "priority": int(j.priority),
+                "scheduled_time": j.scheduled_time,
+                "attempts": 0,
+                "epoch": 0,
+                "business_key": j.business_key,
+            }
+            for j in fresh
+        ]
+        tag_rows = [{"job_id": j.job_id, "tag": t} for j in fresh for t in j.tags]
+        job_columns = tuple(job_rows[0])
+        queue_columns = tuple(queue_rows[0])
+        key_rows = [{"idempotency_key": j.idempotency_key, "job_id": j.job_id} for j in fresh]
+        params: dict[str, Any] = {
+            "now": to_micros(now),
+            "keys": _json_rows(schema.idempotency_key, key_rows),
+            "jobs": _json_rows(schema.job, job_rows),
+            "queue": _json_rows(schema.job_queue, queue_rows),
+        }
+        if tag_rows:
+            params["tags"] = _json_rows(schema.job_tag, tag_rows)
+        stmt = insert_statement(job_columns, queue_columns, bool(tag_rows))
+        inserted = set(conn.execute(stmt, params).scalars())
+        holders: dict[str, Any] = {}
+        taken = [j.idempotency_key for j in fresh if j.job_id not in inserted]
+        if taken:
+            holders = dict(
+                conn.execute(
+                    text(
+                        "SELECT idempotency_key, job_id FROM scheduler_idempotency_key"
+                        " WHERE idempotency_key = ANY(:keys)"
+                    ),
+                    {"keys": taken},
+                ).all()
+            )
+        results = []
+        for job in jobs:
+            winner = first[job.idempotency_key]
+            if winner.job_id in inserted:
+                results.append(InsertResult(winner.job_id, winner is job))
+            elif job.idempotency_key in holders:
+                results.append(InsertResult(holders[job.idempotency_key], False))
+            else:  # pragma: no cover - keys are never deleted
+                raise DuplicateIdempotencyKeyError(job.idempotency_key, None)
+        return results
 
     def _claim(
         self, conn: Connection, node_id: str, limit: int, now: datetime, boost: timedelta
