@@ -104,3 +104,73 @@ def test_business_key_conflict_inserts_nothing(store: PostgresStore) -> None:
         store.insert_jobs(batch, now=clock.now())
     assert store.count_by_status() == {"PENDING": 1}
     assert all(store.find_by_idempotency_key(j.idempotency_key) is None for j in batch)
+
+
+# ---------------------------------------------------------------------- outcomes
+def _record_and_roll_back(
+    store: PostgresStore, outcomes: list[Any], now: Any, generic: bool
+) -> tuple[list[Any], dict[str, list[tuple[Any, ...]]], int]:
+    statements: list[str] = []
+
+    def count(conn: Any, cursor: Any, statement: str, *args: Any) -> None:
+        statements.append(statement)
+
+    tables = {
+        "scheduler_job": "job_id",
+        "scheduler_job_queue": "job_id",
+        "scheduler_job_execution": "job_id, attempt_no, epoch",
+    }
+    with store.engine.connect() as conn:
+        event.listen(conn, "before_cursor_execute", count)
+        with conn.begin() as trans:
+            if generic:
+                fenced = SqlStore._record(store, conn, "me", outcomes, now)
+            else:
+                fenced = store._record(conn, "me", outcomes, now)
+            event.remove(conn, "before_cursor_execute", count)
+            rows = {
+                t: [tuple(r) for r in conn.execute(text(f"SELECT * FROM {t} ORDER BY {k}"))]
+                for t, k in tables.items()
+            }
+            trans.rollback()
+    return fenced, rows, len(statements)
+
+
+def test_record_outcomes_agrees_with_the_generic_write(store: PostgresStore) -> None:
+    import uuid
+
+    from ratchet.domain.model import OutcomeKind
+    from ratchet.testing.store_contract import outcome
+
+    clock = FakeClock()
+    store.insert_jobs([new_job(clock) for _ in range(40)], now=clock.now())
+    mine = store.claim("me", 30, now=clock.now(), boost_interval=timedelta(minutes=15))
+    others = store.claim("other", 5, now=clock.now(), boost_interval=timedelta(minutes=15))
+    clock.advance(timedelta(seconds=3))
+    later = clock.now() + timedelta(minutes=1)
+    kinds = [
+        (OutcomeKind.SUCCEEDED, {"result": '{"ok":true}'}),
+        (OutcomeKind.DEAD, {"error": "boom"}),
+        (OutcomeKind.RETRY, {"error": "again", "retry_at": later}),
+        (OutcomeKind.RETRY, {"error": "now"}),
+        (OutcomeKind.RESCHEDULE, {"error": "circuit open", "retry_at": later}),
+    ]
+    outcomes = []
+    for i, job in enumerate(mine[:25]):
+        kind, extra = kinds[i % len(kinds)]
+        outcomes.append(outcome(job, kind, clock, **extra))
+    stale = mine[25]
+    outcomes.append(outcome(stale, OutcomeKind.SUCCEEDED, clock, epoch=stale.epoch + 1))
+    outcomes += [outcome(job, OutcomeKind.SUCCEEDED, clock) for job in others[:2]]
+    ghost = outcome(mine[26], OutcomeKind.DEAD, clock, job_id=uuid.uuid4())
+    outcomes.append(ghost)
+
+    fenced, rows, statements = _record_and_roll_back(store, outcomes, clock.now(), False)
+    generic_fenced, generic_rows, generic_statements = _record_and_roll_back(
+        store, outcomes, clock.now(), True
+    )
+    assert fenced == generic_fenced
+    assert fenced == [stale.job_id, others[0].job_id, others[1].job_id, ghost.job_id]
+    assert rows == generic_rows
+    # One statement for the writes; outcome hooks (e.g. resource permits) add their own.
+    assert generic_statements - statements >= 4

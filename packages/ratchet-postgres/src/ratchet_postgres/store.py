@@ -8,6 +8,7 @@ opens their attempt-history rows and returns their definitions in a single round
 from __future__ import annotations
 
 import json
+import uuid
 from collections.abc import Sequence
 from datetime import datetime, timedelta
 from functools import cache
@@ -19,7 +20,7 @@ from sqlalchemy.engine import Connection, make_url
 
 from ratchet.domain.errors import DuplicateIdempotencyKeyError
 from ratchet.domain.lifecycle import JobPriority, JobStatus
-from ratchet.domain.model import ClaimedJob, NewJob
+from ratchet.domain.model import ClaimedJob, NewJob, Outcome, OutcomeKind
 from ratchet.domain.options import BackoffPolicy
 from ratchet.ports import InsertResult
 from ratchet.sql import schema
@@ -143,6 +144,58 @@ def insert_statement(
     return text("WITH " + ",\n".join(parts) + "\nSELECT job_id FROM idem")
 
 
+@cache
+def record_statement() -> TextClause:
+    """Apply a batch of attempt outcomes in one statement (fenced like the generic write).
+
+    ``owned``: the outcomes whose job is still RUNNING under this node and epoch, locked.
+    Terminal ones leave the queue and end their job; retries and reschedules go back to
+    PENDING; every accepted attempt row is closed. The ids returned are the accepted ones.
+    """
+    running, pending = JobStatus.RUNNING.value, JobStatus.PENDING.value
+    succeeded, failed = JobStatus.SUCCEEDED.value, JobStatus.FAILED.value
+    ok, dead = OutcomeKind.SUCCEEDED.value, OutcomeKind.DEAD.value
+    retry, reschedule = OutcomeKind.RETRY.value, OutcomeKind.RESCHEDULE.value
+    return text(
+        f"""
+WITH o AS (
+    SELECT * FROM json_to_recordset(CAST(:outcomes AS json)) AS o(
+        job_id uuid, epoch integer, kind text, error text, result text,
+        finished_at bigint, retry_at bigint)
+), owned AS (
+    SELECT q.job_id, q.attempts, o.epoch, o.kind, o.error, o.result, o.finished_at, o.retry_at
+    FROM scheduler_job_queue q JOIN o ON o.job_id = q.job_id
+    WHERE q.picked_by = :node AND q.status = '{running}' AND q.epoch = o.epoch
+    FOR UPDATE OF q
+), gone AS (
+    DELETE FROM scheduler_job_queue q USING owned w
+    WHERE q.job_id = w.job_id AND w.kind IN ('{ok}', '{dead}')
+), ended AS (
+    UPDATE scheduler_job j
+    SET terminal_status = CASE WHEN w.kind = '{ok}' THEN '{succeeded}' ELSE '{failed}' END,
+        terminal_error = w.error, result = w.result, terminated_at = w.finished_at,
+        attempts = w.attempts + CASE WHEN w.kind = '{ok}' THEN 0 ELSE 1 END
+    FROM owned w
+    WHERE j.job_id = w.job_id AND w.kind IN ('{ok}', '{dead}')
+), back AS (
+    UPDATE scheduler_job_queue q
+    SET status = '{pending}', scheduled_time = COALESCE(w.retry_at, CAST(:now AS BIGINT)),
+        attempts = w.attempts + CASE WHEN w.kind = '{retry}' THEN 1 ELSE 0 END,
+        last_error = CASE WHEN w.kind = '{retry}' THEN w.error END,
+        picked_by = NULL, picked_at = NULL
+    FROM owned w
+    WHERE q.job_id = w.job_id AND w.kind IN ('{retry}', '{reschedule}')
+), closed AS (
+    UPDATE scheduler_job_execution e
+    SET finished_at = w.finished_at, outcome = w.kind, error = w.error
+    FROM owned w
+    WHERE e.job_id = w.job_id AND e.attempt_no = w.attempts + 1 AND e.epoch = w.epoch
+)
+SELECT job_id FROM owned
+"""
+    )
+
+
 def _json_rows(table: Table, rows: Sequence[dict[str, Any]]) -> str:
     """``rows`` as a JSON array: times as UTC microseconds, UUIDs as strings."""
     if not rows:
@@ -227,6 +280,38 @@ class PostgresStore(SqlStore):
             else:  # pragma: no cover - keys are never deleted
                 raise DuplicateIdempotencyKeyError(job.idempotency_key, None)
         return results
+
+    def _record(
+        self, conn: Connection, node_id: str, outcomes: Sequence[Outcome], now: datetime
+    ) -> list[uuid.UUID]:
+        """One round trip for the whole batch (the generic write needs one per outcome and table).
+
+        Same effect as the generic write, including the outcome hooks it runs afterwards in
+        the same transaction.
+        """
+        payload = json.dumps(
+            [
+                {
+                    "job_id": str(o.job_id),
+                    "epoch": o.epoch,
+                    "kind": o.kind.value,
+                    "error": o.error,
+                    "result": o.result,
+                    "finished_at": to_micros(o.finished_at),
+                    "retry_at": None if o.retry_at is None else to_micros(o.retry_at),
+                }
+                for o in outcomes
+            ],
+            separators=(",", ":"),
+        )
+        params = {"outcomes": payload, "node": node_id, "now": to_micros(now)}
+        owned = set(conn.execute(record_statement(), params).scalars())
+        fenced = [o.job_id for o in outcomes if o.job_id not in owned]
+        if self.outcome_hooks and owned:
+            applied = [o for o in outcomes if o.job_id in owned]
+            for hook in self.outcome_hooks:
+                hook(conn, applied, now)
+        return fenced
 
     def _claim(
         self, conn: Connection, node_id: str, limit: int, now: datetime, boost: timedelta
