@@ -144,13 +144,13 @@ def fill_queue(server: Server, url: str, n: int) -> None:
     server.sql(
         "INSERT INTO scheduler_job (job_id, target, payload, priority, max_retries,"
         " backoff_policy, backoff_ms, idempotency_key, created_at, attempts)"
-        f" SELECT {job_id}, 'bench_jobs:noop', '{{\"args\":[0],\"kwargs\":{{}}}}', 5 * (seq % 4),"
+        f" SELECT {job_id}, 'bench_jobs:noop', '{{\"args\":[0],\"kwargs\":{{}}}}', seq % 5,"
         f" 0, 'NONE', 0, CONCAT('k', seq), {now_us}, 0 FROM {seq}",
         db,
     )
     server.sql(
         "INSERT INTO scheduler_job_queue (job_id, status, priority, scheduled_time, attempts,"
-        f" epoch) SELECT {job_id}, 'PENDING', 5 * (seq % 4), {now_us} + seq, 0, 0 FROM {seq}",
+        f" epoch) SELECT {job_id}, 'PENDING', seq % 5, {now_us} + seq, 0, 0 FROM {seq}",
         db,
     )
     server.sql("ANALYZE TABLE scheduler_job, scheduler_job_queue", db)
