@@ -37,11 +37,21 @@ from ratchet.domain.model import JobFilter
 from ratchet.domain.options import BackoffPolicy, JobOptions
 from ratchet.domain.resources import ResourceLimit
 from ratchet.domain.retry import DoNotRetry, RetryPolicy, do_not_retry
+from ratchet.domain.workflow import (
+    BatchContext,
+    ConditionType,
+    JobFailedError,
+    JobResult,
+    SignalDecision,
+    SignalTimeoutError,
+    WorkflowCondition,
+)
 
 if TYPE_CHECKING:
     import pluggy
 
     from ratchet.engine.app import Ratchet
+    from ratchet.engine.batches import BatchChunkError, BatchHandle, StreamingBatchContext
     from ratchet.engine.builder import JobBuilder, JobHandle, UnsubmittedJobWarning
     from ratchet.engine.context import JobContext
     from ratchet.events import EventKind, JobEvent
@@ -56,6 +66,9 @@ _LAZY = {
     "JobHandle": "ratchet.engine.builder",
     "UnsubmittedJobWarning": "ratchet.engine.builder",
     "JobContext": "ratchet.engine.context",
+    "BatchChunkError": "ratchet.engine.batches",
+    "BatchHandle": "ratchet.engine.batches",
+    "StreamingBatchContext": "ratchet.engine.batches",
     "EventKind": "ratchet.events",
     "JobEvent": "ratchet.events",
 }
@@ -76,10 +89,14 @@ def __getattr__(name: str) -> Any:
 
 __all__ = [
     "BackoffPolicy",
+    "BatchChunkError",
+    "BatchContext",
+    "BatchHandle",
     "BreakerProfile",
     "BreakerState",
     "CircuitOpenError",
     "ClassPolicyViolation",
+    "ConditionType",
     "ConfigurationError",
     "DoNotRetry",
     "DuplicateBusinessKeyError",
@@ -91,11 +108,13 @@ __all__ = [
     "JobBuilder",
     "JobContext",
     "JobEvent",
+    "JobFailedError",
     "JobFilter",
     "JobHandle",
     "JobNotFound",
     "JobOptions",
     "JobPriority",
+    "JobResult",
     "JobStatus",
     "MissingClassPolicy",
     "PayloadTooLargeError",
@@ -104,11 +123,15 @@ __all__ = [
     "ResourceLimit",
     "ResultTooLargeError",
     "RetryPolicy",
+    "SignalDecision",
+    "SignalTimeoutError",
     "StoreUnavailable",
+    "StreamingBatchContext",
     "UnknownJobTarget",
     "UnknownStoreError",
     "UnserializableArgument",
     "UnsubmittedJobWarning",
+    "WorkflowCondition",
     "circuit_breaker",
     "do_not_retry",
     "hookimpl",

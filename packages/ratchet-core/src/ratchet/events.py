@@ -32,6 +32,28 @@ class EventKind(enum.StrEnum):
     BULK_RETRIED = "bulk_retried"
     BREAKER_STATE_CHANGED = "breaker_state_changed"
     """A circuit breaker changed state; ``data``: service, old, new (no job)."""
+    # -- batches, chains, workflows, callbacks and signals (docs/workflows.md) ----------------
+    CALLBACK_FAILED = "job_callback_failed"
+    """An ``on_success`` / ``on_failure`` callback or a batch progress hook raised; the job's
+    outcome stands (``data``: callback, target, error)."""
+    BATCH_COMPLETED = "batch_completed"
+    """Every child of a batch ended (exactly once; ``data``: total, completed, failed)."""
+    BATCH_CHUNK_FAILED = "batch_chunk_failed"
+    """A streaming batch chunk could not be read or inserted; the batch is canceled."""
+    CHAIN_STARTED = "chain_started"
+    CHAIN_COMPLETED = "chain_completed"
+    CHAIN_FAILED = "chain_failed"
+    """A chain step failed for good; its downstream steps are canceled (``data``: step, error)."""
+    WORKFLOW_BRANCH_TRIGGERED = "workflow_branch_triggered"
+    """A branch's condition held and its job was released (``data``: parent, condition)."""
+    WORKFLOW_CONDITION_FAILED = "workflow_condition_failed"
+    """A predicate raised or could not be imported; its branch does not fire."""
+    SIGNAL_WAITING = "signal_waiting"
+    SIGNALED = "signaled"
+    BULK_SIGNALED = "bulk_signaled"
+    """Jobs waiting on a signal key were released (``data``: key, count; no job)."""
+    SIGNAL_TIMED_OUT = "signal_timed_out"
+    """A signal wait timed out (``data``: attempt, retry, error)."""
 
 
 @dataclass(frozen=True)

@@ -22,8 +22,11 @@ from ratchet.domain.errors import (
 from ratchet.domain.lifecycle import JobPriority
 from ratchet.domain.model import AttemptRecord, JobFilter, JobRecord
 from ratchet.domain.retry import RetryPolicy
+from ratchet.domain.workflow import BatchContext
+from ratchet.engine.batches import BatchBuilder, StreamingBatchBuilder
 from ratchet.engine.builder import JobBuilder, JobHandle
 from ratchet.engine.gates_api import GatesMixin
+from ratchet.engine.workflows import batch_of, deliver_signal, install_flows
 from ratchet.events import EventKind, JobEvent
 from ratchet.ids import uuid7
 from ratchet.plugins import Plugins, make_plugin_manager
@@ -87,6 +90,7 @@ class Ratchet(GatesMixin):
         if auto_migrate:
             self.store.migrate()
         self._wire_gates()
+        install_flows(self)
 
     # -- ids, time, events -------------------------------------------------------------------
     def new_id(self) -> uuid.UUID:
@@ -291,6 +295,27 @@ class Ratchet(GatesMixin):
                 )
             )
         return count
+
+    # -- batches and signals (docs/workflows.md) -------------------------------------------------
+    def enqueue_batch(self, name: str) -> BatchBuilder:
+        """A batch builder: ``.for_each(items, fn)``, options, branches, then ``.submit()``."""
+        return BatchBuilder(self, name)
+
+    def streaming_batch(self, name: str) -> StreamingBatchBuilder:
+        """A streaming batch: ``.from_iterable(it).process(fn).with_chunk_size(n)...start()``."""
+        return StreamingBatchBuilder(self, name)
+
+    def get_batch(self, batch_id: uuid.UUID) -> BatchContext | None:
+        """A batch's counters now (None if there is no such batch)."""
+        return batch_of(self, batch_id)
+
+    def deliver_signal(self, target: uuid.UUID | str, payload: Any = None) -> int:
+        """Release the job ``target`` (a job id) or every job waiting on signal key ``target``
+        with ``payload`` (JSON-storable, or a :class:`~ratchet.SignalDecision`).
+
+        Atomic and idempotent (by key: one statement); returns how many jobs were released.
+        """
+        return deliver_signal(self, target, payload)
 
     # -- reading ---------------------------------------------------------------------------------
     def get_job(self, job_id: uuid.UUID) -> JobRecord | None:

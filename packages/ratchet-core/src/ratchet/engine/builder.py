@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import uuid
 import warnings
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 from typing import TYPE_CHECKING, Any
@@ -17,6 +17,7 @@ from ratchet.domain.resources import validate_resource_name
 if TYPE_CHECKING:
     from ratchet.domain.model import JobRecord
     from ratchet.engine.app import Ratchet
+    from ratchet.engine.workflows import FlowParts
     from ratchet.targets import TargetRef
 
 MAX_KEY_LENGTH = 255
@@ -121,6 +122,7 @@ class JobBuilder:
         self._immediate = False
         self._executor: str | None = None
         self._resource: str | None = None
+        self._flow: FlowParts | None = None
         self._submitted = False
 
     # -- options ---------------------------------------------------------------------------
@@ -197,6 +199,123 @@ class JobBuilder:
         self._immediate = True
         return self
 
+    # -- callbacks, chains, workflows, signals (docs/workflows.md) -----------------------------
+    def _parts(self) -> FlowParts:
+        from ratchet.engine.workflows import FlowParts
+
+        if self._flow is None:
+            self._flow = FlowParts()
+        return self._flow
+
+    def on_success(self, fn: Callable[[Any], Any]) -> JobBuilder:
+        """After the job succeeded (and that committed), call importable ``fn(ctx)``.
+
+        A raising callback never changes the outcome: it is logged and emits
+        ``job_callback_failed``.
+        """
+        from ratchet.engine.workflows import stored_callable
+
+        self._parts().on_success = stored_callable(self._app, fn, "on_success callback")
+        return self
+
+    def on_failure(self, fn: Callable[[Any, BaseException], Any]) -> JobBuilder:
+        """After the job failed for good (the DLQ, not each retry), call ``fn(ctx, error)``."""
+        from ratchet.engine.workflows import stored_callable
+
+        self._parts().on_failure = stored_callable(self._app, fn, "on_failure callback")
+        return self
+
+    def then(self, fn: Callable[..., Any], *args: Any, **kwargs: Any) -> JobBuilder:
+        """Append a chain step: ``fn(*args, **kwargs)`` runs once the previous step succeeded.
+
+        Stored at submit, invisible to the poller until then; a permanent failure or a
+        cancellation cancels every later step.
+        """
+        from ratchet.engine.workflows import make_step
+
+        self._parts().chain.append(make_step(self._app, fn, args, kwargs))
+        return self
+
+    def _add_branch(
+        self,
+        condition: Any,
+        fn: Callable[..., Any],
+        args: Sequence[Any],
+        kwargs: Mapping[str, Any],
+        description: str | None = None,
+    ) -> JobBuilder:
+        from ratchet.engine.workflows import Branch, make_step
+
+        step = make_step(self._app, fn, args, kwargs)
+        self._parts().branches.append(Branch(step, condition, description))
+        return self
+
+    def then_on_success(self, fn: Callable[..., Any], *args: Any, **kwargs: Any) -> JobBuilder:
+        """Branch: run ``fn`` if this job succeeds."""
+        from ratchet.domain.workflow import WorkflowCondition
+
+        return self._add_branch(WorkflowCondition.success(), fn, args, kwargs)
+
+    def then_on_failure(self, fn: Callable[..., Any], *args: Any, **kwargs: Any) -> JobBuilder:
+        """Branch: run ``fn`` if this job fails for good."""
+        from ratchet.domain.workflow import WorkflowCondition
+
+        return self._add_branch(WorkflowCondition.failure(), fn, args, kwargs)
+
+    def when(
+        self,
+        predicate: Callable[[Any], bool],
+        fn: Callable[..., Any],
+        *args: Any,
+        priority: int = 0,
+        **kwargs: Any,
+    ) -> JobBuilder:
+        """Branch: run ``fn`` if importable ``predicate(JobResult)`` is true when this job ends."""
+        from ratchet.domain.workflow import ConditionType
+        from ratchet.engine.workflows import predicate_condition
+
+        condition = predicate_condition(self._app, ConditionType.CUSTOM, predicate, priority)
+        return self._add_branch(condition, fn, args, kwargs)
+
+    def when_result(
+        self, predicate: Callable[[Any], bool], fn: Callable[..., Any], *args: Any, **kwargs: Any
+    ) -> JobBuilder:
+        """Branch: run ``fn`` if this job succeeds and ``predicate(return value)`` is true."""
+        from ratchet.domain.workflow import ConditionType
+        from ratchet.engine.workflows import predicate_condition
+
+        condition = predicate_condition(self._app, ConditionType.RESULT_VALUE, predicate)
+        return self._add_branch(condition, fn, args, kwargs)
+
+    def branch(
+        self,
+        condition: Any,
+        fn: Callable[..., Any],
+        *args: Any,
+        description: str | None = None,
+        **kwargs: Any,
+    ) -> JobBuilder:
+        """Branch: run ``fn`` when a :class:`~ratchet.WorkflowCondition` holds."""
+        from ratchet.domain.workflow import WorkflowCondition
+
+        if not isinstance(condition, WorkflowCondition):
+            raise InvalidJobOptions("branch() needs a WorkflowCondition")
+        return self._add_branch(condition, fn, args, kwargs, description)
+
+    def with_first_match(self, enabled: bool = True) -> JobBuilder:
+        """Fire only the first matching branch (default: every matching branch fires)."""
+        self._parts().first_match = enabled
+        return self
+
+    def with_await_signal(self, key: str, timeout: timedelta) -> JobBuilder:
+        """Create the job WAITING until ``app.deliver_signal(job_id or key, ...)`` (at most
+        ``timeout``; then it fails with ``SignalTimeoutError`` through its retry policy)."""
+        from ratchet.engine.workflows import check_signal_wait
+
+        parts = self._parts()
+        parts.signal_key, parts.signal_timeout = check_signal_wait(key, timeout)
+        return self
+
     # -- submission ------------------------------------------------------------------------
     @property
     def idempotency_key(self) -> str:
@@ -210,6 +329,14 @@ class JobBuilder:
 
     def build(self, now: datetime) -> Any:
         """The :class:`~ratchet.domain.model.NewJob` this builder describes, at ``now``."""
+        if self._flow is not None:
+            raise InvalidJobOptions(
+                "a job with callbacks, chain steps, branches or a signal wait is stored with its "
+                "own submit(), not submit_many() or replace()"
+            )
+        return self._new_job(now)
+
+    def _new_job(self, now: datetime) -> Any:
         from ratchet.domain.model import NewJob
         from ratchet.serialization import encode_payload
 
@@ -241,6 +368,10 @@ class JobBuilder:
         with the caller's transaction, and the wakeup is sent only after it commits.
         """
         self._submitted = True
+        if self._flow is not None:
+            from ratchet.engine.workflows import submit_flow
+
+            return submit_flow(self._app, self, self._flow, connection)
         return self._app._submit([self], connection=connection)[0]
 
     def __del__(self) -> None:

@@ -9,6 +9,7 @@ from collections.abc import Iterator, Mapping
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from datetime import datetime
+from typing import Any
 
 _current: contextvars.ContextVar[JobContext | None] = contextvars.ContextVar(
     "ratchet_job_context", default=None
@@ -46,6 +47,13 @@ class JobContext:
     def param(self, key: str, default: str | None = None) -> str | None:
         """A parameter set with ``with_param``."""
         return self.params.get(key, default)
+
+    def signal(self) -> Any:
+        """The payload (JSON-native) or :class:`~ratchet.SignalDecision` delivered to this job
+        by ``app.deliver_signal``; None if none was delivered."""
+        from ratchet.engine.workflows import signal_of
+
+        return signal_of(self.node_id, self.job_id)
 
     def fencing_token(self) -> tuple[uuid.UUID, int]:
         """``(job_id, epoch)``: pass it to side effects outside the store to fence zombies."""

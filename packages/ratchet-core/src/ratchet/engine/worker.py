@@ -43,6 +43,7 @@ from ratchet.engine.pipeline import (
     breaker_service,
     reschedule,
 )
+from ratchet.engine.workflows import after_flow_write, attach_flows
 from ratchet.events import EventKind, JobEvent
 from ratchet.ports import ExecutorProvider, WakeupHint
 from ratchet.serialization import decode_payload, encode_result
@@ -107,6 +108,7 @@ class Worker:
             PermitJanitor(config.orphan_scan_interval),
         ]
         """Maintenance tasks run on the heartbeat thread; features append theirs."""
+        attach_flows(self)  # signal-timeout scan; JobContext.signal() lookups
         self._inflight: dict[uuid.UUID, ClaimedJob] = {}
         self._lock = threading.Lock()
         self._wake = threading.Event()
@@ -548,6 +550,7 @@ class Worker:
                             EventKind.DEAD_LETTERED, o.job_id, o.finished_at, self.node_id, data
                         )
                     )
+        after_flow_write(self, outcomes, fenced)  # callbacks, chain/batch events, wakeups
 
     # ------------------------------------------------------------------ heartbeat and recovery
     def heartbeat_once(self) -> None:

@@ -9,6 +9,8 @@ jobs" needs no partial index on any database.
 from __future__ import annotations
 
 from sqlalchemy import (
+    BigInteger,
+    Boolean,
     Column,
     ForeignKey,
     Index,
@@ -49,7 +51,18 @@ job = Table(
     Column("terminated_at", UTCMicros(), nullable=True),
     Column("superseded_by", UUIDType(), nullable=True),
     Column("resource_name", String(100), nullable=True),  # migration 0004 (permits)
+    # migration 0005 (workflows): the job's role in a batch, chain or workflow
+    Column("job_type", String(16), nullable=True),  # NULL: SINGLE
+    Column("batch_id", UUIDType(), nullable=True),
+    Column("chain_id", UUIDType(), nullable=True),
+    Column("depends_on", UUIDType(), nullable=True),
+    Column("has_dependents", Boolean(), nullable=True),
+    Column("on_success", String(512), nullable=True),
+    Column("on_failure", String(512), nullable=True),
+    Column("signal_key", String(255), nullable=True),
+    Column("signal_wait_ms", BigInteger, nullable=True),
     Index("idx_job_terminal", "terminal_status", "terminated_at"),
+    Index("idx_job_batch", "batch_id"),
 )
 
 job_queue = Table(
@@ -66,9 +79,17 @@ job_queue = Table(
     Column("paused_from_status", String(16), nullable=True),
     Column("last_error", Text, nullable=True),
     Column("business_key", String(255), nullable=True),
+    # migration 0005 (workflows): hidden steps and signal waits (both WAITING)
+    Column("waiting_for", UUIDType(), nullable=True),
+    Column("signal_key", String(255), nullable=True),
+    Column("signal_deadline", UTCMicros(), nullable=True),
+    Column("signal_payload", Text, nullable=True),
     UniqueConstraint("business_key", name="uq_queue_business_key"),
     Index("idx_queue_claim", "status", "priority", "scheduled_time", "job_id"),
     Index("idx_queue_owner", "picked_by", "status"),
+    Index("idx_queue_waiting_for", "waiting_for"),
+    Index("idx_queue_signal_key", "signal_key", "status"),
+    Index("idx_queue_signal_deadline", "signal_deadline"),
 )
 
 job_tag = Table(
@@ -134,3 +155,39 @@ resource_permit = Table(
     Index("idx_permit_resource", "resource_name"),
     Index("idx_permit_node", "node_id"),
 )
+
+# -- batches and workflow conditions (migration 0005, branch "workflows") ----------------------
+
+batch = Table(
+    "scheduler_batch",
+    metadata,
+    Column("batch_id", UUIDType(), primary_key=True),  # the BATCH_PARENT job's id
+    Column("name", String(255), nullable=False),
+    Column("total_items", Integer, nullable=False),
+    Column("completed_items", Integer, nullable=False),
+    Column("failed_items", Integer, nullable=False),
+    Column("sealed", Boolean(), nullable=False),
+    Column("completion_processed", Boolean(), nullable=False),
+    Column("progress_hook", String(512), nullable=True),
+    Column("created_at", UTCMicros(), nullable=False),
+    Column("completed_at", UTCMicros(), nullable=True),
+)
+"""One row per batch. Children's terminal writes add to the counters in their own transaction;
+the one that finds every child ended (and the batch sealed) sets ``completion_processed``."""
+
+workflow_condition = Table(
+    "scheduler_workflow_condition",
+    metadata,
+    Column("parent_job_id", UUIDType(), primary_key=True),
+    Column("definition_order", Integer, primary_key=True),
+    Column("child_job_id", UUIDType(), nullable=False),
+    Column("condition_type", String(32), nullable=False),
+    Column("condition_expression", Text, nullable=True),
+    Column("condition_priority", Integer, nullable=False),
+    Column("first_match", Boolean(), nullable=False),
+    Column("description", String(255), nullable=True),
+    Column("created_at", UTCMicros(), nullable=False),
+    Index("idx_wf_condition_child", "child_job_id"),
+)
+"""A branch: ``child_job_id`` (WAITING, ``waiting_for`` = the parent) is released when the
+condition holds once the parent ends, and canceled otherwise."""

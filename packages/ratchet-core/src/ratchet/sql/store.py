@@ -55,6 +55,7 @@ from ratchet.sql import schema
 from ratchet.sql.dialect import ErrorKind, SqlDialect
 from ratchet.sql.types import UTCMicros
 from ratchet.sql.permits import PermitStoreMixin
+from ratchet.sql.workflows import WorkflowStoreMixin
 
 log = logging.getLogger("ratchet.store")
 
@@ -78,7 +79,7 @@ def _ms(value: timedelta | None) -> int | None:
     return None if value is None else int(value / timedelta(milliseconds=1))
 
 
-class SqlStore(PermitStoreMixin):
+class SqlStore(PermitStoreMixin, WorkflowStoreMixin):
     """A :class:`~ratchet.ports.Store` over SQLAlchemy Core."""
 
     def __init__(self, url: str, dialect: SqlDialect, **engine_options: Any) -> None:
@@ -101,6 +102,7 @@ class SqlStore(PermitStoreMixin):
         features that must react exactly once (batch counters, chains) hook in here."""
         self.terminal_hooks: list[TerminalHook] = []
         """Called inside the transaction that cancels live jobs (before their rows go)."""
+        self._install_workflow_hooks()
         self.retried_errors = 0
         """How many retryable errors (deadlocks, busy) were absorbed by retrying."""
 

@@ -1,0 +1,918 @@
+"""Batches, chains, workflow branches and signals for the SQL store.
+
+Representation (see docs/workflows.md):
+
+* Every job of a flow is inserted at submit, in one transaction. A chain step or workflow branch
+  is WAITING with ``scheduler_job_queue.waiting_for`` naming the job it follows, so the claim
+  (PENDING rows only) never sees it. A batch parent is WAITING with no ``waiting_for``; a job
+  waiting for a signal is WAITING with a ``signal_key``.
+* When a job ends, the transaction that writes its terminal status (the outcome hook for
+  attempts, the terminal hook for cancellations, the signal-timeout scan) also does everything
+  that follows from it: release or cancel its dependents (depth-first, through the terminal
+  hook), add it to its batch's counters with an atomic ``UPDATE ... SET n = n + k`` and, in the
+  one transaction that finds every child ended, mark the batch ``completion_processed`` and
+  finish its parent. A rolled-back write rolls all of it back; nothing is counted twice.
+* What must happen after commit (events, ``on_success`` / ``on_failure`` callbacks, progress
+  hooks, wakeups) is collected as :class:`FlowEffect` values per thread and taken by the caller
+  with :meth:`WorkflowStoreMixin.take_flow_effects` once the store call returned.
+"""
+
+from __future__ import annotations
+
+import enum
+import json
+import logging
+import threading
+import uuid
+from collections import defaultdict
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from dataclasses import dataclass, field
+from dataclasses import replace as dc_replace
+from datetime import datetime, timedelta
+from typing import TYPE_CHECKING, Any, TypeVar
+
+from sqlalchemy import delete, insert, select, update
+from sqlalchemy.engine import Connection, Row
+from sqlalchemy.orm import Session
+
+from ratchet.domain.errors import InvalidJobOptions
+from ratchet.domain.lifecycle import JobStatus, check_transition
+from ratchet.domain.model import NewJob, Outcome, OutcomeKind
+from ratchet.domain.options import BackoffPolicy
+from ratchet.domain.retry import RetryPolicy, decide_retry
+from ratchet.domain.workflow import (
+    BatchContext,
+    JobResult,
+    JobType,
+    SignalTimeoutError,
+    StoredCondition,
+    WorkflowCondition,
+    select_branches,
+)
+from ratchet.ports import InsertResult, iter_chunks
+from ratchet.sql import schema
+
+if TYPE_CHECKING:
+    from ratchet.sql.dialect import SqlDialect
+
+log = logging.getLogger("ratchet.workflows")
+
+T = TypeVar("T")
+
+Q = schema.job_queue
+J = schema.job
+B = schema.batch
+WC = schema.workflow_condition
+IDEM = schema.idempotency_key
+TAGS = schema.job_tag
+
+CHUNK = 500
+WAITING = JobStatus.WAITING.value
+
+
+# ---------------------------------------------------------------------------------------------
+# values crossing the store boundary
+# ---------------------------------------------------------------------------------------------
+@dataclass(frozen=True)
+class FlowJob:
+    """A job of a flow about to be inserted: a :class:`NewJob` plus its links.
+
+    ``job.status`` must be WAITING when ``waiting_for`` or ``signal_key`` is set, and for a
+    batch parent.
+    """
+
+    job: NewJob
+    job_type: JobType = JobType.SINGLE
+    batch_id: uuid.UUID | None = None
+    chain_id: uuid.UUID | None = None
+    depends_on: uuid.UUID | None = None
+    waiting_for: uuid.UUID | None = None
+    has_dependents: bool = False
+    on_success: str | None = None
+    on_failure: str | None = None
+    signal_key: str | None = None
+    signal_wait: timedelta | None = None
+
+
+@dataclass(frozen=True)
+class BranchSpec:
+    """A workflow condition row to insert: ``child`` runs when ``condition`` holds."""
+
+    parent: uuid.UUID
+    child: uuid.UUID
+    condition: WorkflowCondition
+    definition_order: int
+    first_match: bool = False
+    description: str | None = None
+
+
+@dataclass(frozen=True)
+class BatchSpec:
+    """A batch row to insert (``sealed`` False for a streaming batch still reading)."""
+
+    batch_id: uuid.UUID
+    name: str
+    total: int
+    sealed: bool = True
+    progress_hook: str | None = None
+
+
+class EffectKind(enum.StrEnum):
+    """What the caller must do after the transaction committed."""
+
+    ON_SUCCESS = "on_success"
+    ON_FAILURE = "on_failure"
+    BATCH_PROGRESS = "batch_progress"
+    BATCH_COMPLETED = "batch_completed"
+    CHAIN_COMPLETED = "chain_completed"
+    CHAIN_FAILED = "chain_failed"
+    BRANCH_TRIGGERED = "branch_triggered"
+    CONDITION_FAILED = "condition_failed"
+    RELEASED = "released"
+    SIGNAL_TIMED_OUT = "signal_timed_out"
+
+
+@dataclass(frozen=True)
+class FlowEffect:
+    """One after-commit action. ``source`` is the job whose write caused it (the outcome's job
+    for cascades), so a caller can drop effects of writes that did not apply."""
+
+    kind: EffectKind
+    job_id: uuid.UUID | None
+    source: uuid.UUID | None
+    target: str | None = None
+    data: dict[str, Any] = field(default_factory=dict)
+    batch: BatchContext | None = None
+
+
+@dataclass(frozen=True)
+class _Ended:
+    job_id: uuid.UUID
+    status: JobStatus
+    result: str | None = None
+    error: str | None = None
+    started_at: datetime | None = None
+    finished_at: datetime | None = None
+    attempt: int = 0
+    epoch: int = 0
+
+
+def _default_resolver(text: str) -> Callable[..., Any]:
+    from ratchet.targets import TargetRef, resolve_attribute
+
+    fn = resolve_attribute(TargetRef.parse(text))
+    if not callable(fn):
+        raise TypeError(f"{text} is not callable")
+    return fn  # type: ignore[no-any-return]
+
+
+def _decode(text: str | None) -> Any:
+    from ratchet.serialization import decode_result
+
+    return decode_result(text)
+
+
+# ---------------------------------------------------------------------------------------------
+# the mixin
+# ---------------------------------------------------------------------------------------------
+class WorkflowStoreMixin:
+    """Batches, chains, workflows and signals, mixed into ``SqlStore``."""
+
+    if TYPE_CHECKING:
+        dialect: SqlDialect
+        outcome_hooks: list[Callable[[Connection, list[Outcome], datetime], None]]
+        terminal_hooks: list[Callable[[Connection, list[uuid.UUID], JobStatus, datetime], None]]
+
+        def _run(self, work: Callable[[Connection], T], *, write: bool = True) -> T: ...
+
+        def _terminate(
+            self,
+            conn: Connection,
+            ids: Sequence[uuid.UUID],
+            status: JobStatus,
+            now: datetime,
+            *,
+            superseded_by: uuid.UUID | None = None,
+            error: str | None = None,
+        ) -> None: ...
+
+        @staticmethod
+        def _job_row(j: NewJob) -> dict[str, Any]: ...
+
+    flow_resolver: Callable[[str], Callable[..., Any]] = staticmethod(_default_resolver)
+    """Turns a stored predicate reference into a callable (the app adds its class policy)."""
+
+    def _install_workflow_hooks(self) -> None:
+        """Register the outcome and terminal hooks (called once from ``SqlStore.__init__``)."""
+        self._flow_tls = threading.local()
+        self.outcome_hooks.append(self._flow_outcomes)
+        self.terminal_hooks.append(self._flow_terminated)
+
+    # ------------------------------------------------------------------ effects
+    def _effects(self, conn: Connection) -> list[FlowEffect]:
+        """This transaction's effect list (a new transaction drops a rolled-back one's)."""
+        tls = self._flow_tls
+        tx = conn.get_transaction()
+        if getattr(tls, "tx", None) is not tx:
+            tls.tx = tx
+            tls.effects = []
+        effects: list[FlowEffect] = tls.effects
+        return effects
+
+    def take_flow_effects(self) -> list[FlowEffect]:
+        """The after-commit effects of this thread's last flow write (and forget them)."""
+        tls = self._flow_tls
+        effects: list[FlowEffect] = getattr(tls, "effects", [])
+        tls.effects = []
+        tls.tx = None
+        return effects
+
+    # ------------------------------------------------------------------ submission
+    def insert_flow(
+        self,
+        jobs: Sequence[FlowJob],
+        *,
+        now: datetime,
+        branches: Sequence[BranchSpec] = (),
+        batch: BatchSpec | None = None,
+        connection: Any = None,
+    ) -> InsertResult:
+        """Insert a flow (head first) in one transaction: its jobs, branch conditions and batch.
+
+        Only the head's idempotency key is checked: if another job holds it, nothing is inserted
+        and that job's id is returned (``inserted`` False); the other jobs get fresh keys.
+        """
+        if not jobs:
+            raise InvalidJobOptions("a flow needs at least one job")
+
+        def work(conn: Connection) -> InsertResult:
+            head = jobs[0].job
+            holder = conn.execute(
+                select(IDEM.c.job_id).where(IDEM.c.idempotency_key == head.idempotency_key)
+            ).scalar()
+            if holder is not None:
+                return InsertResult(holder, False)
+            if batch is not None:
+                conn.execute(
+                    insert(B).values(
+                        batch_id=batch.batch_id,
+                        name=batch.name,
+                        total_items=batch.total,
+                        completed_items=0,
+                        failed_items=0,
+                        sealed=batch.sealed,
+                        completion_processed=False,
+                        progress_hook=batch.progress_hook,
+                        created_at=now,
+                    )
+                )
+            self._insert_flow_jobs(conn, jobs, now)
+            if branches:
+                conn.execute(
+                    insert(WC),
+                    [
+                        {
+                            "parent_job_id": b.parent,
+                            "definition_order": b.definition_order,
+                            "child_job_id": b.child,
+                            "condition_type": b.condition.type.value,
+                            "condition_expression": b.condition.to_json(),
+                            "condition_priority": b.condition.priority,
+                            "first_match": b.first_match,
+                            "description": b.description,
+                            "created_at": now,
+                        }
+                        for b in branches
+                    ],
+                )
+            return InsertResult(head.job_id, True)
+
+        if connection is not None:
+            conn = connection.connection() if isinstance(connection, Session) else connection
+            return work(conn)
+        return self._run(work)
+
+    def _insert_flow_jobs(self, conn: Connection, jobs: Sequence[FlowJob], now: datetime) -> None:
+        for fj in jobs:
+            check_transition(None, fj.job.status)
+            hidden = fj.waiting_for is not None or fj.signal_key is not None
+            if hidden and fj.job.status is not JobStatus.WAITING:
+                raise InvalidJobOptions("a hidden step or signal wait must be WAITING")
+        for chunk in iter_chunks(list(jobs), CHUNK):
+            conn.execute(
+                insert(IDEM),
+                [
+                    {
+                        "idempotency_key": fj.job.idempotency_key,
+                        "job_id": fj.job.job_id,
+                        "created_at": now,
+                    }
+                    for fj in chunk
+                ],
+            )
+            conn.execute(insert(J), [self._flow_job_row(fj) for fj in chunk])
+            conn.execute(
+                insert(Q),
+                [
+                    {
+                        "job_id": fj.job.job_id,
+                        "status": fj.job.status.value,
+                        "priority": int(fj.job.priority),
+                        "scheduled_time": fj.job.scheduled_time,
+                        "attempts": 0,
+                        "epoch": 0,
+                        "business_key": fj.job.business_key,
+                        "waiting_for": fj.waiting_for,
+                        "signal_key": fj.signal_key,
+                        "signal_deadline": (
+                            now + fj.signal_wait if fj.signal_wait is not None else None
+                        ),
+                        "signal_payload": None,
+                    }
+                    for fj in chunk
+                ],
+            )
+            tag_rows = [{"job_id": fj.job.job_id, "tag": t} for fj in chunk for t in fj.job.tags]
+            if tag_rows:
+                conn.execute(insert(TAGS), tag_rows)
+
+    def _flow_job_row(self, fj: FlowJob) -> dict[str, Any]:
+        row = self._job_row(fj.job)
+        row.update(
+            job_type=None if fj.job_type is JobType.SINGLE else fj.job_type.value,
+            batch_id=fj.batch_id,
+            chain_id=fj.chain_id,
+            depends_on=fj.depends_on,
+            has_dependents=fj.has_dependents or None,
+            on_success=fj.on_success,
+            on_failure=fj.on_failure,
+            signal_key=fj.signal_key,
+            signal_wait_ms=(
+                None if fj.signal_wait is None else int(fj.signal_wait / timedelta(milliseconds=1))
+            ),
+        )
+        return row
+
+    # ------------------------------------------------------------------ streaming batches
+    def add_batch_children(
+        self, batch_id: uuid.UUID, children: Sequence[FlowJob], *, now: datetime
+    ) -> int:
+        """Insert one chunk of a streaming batch and add it to the total, in one transaction.
+
+        :returns: the batch's total after the chunk.
+        :raises InvalidJobOptions: the batch does not exist, is sealed, or was canceled.
+        """
+
+        def work(conn: Connection) -> int:
+            row = conn.execute(
+                self.dialect.lock_rows(
+                    select(B.c.sealed, B.c.completion_processed, B.c.total_items).where(
+                        B.c.batch_id == batch_id
+                    )
+                )
+            ).first()
+            if row is None or row.sealed or row.completion_processed:
+                raise InvalidJobOptions(f"batch {batch_id} is not open for more children")
+            self._insert_flow_jobs(conn, children, now)
+            conn.execute(
+                update(B)
+                .where(B.c.batch_id == batch_id)
+                .values(total_items=B.c.total_items + len(children))
+            )
+            return int(row.total_items) + len(children)
+
+        return self._run(work)
+
+    def seal_batch(self, batch_id: uuid.UUID, *, now: datetime) -> BatchContext | None:
+        """No more children will come; completes the batch now if every child already ended."""
+
+        def work(conn: Connection) -> BatchContext | None:
+            conn.execute(update(B).where(B.c.batch_id == batch_id).values(sealed=True))
+            ctx = self._lock_batch(conn, batch_id)
+            if ctx is not None:
+                self._maybe_complete(conn, ctx, now, source=batch_id)
+            return ctx
+
+        return self._run(work)
+
+    def get_batch(self, batch_id: uuid.UUID) -> BatchContext | None:
+        """The batch's counters now (None if there is no such batch)."""
+
+        def work(conn: Connection) -> BatchContext | None:
+            row = conn.execute(select(B).where(B.c.batch_id == batch_id)).first()
+            return None if row is None else _batch_ctx(row)
+
+        return self._run(work, write=False)
+
+    def batch_completion_processed(self, batch_id: uuid.UUID) -> bool:
+        """Whether the batch's completion was processed (or the batch canceled)."""
+        return bool(
+            self._run(
+                lambda conn: conn.execute(
+                    select(B.c.completion_processed).where(B.c.batch_id == batch_id)
+                ).scalar(),
+                write=False,
+            )
+        )
+
+    def _lock_batch(self, conn: Connection, batch_id: uuid.UUID) -> BatchContext | None:
+        row = conn.execute(
+            self.dialect.lock_rows(select(B).where(B.c.batch_id == batch_id))
+        ).first()
+        return None if row is None else _batch_ctx(row)
+
+    # ------------------------------------------------------------------ signals
+    def deliver_signal(self, job_id: uuid.UUID, payload: str, *, now: datetime) -> int:
+        """WAITING -> PENDING for one job waiting for a signal; 0 if it is not (any more)."""
+        check_transition(JobStatus.WAITING, JobStatus.PENDING)
+        return self._run(
+            lambda conn: (
+                conn.execute(self._signal_update(payload, now).where(Q.c.job_id == job_id)).rowcount
+            )
+        )
+
+    def deliver_signal_by_key(self, key: str, payload: str, *, now: datetime) -> int:
+        """WAITING -> PENDING for every job waiting on ``key``, in one statement."""
+        check_transition(JobStatus.WAITING, JobStatus.PENDING)
+        return self._run(
+            lambda conn: (
+                conn.execute(
+                    self._signal_update(payload, now).where(Q.c.signal_key == key)
+                ).rowcount
+            )
+        )
+
+    def _signal_update(self, payload: str, now: datetime) -> Any:
+        return (
+            update(Q)
+            .where(
+                Q.c.status == WAITING,
+                Q.c.signal_key.is_not(None),
+                Q.c.waiting_for.is_(None),
+            )
+            .values(
+                status=JobStatus.PENDING.value,
+                scheduled_time=now,
+                signal_payload=payload,
+                signal_deadline=None,
+            )
+        )
+
+    def read_signal(self, job_id: uuid.UUID) -> str | None:
+        """The stored signal of a live job (None: none delivered)."""
+        text: str | None = self._run(
+            lambda conn: conn.execute(
+                select(Q.c.signal_payload).where(Q.c.job_id == job_id)
+            ).scalar(),
+            write=False,
+        )
+        return text
+
+    def expire_signal_waits(
+        self, *, now: datetime, limit: int, policy: RetryPolicy | None = None
+    ) -> int:
+        """Fail up to ``limit`` signal waits whose timeout passed, through the retry decision.
+
+        With a retry left the job waits again (a new deadline: the backoff delay plus its wait
+        window, attempts + 1); otherwise it fails with :class:`SignalTimeoutError` (the DLQ) and
+        its dependents follow as for any failure. Rows another node is scanning are skipped.
+        """
+        if limit <= 0:
+            return 0
+
+        def work(conn: Connection) -> int:
+            stmt = (
+                select(Q.c.job_id, Q.c.attempts)
+                .where(Q.c.status == WAITING, Q.c.signal_deadline <= now)
+                .order_by(Q.c.signal_deadline)
+                .limit(limit)
+            )
+            rows = list(conn.execute(self.dialect.lock_for_claim(stmt)).all())
+            if not rows:
+                return 0
+            defs = {
+                r.job_id: r
+                for r in conn.execute(
+                    select(
+                        J.c.job_id,
+                        J.c.max_retries,
+                        J.c.backoff_policy,
+                        J.c.backoff_ms,
+                        J.c.signal_wait_ms,
+                        J.c.signal_key,
+                    ).where(J.c.job_id.in_([r.job_id for r in rows]))
+                )
+            }
+            dead: list[_Ended] = []
+            effects = self._effects(conn)
+            for r in rows:
+                d = defs[r.job_id]
+                attempt = r.attempts + 1
+                exc = SignalTimeoutError(f"no signal {d.signal_key!r} within {d.signal_wait_ms} ms")
+                error = f"{SignalTimeoutError.__module__}.SignalTimeoutError: {exc}"
+                decision = decide_retry(
+                    attempt=attempt,
+                    max_retries=d.max_retries,
+                    exc=exc,
+                    now=now,
+                    backoff=BackoffPolicy(d.backoff_policy),
+                    backoff_base=timedelta(milliseconds=d.backoff_ms),
+                    policy=policy,
+                )
+                effects.append(
+                    FlowEffect(
+                        EffectKind.SIGNAL_TIMED_OUT,
+                        r.job_id,
+                        r.job_id,
+                        data={"attempt": attempt, "retry": decision.retry, "error": error},
+                    )
+                )
+                if decision.retry and decision.retry_at is not None:
+                    conn.execute(
+                        update(Q)
+                        .where(Q.c.job_id == r.job_id, Q.c.status == WAITING)
+                        .values(
+                            attempts=attempt,
+                            last_error=error,
+                            signal_deadline=decision.retry_at
+                            + timedelta(milliseconds=d.signal_wait_ms or 0),
+                        )
+                    )
+                else:
+                    check_transition(JobStatus.WAITING, JobStatus.FAILED)
+                    conn.execute(delete(Q).where(Q.c.job_id == r.job_id))
+                    conn.execute(
+                        update(J)
+                        .where(J.c.job_id == r.job_id)
+                        .values(
+                            terminal_status=JobStatus.FAILED.value,
+                            terminal_error=error,
+                            terminated_at=now,
+                            attempts=attempt,
+                        )
+                    )
+                    dead.append(_Ended(r.job_id, JobStatus.FAILED, error=error, finished_at=now))
+            if dead:
+                self._jobs_ended(conn, dead, now)
+            return len(rows)
+
+        return self._run(work)
+
+    # ------------------------------------------------------------------ hooks
+    def _flow_outcomes(self, conn: Connection, outcomes: list[Outcome], now: datetime) -> None:
+        self._effects(conn)  # a fresh list for this transaction, even if nothing follows
+        ended = [
+            _Ended(
+                o.job_id,
+                JobStatus.SUCCEEDED if o.kind is OutcomeKind.SUCCEEDED else JobStatus.FAILED,
+                o.result,
+                o.error,
+                o.started_at,
+                o.finished_at,
+                o.attempt,
+                o.epoch,
+            )
+            for o in outcomes
+            if o.kind in (OutcomeKind.SUCCEEDED, OutcomeKind.DEAD)
+        ]
+        if ended:
+            self._jobs_ended(conn, ended, now)
+
+    def _flow_terminated(
+        self, conn: Connection, ids: list[uuid.UUID], status: JobStatus, now: datetime
+    ) -> None:
+        self._effects(conn)
+        self._jobs_ended(conn, [_Ended(i, status, finished_at=now) for i in ids], now)
+
+    # ------------------------------------------------------------------ what follows an end
+    def _jobs_ended(
+        self,
+        conn: Connection,
+        ended: Sequence[_Ended],
+        now: datetime,
+        source: Mapping[uuid.UUID, uuid.UUID] | None = None,
+    ) -> None:
+        """Everything that follows from jobs reaching a terminal status, in their transaction."""
+        infos: dict[uuid.UUID, Row[Any]] = {}
+        for chunk in iter_chunks([e.job_id for e in ended], CHUNK):
+            rows = conn.execute(
+                select(
+                    J.c.job_id,
+                    J.c.job_type,
+                    J.c.batch_id,
+                    J.c.chain_id,
+                    J.c.has_dependents,
+                    J.c.on_success,
+                    J.c.on_failure,
+                    J.c.params,
+                    J.c.tags,
+                ).where(
+                    J.c.job_id.in_(chunk),
+                    # plain jobs have none of these: the common case costs one indexed read
+                    (J.c.job_type.is_not(None))
+                    | (J.c.on_success.is_not(None))
+                    | (J.c.on_failure.is_not(None))
+                    | (J.c.has_dependents.is_not(None)),
+                )
+            )
+            infos.update({r.job_id: r for r in rows})
+        if not infos:
+            return
+        effects = self._effects(conn)
+        src = dict(source or {})
+        parents: list[_Ended] = []
+        batch_delta: dict[uuid.UUID, list[int]] = defaultdict(lambda: [0, 0])
+        batch_source: dict[uuid.UUID, uuid.UUID] = {}
+        for e in ended:
+            info = infos.get(e.job_id)
+            if info is None:
+                continue
+            origin = src.get(e.job_id, e.job_id)
+            ok = e.status is JobStatus.SUCCEEDED
+            if ok and info.on_success:
+                effects.append(
+                    FlowEffect(
+                        EffectKind.ON_SUCCESS,
+                        e.job_id,
+                        origin,
+                        info.on_success,
+                        _callback_data(e, info),
+                    )
+                )
+            elif e.status is JobStatus.FAILED and info.on_failure:
+                effects.append(
+                    FlowEffect(
+                        EffectKind.ON_FAILURE,
+                        e.job_id,
+                        origin,
+                        info.on_failure,
+                        _callback_data(e, info),
+                    )
+                )
+            if info.job_type == JobType.BATCH_CHILD.value and info.batch_id is not None:
+                batch_delta[info.batch_id][0 if ok else 1] += 1
+                batch_source.setdefault(info.batch_id, origin)
+            if info.job_type == JobType.BATCH_PARENT.value and e.status is JobStatus.CANCELED:
+                self._cancel_batch_children(conn, e.job_id, now, origin)
+            if info.chain_id is not None:
+                if e.status is JobStatus.FAILED:
+                    effects.append(
+                        FlowEffect(
+                            EffectKind.CHAIN_FAILED,
+                            info.chain_id,
+                            origin,
+                            data={"step": str(e.job_id), "error": e.error},
+                        )
+                    )
+                elif ok and not info.has_dependents:
+                    effects.append(FlowEffect(EffectKind.CHAIN_COMPLETED, info.chain_id, origin))
+            if info.has_dependents:
+                parents.append(e)
+                src.setdefault(e.job_id, origin)
+        if parents:
+            self._follow_parents(conn, parents, now, src)
+        for batch_id in sorted(batch_delta):  # a fixed order: no lock-order deadlocks
+            done, failed = batch_delta[batch_id]
+            self._count_children(conn, batch_id, done, failed, now, batch_source[batch_id])
+
+    def _follow_parents(
+        self,
+        conn: Connection,
+        parents: Sequence[_Ended],
+        now: datetime,
+        source: Mapping[uuid.UUID, uuid.UUID],
+    ) -> None:
+        ids = [p.job_id for p in parents]
+        waiting: dict[uuid.UUID, list[uuid.UUID]] = defaultdict(list)
+        for chunk in iter_chunks(ids, CHUNK):
+            stmt = select(Q.c.job_id, Q.c.waiting_for).where(
+                Q.c.waiting_for.in_(chunk), Q.c.status == WAITING
+            )
+            for r in conn.execute(self.dialect.lock_rows(stmt)):
+                waiting[r.waiting_for].append(r.job_id)
+        conditions: dict[uuid.UUID, list[StoredCondition]] = defaultdict(list)
+        for chunk in iter_chunks(ids, CHUNK):
+            for r in conn.execute(select(WC).where(WC.c.parent_job_id.in_(chunk))):
+                conditions[r.parent_job_id].append(
+                    StoredCondition(
+                        r.child_job_id,
+                        WorkflowCondition.from_row(
+                            r.condition_type, r.condition_expression, r.condition_priority
+                        ),
+                        r.definition_order,
+                        bool(r.first_match),
+                        r.description,
+                    )
+                )
+        release: list[uuid.UUID] = []
+        cancel: list[uuid.UUID] = []
+        effects = self._effects(conn)
+        for parent in parents:
+            origin = source.get(parent.job_id, parent.job_id)
+            live = set(waiting.get(parent.job_id, ()))
+            branches = [c for c in conditions.get(parent.job_id, ()) if c.child_job_id in live]
+            branch_ids = {c.child_job_id for c in conditions.get(parent.job_id, ())}
+            steps = [j for j in waiting.get(parent.job_id, ()) if j not in branch_ids]
+            (release if parent.status is JobStatus.SUCCEEDED else cancel).extend(steps)
+            if not branches:
+                continue
+            if parent.status is JobStatus.CANCELED:
+                cancel.extend(c.child_job_id for c in branches)
+                continue
+            batch = None
+            if any(c.condition.type.is_batch for c in branches):
+                batch = self._lock_batch(conn, parent.job_id)
+            result = JobResult(
+                parent.job_id,
+                parent.status is JobStatus.SUCCEEDED,
+                _safe_decode(parent.result),
+                parent.error,
+                parent.started_at,
+                parent.finished_at,
+            )
+
+            def failed(
+                stored: StoredCondition,
+                exc: Exception,
+                parent_id: uuid.UUID = parent.job_id,
+                origin: uuid.UUID = origin,
+            ) -> None:
+                log.warning(
+                    "workflow condition %s of job %s raised %s: %s; the branch does not fire",
+                    stored.condition.type.value,
+                    parent_id,
+                    type(exc).__name__,
+                    exc,
+                )
+                effects.append(
+                    FlowEffect(
+                        EffectKind.CONDITION_FAILED,
+                        parent_id,
+                        origin,
+                        data={
+                            "branch": str(stored.child_job_id),
+                            "condition": stored.condition.type.value,
+                            "error": f"{type(exc).__name__}: {exc}",
+                        },
+                    )
+                )
+
+            fire, skip = select_branches(branches, result, batch, self.flow_resolver, failed)
+            release.extend(c.child_job_id for c in fire)
+            cancel.extend(c.child_job_id for c in skip)
+            for c in fire:
+                effects.append(
+                    FlowEffect(
+                        EffectKind.BRANCH_TRIGGERED,
+                        c.child_job_id,
+                        origin,
+                        data={
+                            "parent": str(parent.job_id),
+                            "condition": c.condition.type.value,
+                            "description": c.description,
+                        },
+                    )
+                )
+        if release:
+            check_transition(JobStatus.WAITING, JobStatus.PENDING)
+            for chunk in iter_chunks(release, CHUNK):
+                conn.execute(
+                    update(Q)
+                    .where(Q.c.job_id.in_(chunk), Q.c.status == WAITING)
+                    .values(status=JobStatus.PENDING.value, waiting_for=None, scheduled_time=now)
+                )
+            first = source.get(parents[0].job_id, parents[0].job_id)
+            effects.append(
+                FlowEffect(EffectKind.RELEASED, None, first, data={"count": len(release)})
+            )
+        if cancel:
+            check_transition(JobStatus.WAITING, JobStatus.CANCELED)
+            # Through the terminal hooks again: the cascade goes depth-first down the flow.
+            self._terminate(conn, cancel, JobStatus.CANCELED, now)
+
+    def _cancel_batch_children(
+        self, conn: Connection, batch_id: uuid.UUID, now: datetime, origin: uuid.UUID
+    ) -> None:
+        """The parent was canceled: the batch never completes and its live children go."""
+        conn.execute(update(B).where(B.c.batch_id == batch_id).values(completion_processed=True))
+        ids = list(
+            conn.execute(
+                self.dialect.lock_rows(
+                    select(Q.c.job_id)
+                    .join(J, J.c.job_id == Q.c.job_id)
+                    .where(J.c.batch_id == batch_id, J.c.job_type == JobType.BATCH_CHILD.value)
+                )
+            ).scalars()
+        )
+        if ids:
+            self._terminate(conn, ids, JobStatus.CANCELED, now)
+
+    def _count_children(
+        self,
+        conn: Connection,
+        batch_id: uuid.UUID,
+        done: int,
+        failed: int,
+        now: datetime,
+        origin: uuid.UUID,
+    ) -> None:
+        # An atomic increment: concurrent writers queue on the batch row, none is lost.
+        conn.execute(
+            update(B)
+            .where(B.c.batch_id == batch_id)
+            .values(
+                completed_items=B.c.completed_items + done,
+                failed_items=B.c.failed_items + failed,
+            )
+        )
+        row = conn.execute(select(B).where(B.c.batch_id == batch_id)).first()
+        if row is None:
+            return
+        ctx = _batch_ctx(row)
+        if row.progress_hook:
+            self._effects(conn).append(
+                FlowEffect(
+                    EffectKind.BATCH_PROGRESS, batch_id, origin, row.progress_hook, batch=ctx
+                )
+            )
+        if not row.completion_processed:
+            self._maybe_complete(conn, ctx, now, origin)
+
+    def _maybe_complete(
+        self, conn: Connection, ctx: BatchContext, now: datetime, source: uuid.UUID
+    ) -> None:
+        if not ctx.is_complete:
+            return
+        won = conn.execute(
+            update(B)
+            .where(B.c.batch_id == ctx.batch_id, B.c.completion_processed.is_(False))
+            .values(completion_processed=True, completed_at=now)
+        ).rowcount
+        if won != 1:
+            return
+        parent = ctx.batch_id
+        row = conn.execute(
+            self.dialect.lock_rows(select(Q.c.status).where(Q.c.job_id == parent))
+        ).first()
+        if row is None or row.status != WAITING:
+            return  # canceled meanwhile: nothing follows
+        # The parent does no work: it passes PENDING and RUNNING inside this transaction.
+        check_transition(JobStatus.WAITING, JobStatus.PENDING)
+        check_transition(JobStatus.PENDING, JobStatus.RUNNING)
+        check_transition(JobStatus.RUNNING, JobStatus.SUCCEEDED)
+        result = json.dumps(ctx.to_dict())
+        conn.execute(delete(Q).where(Q.c.job_id == parent))
+        conn.execute(
+            update(J)
+            .where(J.c.job_id == parent)
+            .values(terminal_status=JobStatus.SUCCEEDED.value, result=result, terminated_at=now)
+        )
+        self._effects(conn).append(
+            FlowEffect(EffectKind.BATCH_COMPLETED, parent, source, batch=ctx)
+        )
+        self._jobs_ended(
+            conn,
+            [_Ended(parent, JobStatus.SUCCEEDED, result, None, None, now)],
+            now,
+            {parent: source},
+        )
+
+
+def _batch_ctx(row: Row[Any]) -> BatchContext:
+    return BatchContext(
+        row.batch_id,
+        row.name,
+        int(row.total_items),
+        int(row.completed_items),
+        int(row.failed_items),
+        bool(row.sealed),
+    )
+
+
+def _safe_decode(text: str | None) -> Any:
+    try:
+        return _decode(text)
+    except Exception:
+        return text
+
+
+def _callback_data(e: _Ended, info: Row[Any]) -> dict[str, Any]:
+    return {
+        "attempt": e.attempt,
+        "epoch": e.epoch,
+        "error": e.error,
+        "params": json.loads(info.params) if info.params else {},
+        "tags": tuple(json.loads(info.tags)) if info.tags else (),
+        "started_at": e.started_at,
+        "finished_at": e.finished_at,
+    }
+
+
+def flow_jobs_of(jobs: Iterable[NewJob], **links: Any) -> list[FlowJob]:
+    """Wrap plain :class:`NewJob` values with the same links (a convenience for tests)."""
+    return [FlowJob(job=j, **links) for j in jobs]
+
+
+def waiting(job: NewJob) -> NewJob:
+    """``job`` created WAITING."""
+    return dc_replace(job, status=JobStatus.WAITING)
