@@ -17,6 +17,8 @@ class LocalClusterCoordinator:
     """Delivers hints synchronously to listeners in this process. Needs no infrastructure."""
 
     name = "local"
+    cross_process = False
+    """Hints reach only listeners in this process."""
 
     def __init__(self) -> None:
         self._listeners: list[Callable[[WakeupHint], None]] = []

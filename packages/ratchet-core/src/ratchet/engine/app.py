@@ -5,6 +5,7 @@ from __future__ import annotations
 import logging
 import threading
 import uuid
+import weakref
 from collections.abc import Callable, Sequence
 from datetime import datetime, timedelta
 from typing import Any
@@ -26,6 +27,7 @@ from ratchet.domain.workflow import BatchContext
 from ratchet.engine.batches import BatchBuilder, StreamingBatchBuilder
 from ratchet.engine.builder import JobBuilder, JobHandle
 from ratchet.engine.gates_api import GatesMixin
+from ratchet.engine.recurring import RecurringMixin
 from ratchet.engine.workflows import batch_of, deliver_signal, install_flows
 from ratchet.events import EventKind, JobEvent
 from ratchet.ids import uuid7
@@ -38,7 +40,7 @@ log = logging.getLogger("ratchet")
 EventListener = Callable[[JobEvent], None]
 
 
-class Ratchet(GatesMixin):
+class Ratchet(GatesMixin, RecurringMixin):
     """A scheduler bound to one database.
 
     :param url: SQLAlchemy URL of the store (``sqlite:///jobs.db``, ``postgresql+psycopg://...``).
@@ -332,7 +334,9 @@ class Ratchet(GatesMixin):
         """A :class:`~ratchet.engine.worker.Worker` for this app (not started)."""
         from ratchet.engine.worker import Worker
 
-        return Worker(self, config or WorkerConfig(**options))
+        worker = Worker(self, config or WorkerConfig(**options))
+        self._install_recurring(worker)
+        return worker
 
     def run_worker(self, config: WorkerConfig | None = None, **options: Any) -> None:
         """Run a worker in this thread until SIGTERM / SIGINT, then drain."""
@@ -351,15 +355,19 @@ class Ratchet(GatesMixin):
         self.close()
 
 
+_AFTER_COMMIT: weakref.WeakKeyDictionary[Any, list[Callable[[], None]]] = weakref.WeakKeyDictionary()
+
+
 def _run_after_commit(connection: Any, callback: Callable[[], None]) -> None:
     """Call ``callback`` once the caller's transaction commits; never if it rolls back.
 
-    One pair of listeners per connection or session drains a pending list kept in its ``info``
-    (listeners cannot be removed while SQLAlchemy dispatches them).
+    One pair of listeners per Connection or Session object drains a pending list kept for that
+    object (listeners cannot be removed while SQLAlchemy dispatches them). Not ``Connection.info``:
+    it belongs to the pooled DBAPI connection and outlives the Connection and its listeners.
     """
-    pending: list[Callable[[], None]] | None = connection.info.get("ratchet_after_commit")
+    pending = _AFTER_COMMIT.get(connection)
     if pending is None:
-        pending = connection.info["ratchet_after_commit"] = []
+        pending = _AFTER_COMMIT[connection] = []
         queued = pending
 
         def on_commit(*_: Any) -> None:
