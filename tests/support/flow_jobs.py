@@ -124,3 +124,15 @@ def progress(batch: BatchContext) -> None:
 
 def record_completion(db_path: str, token: str) -> None:
     side_effect(db_path, token)
+
+
+def batch_item(n: int, fail: bool) -> int:
+    """A child of the 10,000-item process test: fails when told to (chosen at random)."""
+    if fail:
+        raise ValueError(f"item {n} fails")
+    return n
+
+
+def batch_item_spec(spec: dict[str, Any]) -> int:
+    """``batch_item`` taking its one batch argument as a dict."""
+    return batch_item(int(spec["n"]), bool(spec["fail"]))

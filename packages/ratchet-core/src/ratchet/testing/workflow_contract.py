@@ -1,0 +1,371 @@
+"""Conformance suite for batches, chains, workflow branches and signals (store level).
+
+Subclass :class:`WorkflowStoreContract` in a test module that provides the ``store`` and
+``clock`` fixtures (as for :class:`~ratchet.testing.store_contract.StoreContract`). The
+concurrency tests drive the store from several threads, each with its own node id, the way
+worker processes do; on PostgreSQL and MySQL the completions then really race on the batch row.
+"""
+
+from __future__ import annotations
+
+import random
+import threading
+import uuid
+from collections import Counter
+from collections.abc import Callable, Sequence
+from datetime import timedelta
+from typing import Any
+
+import pytest
+
+from ratchet.domain.lifecycle import JobStatus
+from ratchet.domain.model import ClaimedJob, NewJob, Outcome, OutcomeKind
+from ratchet.domain.workflow import JobType, WorkflowCondition
+from ratchet.sql.workflows import BatchSpec, BranchSpec, EffectKind, FlowEffect, FlowJob, waiting
+from ratchet.testing.clock import FakeClock
+from ratchet.testing.store_contract import BOOST, new_job
+
+NODE = "node-a"
+
+
+def _flow_store(store: Any) -> Any:
+    if not hasattr(store, "insert_flow"):
+        pytest.skip("N/A: this store has no batches, chains, workflows or signals")
+    return store
+
+
+class WorkflowStoreContract:
+    """Behaviour every store with flows must have. Needs fixtures ``store`` and ``clock``."""
+
+    # ------------------------------------------------------------------ helpers
+    def claim(
+        self, store: Any, clock: FakeClock, node: str = NODE, limit: int = 100
+    ) -> list[ClaimedJob]:
+        return list(store.claim(node, limit, now=clock.now(), boost_interval=BOOST))
+
+    def finish(
+        self,
+        store: Any,
+        clock: FakeClock,
+        jobs: Sequence[ClaimedJob],
+        kind: OutcomeKind | Callable[[ClaimedJob], OutcomeKind] = OutcomeKind.SUCCEEDED,
+        node: str = NODE,
+        result: str | None = None,
+    ) -> list[FlowEffect]:
+        now = clock.now()
+        outcomes = [
+            Outcome(
+                j.job_id,
+                j.epoch,
+                j.attempt,
+                kind(j) if callable(kind) else kind,
+                now,
+                now,
+                result=result,
+                error=None if kind is OutcomeKind.SUCCEEDED else "RuntimeError: no",
+            )
+            for j in jobs
+        ]
+        fenced = store.record_outcomes(node, outcomes, now=now)
+        assert fenced == []
+        effects: list[FlowEffect] = store.take_flow_effects()
+        return effects
+
+    def status(self, store: Any, job_id: uuid.UUID) -> JobStatus:
+        rec = store.get_job(job_id)
+        assert rec is not None
+        return JobStatus(rec.status)
+
+    def batch(
+        self, store: Any, clock: FakeClock, n: int, *, sealed: bool = True, branches: int = 0
+    ) -> tuple[NewJob, list[NewJob], list[NewJob]]:
+        parent = waiting(new_job(clock, target="tests.jobs:parent"))
+        children = [new_job(clock, max_retries=0) for _ in range(n)]
+        branch_jobs = [waiting(new_job(clock, target="tests.jobs:branch")) for _ in range(branches)]
+        jobs = [FlowJob(parent, JobType.BATCH_PARENT, has_dependents=bool(branches))]
+        jobs += [FlowJob(c, JobType.BATCH_CHILD, batch_id=parent.job_id) for c in children]
+        jobs += [
+            FlowJob(b, JobType.WORKFLOW_BRANCH, depends_on=parent.job_id, waiting_for=parent.job_id)
+            for b in branch_jobs
+        ]
+        conditions = [WorkflowCondition.batch_success(), WorkflowCondition.batch_failure()]
+        specs = [
+            BranchSpec(parent.job_id, b.job_id, conditions[i % 2], i)
+            for i, b in enumerate(branch_jobs)
+        ]
+        result = store.insert_flow(
+            jobs,
+            now=clock.now(),
+            branches=specs,
+            batch=BatchSpec(parent.job_id, "contract", n, sealed),
+        )
+        assert result.inserted
+        return parent, children, branch_jobs
+
+    def chain(self, store: Any, clock: FakeClock, n: int) -> list[NewJob]:
+        head = new_job(clock)
+        steps = [waiting(new_job(clock)) for _ in range(n - 1)]
+        jobs = [FlowJob(head, chain_id=head.job_id, has_dependents=n > 1)]
+        previous = head.job_id
+        for i, s in enumerate(steps):
+            jobs.append(
+                FlowJob(
+                    s,
+                    JobType.CHAIN_STEP,
+                    chain_id=head.job_id,
+                    depends_on=previous,
+                    waiting_for=previous,
+                    has_dependents=i < len(steps) - 1,
+                )
+            )
+            previous = s.job_id
+        store.insert_flow(jobs, now=clock.now())
+        return [head, *steps]
+
+    def signal_jobs(
+        self, store: Any, clock: FakeClock, key: str, n: int = 1, **overrides: Any
+    ) -> list[NewJob]:
+        jobs = [waiting(new_job(clock, **overrides)) for _ in range(n)]
+        for j in jobs:
+            store.insert_flow(
+                [FlowJob(j, signal_key=key, signal_wait=timedelta(minutes=5))], now=clock.now()
+            )
+        return jobs
+
+    def race(self, workers: int, target: Callable[[int], Any]) -> list[Any]:
+        """Run ``target(i)`` on ``workers`` threads released together; re-raise any error."""
+        barrier = threading.Barrier(workers)
+        results: list[Any] = [None] * workers
+        errors: list[BaseException] = []
+
+        def run(i: int) -> None:
+            try:
+                barrier.wait(timeout=30)
+                results[i] = target(i)
+            except BaseException as exc:
+                errors.append(exc)
+
+        threads = [threading.Thread(target=run, args=(i,)) for i in range(workers)]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join(timeout=600)
+        if errors:
+            raise errors[0]
+        return results
+
+    # ------------------------------------------------------------------ batches
+    def run_batch_concurrently(self, store: Any, clock: FakeClock, n: int, workers: int) -> None:
+        store = _flow_store(store)
+        parent, children, branches = self.batch(store, clock, n, branches=2)
+        rng = random.Random(n)
+        failing = {c.job_id for c in children if rng.random() < 0.1}
+        child_ids = {c.job_id for c in children}
+
+        def work(i: int) -> tuple[Counter[str], list[FlowEffect]]:
+            node = f"node-{i}"
+            done: Counter[str] = Counter()
+            effects: list[FlowEffect] = []
+            while True:
+                jobs = self.claim(store, clock, node=node, limit=50)
+                if not jobs:
+                    return done, effects
+                effects += self.finish(
+                    store,
+                    clock,
+                    jobs,
+                    lambda j: OutcomeKind.DEAD if j.job_id in failing else OutcomeKind.SUCCEEDED,
+                    node=node,
+                )
+                done["jobs"] += sum(1 for j in jobs if j.job_id in child_ids)
+
+        results = self.race(workers, work)
+        assert sum(r[0]["jobs"] for r in results) == n, "every child ran exactly once"
+        ctx = store.get_batch(parent.job_id)
+        assert (ctx.total, ctx.completed, ctx.failed) == (n, n - len(failing), len(failing))
+        completions = [e for r in results for e in r[1] if e.kind is EffectKind.BATCH_COMPLETED]
+        assert len(completions) == 1, "completion processed exactly once"
+        assert completions[0].batch.processed == n
+        assert store.batch_completion_processed(parent.job_id)
+        assert self.status(store, parent.job_id) is JobStatus.SUCCEEDED
+        on_success, on_failure = (self.status(store, b.job_id) for b in branches)
+        assert failing, "the random failures hit some children"
+        assert on_success is JobStatus.CANCELED
+        assert on_failure in (JobStatus.PENDING, JobStatus.SUCCEEDED), "released once"
+
+    def test_batch_counts_are_exact_under_concurrent_completions(
+        self, store: Any, clock: FakeClock
+    ) -> None:
+        self.run_batch_concurrently(store, clock, 600, workers=4)
+
+    def test_ten_thousand_children_three_workers(self, store: Any, clock: FakeClock) -> None:
+        self.run_batch_concurrently(store, clock, 10_000, workers=3)
+
+    def test_completion_is_processed_once_when_sealing_races_the_last_child(
+        self, store: Any, clock: FakeClock
+    ) -> None:
+        store = _flow_store(store)
+        parent, _children, _ = self.batch(store, clock, 20, sealed=False)
+        jobs = self.claim(store, clock)
+        effects = self.finish(store, clock, jobs)
+        assert not [e for e in effects if e.kind is EffectKind.BATCH_COMPLETED], "not sealed"
+        assert self.status(store, parent.job_id) is JobStatus.WAITING
+
+        def seal(i: int) -> list[FlowEffect]:
+            store.seal_batch(parent.job_id, now=clock.now())
+            return list(store.take_flow_effects())
+
+        results = self.race(4, seal)
+        completed = [e for r in results for e in r if e.kind is EffectKind.BATCH_COMPLETED]
+        assert len(completed) == 1
+        assert self.status(store, parent.job_id) is JobStatus.SUCCEEDED
+
+    def test_streaming_chunks_add_to_the_total_until_sealed(
+        self, store: Any, clock: FakeClock
+    ) -> None:
+        store = _flow_store(store)
+        parent, _first, _ = self.batch(store, clock, 2, sealed=False)
+        more = [
+            FlowJob(new_job(clock), JobType.BATCH_CHILD, batch_id=parent.job_id) for _ in range(3)
+        ]
+        assert store.add_batch_children(parent.job_id, more, now=clock.now()) == 5
+        self.finish(store, clock, self.claim(store, clock))
+        ctx = store.get_batch(parent.job_id)
+        assert (ctx.total, ctx.completed, ctx.sealed, ctx.is_complete) == (5, 5, False, False)
+        store.seal_batch(parent.job_id, now=clock.now())
+        assert store.get_batch(parent.job_id).is_complete
+        assert self.status(store, parent.job_id) is JobStatus.SUCCEEDED
+        with pytest.raises(ValueError, match="not open"):
+            store.add_batch_children(parent.job_id, more[:1], now=clock.now())
+
+    def test_canceling_a_batch_cancels_live_children(self, store: Any, clock: FakeClock) -> None:
+        store = _flow_store(store)
+        parent, children, branches = self.batch(store, clock, 6, branches=2)
+        running = self.claim(store, clock, limit=2)
+        assert store.cancel_job(parent.job_id, now=clock.now())
+        assert {self.status(store, c.job_id) for c in children} == {JobStatus.CANCELED}
+        assert {self.status(store, b.job_id) for b in branches} == {JobStatus.CANCELED}
+        assert store.record_outcomes(
+            NODE,
+            [
+                Outcome(
+                    j.job_id, j.epoch, j.attempt, OutcomeKind.SUCCEEDED, clock.now(), clock.now()
+                )
+                for j in running
+            ],
+            now=clock.now(),
+        ) == [j.job_id for j in running], "the running children's results are fenced out"
+        assert self.status(store, parent.job_id) is JobStatus.CANCELED
+
+    # ------------------------------------------------------------------ chains
+    def test_chain_steps_are_released_one_by_one(self, store: Any, clock: FakeClock) -> None:
+        store = _flow_store(store)
+        steps = self.chain(store, clock, 3)
+        for expected in steps:
+            [job] = self.claim(store, clock)
+            assert job.job_id == expected.job_id, "only the next step is claimable"
+            effects = self.finish(store, clock, [job])
+        assert {self.status(store, s.job_id) for s in steps} == {JobStatus.SUCCEEDED}
+        assert [e.kind for e in effects if e.kind is EffectKind.CHAIN_COMPLETED] == [
+            EffectKind.CHAIN_COMPLETED
+        ]
+
+    def test_a_failed_step_cancels_every_later_step(self, store: Any, clock: FakeClock) -> None:
+        store = _flow_store(store)
+        steps = self.chain(store, clock, 5)
+        self.finish(store, clock, self.claim(store, clock))
+        [second] = self.claim(store, clock)
+        effects = self.finish(store, clock, [second], OutcomeKind.DEAD)
+        assert [self.status(store, s.job_id) for s in steps] == [
+            JobStatus.SUCCEEDED,
+            JobStatus.FAILED,
+            JobStatus.CANCELED,
+            JobStatus.CANCELED,
+            JobStatus.CANCELED,
+        ]
+        assert [e.job_id for e in effects if e.kind is EffectKind.CHAIN_FAILED] == [steps[0].job_id]
+        assert self.claim(store, clock) == []
+
+    def test_canceling_a_running_step_cascades(self, store: Any, clock: FakeClock) -> None:
+        store = _flow_store(store)
+        steps = self.chain(store, clock, 3)
+        [head] = self.claim(store, clock)
+        assert store.cancel_job(head.job_id, now=clock.now())
+        assert {self.status(store, s.job_id) for s in steps} == {JobStatus.CANCELED}
+
+    def test_branches_follow_their_condition(self, store: Any, clock: FakeClock) -> None:
+        store = _flow_store(store)
+        parent = new_job(clock)
+        on_ok, on_fail = (waiting(new_job(clock)) for _ in range(2))
+        jobs = [FlowJob(parent, has_dependents=True)] + [
+            FlowJob(b, JobType.WORKFLOW_BRANCH, depends_on=parent.job_id, waiting_for=parent.job_id)
+            for b in (on_ok, on_fail)
+        ]
+        specs = [
+            BranchSpec(parent.job_id, on_ok.job_id, WorkflowCondition.success(), 0),
+            BranchSpec(parent.job_id, on_fail.job_id, WorkflowCondition.failure(), 1),
+        ]
+        store.insert_flow(jobs, now=clock.now(), branches=specs)
+        self.finish(store, clock, self.claim(store, clock), OutcomeKind.DEAD)
+        assert self.status(store, on_ok.job_id) is JobStatus.CANCELED
+        assert self.status(store, on_fail.job_id) is JobStatus.PENDING
+
+    # ------------------------------------------------------------------ signals
+    def test_signal_by_id_is_atomic_and_idempotent(self, store: Any, clock: FakeClock) -> None:
+        store = _flow_store(store)
+        [job] = self.signal_jobs(store, clock, "approve")
+        assert self.claim(store, clock) == [], "a waiting job is invisible"
+        results = self.race(
+            6, lambda i: store.deliver_signal(job.job_id, f'"{i}"', now=clock.now())
+        )
+        assert sorted(results) == [0, 0, 0, 0, 0, 1]
+        winner = f'"{results.index(1)}"'
+        assert store.read_signal(job.job_id) == winner
+        [claimed] = self.claim(store, clock)
+        assert claimed.job_id == job.job_id
+        assert store.deliver_signal(job.job_id, '"late"', now=clock.now()) == 0
+
+    def test_signal_by_key_releases_each_waiting_job_once(
+        self, store: Any, clock: FakeClock
+    ) -> None:
+        store = _flow_store(store)
+        jobs = self.signal_jobs(store, clock, "order-1", 25)
+        others = self.signal_jobs(store, clock, "order-10", 2)
+        results = self.race(
+            5, lambda i: store.deliver_signal_by_key("order-1", '"go"', now=clock.now())
+        )
+        assert sum(results) == 25
+        assert {self.status(store, j.job_id) for j in jobs} == {JobStatus.PENDING}
+        assert {self.status(store, j.job_id) for j in others} == {JobStatus.WAITING}
+        assert store.deliver_signal_by_key("ORDER-10", '"x"', now=clock.now()) == 0, "exact keys"
+
+    def test_a_chain_step_is_never_released_by_a_signal(self, store: Any, clock: FakeClock) -> None:
+        store = _flow_store(store)
+        parent, _, branches = self.batch(store, clock, 1, branches=1)
+        assert store.deliver_signal(parent.job_id, '"x"', now=clock.now()) == 0
+        assert store.deliver_signal(branches[0].job_id, '"x"', now=clock.now()) == 0
+
+    def test_signal_timeouts_fail_or_rearm_once_across_scanners(
+        self, store: Any, clock: FakeClock
+    ) -> None:
+        store = _flow_store(store)
+        once = self.signal_jobs(store, clock, "t", 30, max_retries=0)
+        retried = self.signal_jobs(store, clock, "t", 10, max_retries=1)
+        clock.advance(timedelta(minutes=4))
+        assert store.expire_signal_waits(now=clock.now(), limit=100) == 0
+        clock.advance(timedelta(minutes=2))
+        counts = self.race(
+            4,
+            lambda i: (
+                store.expire_signal_waits(now=clock.now(), limit=7)
+                + store.expire_signal_waits(now=clock.now(), limit=100)
+            ),
+        )
+        assert sum(counts) == 40, "every expired wait handled exactly once"
+        assert {self.status(store, j.job_id) for j in once} == {JobStatus.FAILED}
+        assert "SignalTimeoutError" in (store.get_job(once[0].job_id).last_error or "")
+        assert {self.status(store, j.job_id) for j in retried} == {JobStatus.WAITING}
+        assert {store.get_job(j.job_id).attempts for j in retried} == {1}
+        clock.advance(timedelta(minutes=6))
+        assert store.expire_signal_waits(now=clock.now(), limit=100) == 10
+        assert {self.status(store, j.job_id) for j in retried} == {JobStatus.FAILED}

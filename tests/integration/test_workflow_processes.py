@@ -1,0 +1,109 @@
+"""Batches and chains across real ``ratchet worker`` processes on one SQLite file."""
+
+from __future__ import annotations
+
+import random
+import signal
+from pathlib import Path
+
+import flow_jobs
+import procs
+import pytest
+
+from ratchet import EventKind, JobEvent, JobStatus, Ratchet
+
+
+@pytest.fixture
+def app(sqlite_url: str) -> Ratchet:
+    app = Ratchet(sqlite_url, allowed_modules=["flow_jobs"])
+    yield app
+    app.close()
+
+
+def logs(tmp_path: Path) -> str:
+    return "\n".join(p.read_text() for p in sorted(tmp_path.glob("*.log")))
+
+
+def test_ten_thousand_item_batch_three_workers_exact_counts_one_completion(
+    app: Ratchet, sqlite_url: str, tmp_path: Path
+) -> None:
+    effects = procs.make_side_effect_db(tmp_path / "effects.db")
+    rng = random.Random(10_000)
+    items = [(n, rng.random() < 0.05) for n in range(10_000)]
+    failing = sum(1 for _, fail in items if fail)
+    events: list[JobEvent] = []
+    app.add_event_listener(events.append)
+    batch = (
+        app.enqueue_batch("ten-thousand")
+        .for_each([{"n": n, "fail": fail} for n, fail in items], flow_jobs.batch_item_spec)
+        .then_on_batch_failure(flow_jobs.record_completion, effects, "on-failure")
+        .then_on_batch_success(flow_jobs.record_completion, effects, "on-success")
+        .then_when_failure_count(failing, flow_jobs.record_completion, effects, "count-reached")
+        .then_when_failure_count(failing + 1, flow_jobs.record_completion, effects, "count-not")
+        .submit()
+    )
+    workers = [
+        procs.start_worker(
+            sqlite_url,
+            "--concurrency",
+            "8",
+            app="flow_app:app",
+            log=tmp_path / f"w{i}.log",
+        )
+        for i in range(3)
+    ]
+    try:
+        done = procs.wait_for(
+            lambda: len(procs.side_effects(effects)) >= 2, timeout=150, interval=0.5
+        )
+        assert done, (batch.context(), logs(tmp_path))
+    finally:
+        codes = procs.stop(workers)
+    assert codes == [0, 0, 0], logs(tmp_path)
+    ctx = batch.context()
+    assert (ctx.total, ctx.completed, ctx.failed) == (10_000, 10_000 - failing, failing)
+    assert batch.status() is JobStatus.SUCCEEDED
+    assert sorted(t for t, _ in procs.side_effects(effects)) == ["count-reached", "on-failure"]
+    counts = app.store.count_by_status()
+    assert counts.get("SUCCEEDED") == 10_000 - failing + 1 + 2  # children, parent, two branches
+    assert counts.get("FAILED") == failing
+    assert counts.get("CANCELED") == 2  # on-success and count-not
+    assert not {"PENDING", "RUNNING", "WAITING"} & set(counts)
+    assert all(len(app.attempts(j.job_id)) <= 1 for j in app.list_jobs(limit=200))
+    assert [e.kind for e in events] == [EventKind.SUBMITTED], "completion ran in the workers"
+
+
+def test_chain_survives_a_worker_kill(app: Ratchet, sqlite_url: str, tmp_path: Path) -> None:
+    effects = procs.make_side_effect_db(tmp_path / "effects.db")
+    builder = app.enqueue(flow_jobs.slow_step, effects, "s0", 0.05)
+    for i in range(1, 6):
+        builder = builder.then(flow_jobs.slow_step, effects, f"s{i}", 1.5 if i == 2 else 0.05)
+    head = builder.submit()
+    victim = procs.start_worker(sqlite_url, app="flow_app:app", log=tmp_path / "victim.log")
+    try:
+        assert procs.wait_for(
+            lambda: {t for t, _ in procs.side_effects(effects)} >= {"s0", "s1"}, timeout=60
+        ), logs(tmp_path)
+        assert procs.wait_for(lambda: app.store.count_by_status().get("RUNNING", 0) == 1, 30)
+    finally:
+        victim.send_signal(signal.SIGKILL)
+        victim.wait()
+    assert "s2" not in {t for t, _ in procs.side_effects(effects)}, "killed mid-step"
+    survivor = procs.start_worker(sqlite_url, app="flow_app:app", log=tmp_path / "survivor.log")
+    try:
+        finished = procs.wait_for(
+            lambda: len({t for t, _ in procs.side_effects(effects)}) == 6, timeout=90
+        )
+        assert finished, logs(tmp_path)
+        assert procs.wait_for(
+            lambda: app.store.count_by_status().get("SUCCEEDED", 0) == 6, timeout=30
+        )
+    finally:
+        assert procs.stop([survivor]) == [0]
+    order = [t for t, _ in procs.side_effects(effects)]
+    assert order == [f"s{i}" for i in range(6)], "in chain order, each step once"
+    steps = app.list_jobs(limit=10)
+    assert {s.status for s in steps} == {JobStatus.SUCCEEDED}
+    abandoned = [a for s in steps for a in app.attempts(s.job_id) if a.outcome == "ABANDONED"]
+    assert len(abandoned) == 1, "the killed step was recovered and run again"
+    assert head.status() is JobStatus.SUCCEEDED
