@@ -173,7 +173,10 @@ class PermitJanitor:
             return
         before = worker.app.now()
         with worker._lock:
-            keep = [(job.job_id, job.epoch) for job in worker._inflight.values()]
+            # Running attempts, and timed-out ones whose call has not returned yet (they still
+            # use the resource, as they still hold their slot).
+            running = [*worker._inflight.values(), *getattr(worker, "_expired", {}).values()]
+            keep = [(job.job_id, job.epoch) for job in running]
         released = permits.release_stale_permits(worker.node_id, keep, before=before)
         if released:
             log.warning("released %d permit(s) of attempts no longer running here", released)

@@ -17,7 +17,7 @@ import pytest
 from ratchet.domain.errors import InvalidJobOptions
 from ratchet.domain.lifecycle import JobStatus
 from ratchet.domain.model import ClaimedJob, OutcomeKind
-from ratchet.domain.resources import ResourceLimit
+from ratchet.domain.resources import PermitDecision, ResourceLimit
 from ratchet.ports import PermitStore
 from ratchet.testing.clock import FakeClock
 from ratchet.testing.store_contract import BOOST, NODE, OTHER, new_job, outcome
@@ -46,7 +46,9 @@ class PermitStoreContract:
         assert {c.job_id for c in claimed} == {j.job_id for j in jobs}
         return claimed
 
-    def acquire(self, permits: PermitStore, job: ClaimedJob, clock: FakeClock, node: str = NODE):  # type: ignore[no-untyped-def]
+    def acquire(
+        self, permits: PermitStore, job: ClaimedJob, clock: FakeClock, node: str = NODE
+    ) -> PermitDecision:
         return permits.acquire_permit(RES, job.job_id, job.epoch, node, now=clock.now())
 
     # ------------------------------------------------------------------ limits

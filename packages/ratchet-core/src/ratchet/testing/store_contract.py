@@ -555,3 +555,106 @@ class StoreContract:
 
         skew = abs(store.database_time() - datetime.now(UTC))
         assert skew < timedelta(seconds=5)
+
+    # ------------------------------------------------------------------ keys and boost (issue 9)
+    RACERS = 4
+
+    def race(self, store: Any, **keys: str) -> list[dict[str, Any]]:
+        """``RACERS`` processes insert one job each with ``keys``, started by one signal."""
+        import json
+        import subprocess
+        import sys
+
+        cmd = [sys.executable, "-m", "ratchet.testing.racer", store.url, json.dumps(keys)]
+        procs = [
+            subprocess.Popen(cmd, stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
+            for _ in range(self.RACERS)
+        ]
+        try:
+            for p in procs:  # every racer is connected and waiting
+                assert p.stdout is not None and p.stdout.readline().strip() == "ready"
+            for p in procs:  # then all start at once
+                assert p.stdin is not None
+                p.stdin.write("go\n")
+                p.stdin.flush()
+            got = [json.loads(p.communicate(timeout=120)[0]) for p in procs]
+        finally:
+            for p in procs:
+                if p.poll() is None:  # pragma: no cover - a hung racer
+                    p.kill()
+        errors = [g for g in got if g["outcome"] == "error"]
+        assert not errors, errors
+        return got
+
+    def test_idempotency_key_race_between_processes(self, store: Any) -> None:
+        got = self.race(store, idempotency_key="webhook-delivery-77")
+        holders = {g["job_id"] for g in got}
+        assert len(holders) == 1, got
+        assert [g["inserted"] for g in got].count(True) == 1, got
+        [holder] = holders
+        assert str(store.find_by_idempotency_key("webhook-delivery-77")) == holder
+        assert [str(r.job_id) for r in store.list_jobs(JobFilter(), 10)] == [holder]
+
+    def test_business_key_race_between_processes(self, store: Any) -> None:
+        got = self.race(store, business_key="sync-user-42")
+        winners = [g for g in got if g["outcome"] == "inserted"]
+        losers = [g for g in got if g["outcome"] == "duplicate-business-key"]
+        assert len(winners) == 1 and len(losers) == self.RACERS - 1, got
+        holder = winners[0]["job_id"]
+        assert {g["holder"] for g in losers} <= {holder, None}, "the error names the holder"
+        assert [str(r.job_id) for r in store.list_jobs(JobFilter(), 10)] == [holder]
+
+    def test_duplicate_business_key_names_its_holder_after_a_retry(
+        self, store: Any, clock: FakeClock
+    ) -> None:
+        [first] = self.insert(store, clock, business_key="sync-user-7")
+        [claimed] = self.claim(store, clock)
+        store.record_outcomes(
+            NODE,
+            [outcome(claimed, OutcomeKind.RETRY, clock, retry_at=clock.now())],
+            now=clock.now(),
+        )
+        with pytest.raises(DuplicateBusinessKeyError) as err:
+            self.insert(store, clock, business_key="sync-user-7")
+        assert err.value.holder == first.job_id, "a job waiting for its retry is live"
+        [again] = self.claim(store, clock)
+        store.record_outcomes(
+            NODE, [outcome(again, OutcomeKind.DEAD, clock, error="x")], now=clock.now()
+        )
+        [second] = self.insert(store, clock, business_key="sync-user-7")
+        assert self.status(store, second.job_id) is JobStatus.PENDING
+
+    @pytest.mark.parametrize(
+        ("waited", "expected"),
+        [
+            (timedelta(minutes=20) - timedelta(microseconds=1), "critical"),
+            (timedelta(minutes=20), "lowest"),
+            (timedelta(minutes=24, seconds=59), "lowest"),
+        ],
+    )
+    def test_age_boost_with_a_custom_interval_to_the_microsecond(
+        self, store: Any, clock: FakeClock, waited: timedelta, expected: str
+    ) -> None:
+        """LOWEST (0) + floor(waited / 5 min) against a fresh CRITICAL (4); a tie goes to the
+        job that has waited longer."""
+        t0 = clock.now()
+        lowest = new_job(clock, priority=JobPriority.LOWEST, scheduled_time=t0 - waited)
+        critical = new_job(clock, priority=JobPriority.CRITICAL, scheduled_time=t0)
+        store.insert_jobs([critical, lowest], now=t0)
+        [first] = store.claim(NODE, 1, now=t0, boost_interval=timedelta(minutes=5))
+        assert first.job_id == {"critical": critical, "lowest": lowest}[expected].job_id
+
+    def test_age_boost_counts_from_the_scheduled_time_not_creation(
+        self, store: Any, clock: FakeClock
+    ) -> None:
+        t0 = clock.now()
+        old_but_recently_due = new_job(
+            clock,
+            priority=JobPriority.LOW,
+            created_at=t0 - timedelta(days=2),
+            scheduled_time=t0 - timedelta(minutes=1),
+        )
+        high = new_job(clock, priority=JobPriority.HIGH, scheduled_time=t0)
+        store.insert_jobs([old_but_recently_due, high], now=t0)
+        order = [c.job_id for c in self.claim(store, clock, limit=2)]
+        assert order == [high.job_id, old_but_recently_due.job_id]

@@ -1,0 +1,144 @@
+"""CRITICAL, ``immediate()`` and due-now submissions send a wakeup, on every store backend.
+
+The wakeups are caught by a recording coordinator that a test plugin registers through the
+``ratchet_register_coordinators`` hook, exactly as a real coordinator plugin would.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterator
+from datetime import timedelta
+from typing import Any
+
+import gate_jobs
+import pytest
+
+from ratchet import JobPriority, Ratchet, hookimpl
+from ratchet.plugins import Plugins, make_plugin_manager
+from ratchet.ports import WakeupHint
+
+
+class RecordingCoordinator:
+    """Records every hint it is asked to publish."""
+
+    def __init__(self) -> None:
+        self.sent: list[WakeupHint] = []
+        self.closed = False
+
+    def notify_new_work(self, hint: WakeupHint) -> None:
+        self.sent.append(hint)
+
+    def add_listener(self, listener: Callable[[WakeupHint], None]) -> None:
+        return None
+
+    def close(self) -> None:
+        self.closed = True
+
+
+class RecordingPlugin:
+    def __init__(self) -> None:
+        self.coordinator = RecordingCoordinator()
+
+    @hookimpl
+    def ratchet_register_coordinators(self, registry: Any) -> None:
+        registry.add("recording", lambda spec, context=None: self.coordinator)
+
+
+@pytest.fixture
+def recorder(store: Any) -> Iterator[tuple[Ratchet, RecordingCoordinator]]:
+    plugin = RecordingPlugin()
+    app = Ratchet(
+        store.url,
+        allowed_modules=["gate_jobs"],
+        coordinator="recording",
+        plugins=Plugins(make_plugin_manager(extra=[plugin])),
+        node_name="submitter-1",
+        auto_migrate=False,
+    )
+    yield app, plugin.coordinator
+    app.close()
+    assert plugin.coordinator.closed
+
+
+LATER = timedelta(minutes=10)
+
+
+@pytest.mark.parametrize(
+    ("submit", "expected"),
+    [
+        (lambda app: app.schedule(LATER, gate_jobs.plain, 1).submit(), None),
+        (
+            lambda app: (
+                app.schedule(LATER, gate_jobs.plain, 1).with_priority(JobPriority.HIGH).submit()
+            ),
+            None,
+        ),
+        (
+            lambda app: (
+                app.schedule(LATER, gate_jobs.plain, 1).with_priority(JobPriority.CRITICAL).submit()
+            ),
+            JobPriority.CRITICAL,
+        ),
+        (
+            lambda app: app.schedule(LATER, gate_jobs.plain, 1).immediate().submit(),
+            JobPriority.NORMAL,
+        ),
+        (
+            lambda app: (
+                app.schedule(LATER, gate_jobs.plain, 1)
+                .with_priority(JobPriority.LOW)
+                .immediate()
+                .submit()
+            ),
+            JobPriority.LOW,
+        ),
+        (lambda app: app.enqueue_now(gate_jobs.plain, 1), JobPriority.NORMAL),
+        (lambda app: app.enqueue(gate_jobs.plain, 1).submit(), JobPriority.NORMAL),
+    ],
+    ids=[
+        "delayed-normal",
+        "delayed-high",
+        "delayed-critical",
+        "delayed-immediate",
+        "delayed-low-immediate",
+        "enqueue-now",
+        "due-now",
+    ],
+)
+def test_wakeup_follows_priority_and_immediate(
+    recorder: tuple[Ratchet, RecordingCoordinator],
+    submit: Callable[[Ratchet], Any],
+    expected: JobPriority | None,
+) -> None:
+    app, coordinator = recorder
+    submit(app)
+    if expected is None:
+        assert coordinator.sent == []
+    else:
+        assert [(h.priority, h.origin_node) for h in coordinator.sent] == [
+            (expected, "submitter-1")
+        ]
+
+
+def test_bulk_submission_sends_one_wakeup_with_the_top_priority(
+    recorder: tuple[Ratchet, RecordingCoordinator],
+) -> None:
+    app, coordinator = recorder
+    app.submit_many(
+        [
+            app.schedule(LATER, gate_jobs.plain, 1),
+            app.schedule(LATER, gate_jobs.plain, 2).with_priority(JobPriority.CRITICAL),
+            app.schedule(LATER, gate_jobs.plain, 3).immediate(),
+        ]
+    )
+    assert [h.priority for h in coordinator.sent] == [JobPriority.CRITICAL]
+
+
+def test_a_duplicate_idempotency_key_sends_no_wakeup(
+    recorder: tuple[Ratchet, RecordingCoordinator],
+) -> None:
+    app, coordinator = recorder
+    first = app.enqueue(gate_jobs.plain, 1).with_idempotency_key("hook-9").immediate().submit()
+    again = app.enqueue(gate_jobs.plain, 1).with_idempotency_key("hook-9").immediate().submit()
+    assert again.id == first.id and not again.inserted
+    assert len(coordinator.sent) == 1
