@@ -24,18 +24,19 @@ def logs(tmp_path: Path) -> str:
     return "\n".join(p.read_text() for p in sorted(tmp_path.glob("*.log")))
 
 
-def test_ten_thousand_item_batch_three_workers_exact_counts_one_completion(
-    app: Ratchet, sqlite_url: str, tmp_path: Path
-) -> None:
+def run_batch_over_processes(url: str, n: int, tmp_path: Path, timeout: float) -> None:
+    """A batch of ``n`` items with ~5 % random failures, three worker processes: exact counts,
+    one completion (its branches ran once), nothing left behind."""
+    app = Ratchet(url, allowed_modules=["flow_jobs"])
     effects = procs.make_side_effect_db(tmp_path / "effects.db")
-    rng = random.Random(10_000)
-    items = [(n, rng.random() < 0.05) for n in range(10_000)]
+    rng = random.Random(n)
+    items = [(i, rng.random() < 0.05) for i in range(n)]
     failing = sum(1 for _, fail in items if fail)
     events: list[JobEvent] = []
     app.add_event_listener(events.append)
     batch = (
-        app.enqueue_batch("ten-thousand")
-        .for_each([{"n": n, "fail": fail} for n, fail in items], flow_jobs.batch_item_spec)
+        app.enqueue_batch(f"{n}-items")
+        .for_each([{"n": i, "fail": fail} for i, fail in items], flow_jobs.batch_item_spec)
         .then_on_batch_failure(flow_jobs.record_completion, effects, "on-failure")
         .then_on_batch_success(flow_jobs.record_completion, effects, "on-success")
         .then_when_failure_count(failing, flow_jobs.record_completion, effects, "count-reached")
@@ -44,33 +45,54 @@ def test_ten_thousand_item_batch_three_workers_exact_counts_one_completion(
     )
     workers = [
         procs.start_worker(
-            sqlite_url,
-            "--concurrency",
-            "8",
-            app="flow_app:app",
-            log=tmp_path / f"w{i}.log",
+            url, "--concurrency", "8", app="flow_app:app", log=tmp_path / f"w{i}.log"
         )
         for i in range(3)
     ]
     try:
         done = procs.wait_for(
-            lambda: len(procs.side_effects(effects)) >= 2, timeout=150, interval=0.5
+            lambda: len(procs.side_effects(effects)) >= 2, timeout=timeout, interval=0.5
         )
         assert done, (batch.context(), logs(tmp_path))
+        assert procs.wait_for(
+            lambda: app.store.count_by_status().get("RUNNING", 0) == 0, timeout=30
+        )
     finally:
         codes = procs.stop(workers)
-    assert codes == [0, 0, 0], logs(tmp_path)
-    ctx = batch.context()
-    assert (ctx.total, ctx.completed, ctx.failed) == (10_000, 10_000 - failing, failing)
-    assert batch.status() is JobStatus.SUCCEEDED
-    assert sorted(t for t, _ in procs.side_effects(effects)) == ["count-reached", "on-failure"]
-    counts = app.store.count_by_status()
-    assert counts.get("SUCCEEDED") == 10_000 - failing + 1 + 2  # children, parent, two branches
-    assert counts.get("FAILED") == failing
-    assert counts.get("CANCELED") == 2  # on-success and count-not
-    assert not {"PENDING", "RUNNING", "WAITING"} & set(counts)
-    assert all(len(app.attempts(j.job_id)) <= 1 for j in app.list_jobs(limit=200))
-    assert [e.kind for e in events] == [EventKind.SUBMITTED], "completion ran in the workers"
+    try:
+        assert codes == [0, 0, 0], logs(tmp_path)
+        ctx = batch.context()
+        assert (ctx.total, ctx.completed, ctx.failed) == (n, n - failing, failing)
+        assert batch.status() is JobStatus.SUCCEEDED
+        assert sorted(t for t, _ in procs.side_effects(effects)) == ["count-reached", "on-failure"]
+        counts = app.store.count_by_status()
+        assert counts.get("SUCCEEDED") == n - failing + 1 + 2  # children, parent, two branches
+        assert counts.get("FAILED") == failing
+        assert counts.get("CANCELED") == 2  # on-success and count-not
+        assert not {"PENDING", "RUNNING", "WAITING"} & set(counts)
+        assert [e.kind for e in events] == [EventKind.SUBMITTED], "completion ran in the workers"
+        assert "Traceback" not in logs(tmp_path)
+    finally:
+        app.close()
+
+
+def test_ten_thousand_item_batch_three_workers_exact_counts_one_completion(
+    sqlite_url: str, tmp_path: Path
+) -> None:
+    run_batch_over_processes(sqlite_url, 10_000, tmp_path, timeout=150)
+
+
+@pytest.mark.postgres
+def test_batch_over_three_workers_on_postgres(postgres_store_url: str, tmp_path: Path) -> None:
+    run_batch_over_processes(postgres_store_url, 2_000, tmp_path, timeout=90)
+
+
+@pytest.mark.postgres
+@pytest.mark.slow
+def test_ten_thousand_item_batch_over_three_workers_on_postgres(
+    postgres_store_url: str, tmp_path: Path
+) -> None:
+    run_batch_over_processes(postgres_store_url, 10_000, tmp_path, timeout=300)
 
 
 def test_chain_survives_a_worker_kill(app: Ratchet, sqlite_url: str, tmp_path: Path) -> None:
