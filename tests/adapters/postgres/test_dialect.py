@@ -259,3 +259,21 @@ def test_entry_point_registers_store_and_coordinator() -> None:
         assert plugins.store_factory(f"{scheme}://u@h/db") is plugins.stores["postgresql"]
     for spec in ("postgres", "postgresql://u@h/db", "postgresql+psycopg://u@h/db"):
         assert plugins.coordinator_factory(spec) is make_postgres_coordinator
+
+
+def test_store_options_merge_connect_args(postgres_store_url: str) -> None:
+    store = PostgresStore(
+        postgres_store_url, connect_args={"application_name": "mine"}, pool_size=3
+    )
+    try:
+        with store.engine.connect() as conn:
+            name = conn.execute(text("SHOW application_name")).scalar_one()
+            raw = conn.connection.dbapi_connection
+            assert raw is not None
+            params = raw.info.get_parameters()  # type: ignore[attr-defined]
+        assert name == "mine"
+        # the dialect's client-side defaults survived the override
+        assert (params["keepalives_idle"], params["connect_timeout"]) == ("10", "5")
+        assert store.engine.pool.size() == 3  # type: ignore[attr-defined]
+    finally:
+        store.close()

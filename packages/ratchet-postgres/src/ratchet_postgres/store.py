@@ -148,11 +148,13 @@ def insert_statement(
 def record_statement() -> TextClause:
     """Apply a batch of attempt outcomes in one statement (fenced like the generic write).
 
-    ``owned``: the outcomes whose job is still RUNNING under this node and epoch, locked.
+    ``owned``: the outcomes whose job is still RUNNING (or TIMED_OUT) under this node and epoch,
+    locked.
     Terminal ones leave the queue and end their job; retries and reschedules go back to
     PENDING; every accepted attempt row is closed. The ids returned are the accepted ones.
     """
     running, pending = JobStatus.RUNNING.value, JobStatus.PENDING.value
+    timed_out = JobStatus.TIMED_OUT.value
     succeeded, failed = JobStatus.SUCCEEDED.value, JobStatus.FAILED.value
     ok, dead = OutcomeKind.SUCCEEDED.value, OutcomeKind.DEAD.value
     retry, reschedule = OutcomeKind.RETRY.value, OutcomeKind.RESCHEDULE.value
@@ -165,7 +167,7 @@ WITH o AS (
 ), owned AS (
     SELECT q.job_id, q.attempts, o.epoch, o.kind, o.error, o.result, o.finished_at, o.retry_at
     FROM scheduler_job_queue q JOIN o ON o.job_id = q.job_id
-    WHERE q.picked_by = :node AND q.status = '{running}' AND q.epoch = o.epoch
+    WHERE q.picked_by = :node AND q.status IN ('{running}', '{timed_out}') AND q.epoch = o.epoch
     FOR UPDATE OF q
 ), gone AS (
     DELETE FROM scheduler_job_queue q USING owned w
@@ -182,7 +184,7 @@ WITH o AS (
     SET status = '{pending}', scheduled_time = COALESCE(w.retry_at, CAST(:now AS BIGINT)),
         attempts = w.attempts + CASE WHEN w.kind = '{retry}' THEN 1 ELSE 0 END,
         last_error = CASE WHEN w.kind = '{retry}' THEN w.error END,
-        picked_by = NULL, picked_at = NULL
+        picked_by = NULL, picked_at = NULL, timed_out_at = NULL
     FROM owned w
     WHERE q.job_id = w.job_id AND w.kind IN ('{retry}', '{reschedule}')
 ), closed AS (
@@ -215,7 +217,12 @@ class PostgresStore(SqlStore):
     def __init__(
         self, url: str, dialect: PostgresDialect | None = None, **engine_options: Any
     ) -> None:
-        super().__init__(normalize_url(url), dialect or PostgresDialect(), **engine_options)
+        dialect = dialect or PostgresDialect()
+        url = normalize_url(url)
+        if "connect_args" in engine_options:  # merge into the defaults instead of replacing them
+            defaults = dialect.engine_kwargs(url).get("connect_args", {})
+            engine_options["connect_args"] = {**defaults, **engine_options["connect_args"]}
+        super().__init__(url, dialect, **engine_options)
 
     def _insert(
         self, conn: Connection, jobs: Sequence[NewJob], now: datetime
