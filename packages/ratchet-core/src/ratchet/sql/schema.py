@@ -61,6 +61,7 @@ job = Table(
     Column("on_failure", String(512), nullable=True),
     Column("signal_key", String(255), nullable=True),
     Column("signal_wait_ms", BigInteger, nullable=True),
+    Column("batch_counted", Boolean(), nullable=True),  # the child is in its batch's counts
     Index("idx_job_terminal", "terminal_status", "terminated_at"),
     Index("idx_job_batch", "batch_id"),
 )

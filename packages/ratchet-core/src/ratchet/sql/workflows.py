@@ -606,6 +606,7 @@ class WorkflowStoreMixin:
                     J.c.on_failure,
                     J.c.params,
                     J.c.tags,
+                    J.c.batch_counted,
                 ).where(
                     J.c.job_id.in_(chunk),
                     # plain jobs have none of these: the common case costs one indexed read
@@ -623,6 +624,7 @@ class WorkflowStoreMixin:
         parents: list[_Ended] = []
         batch_delta: dict[uuid.UUID, list[int]] = defaultdict(lambda: [0, 0])
         batch_source: dict[uuid.UUID, uuid.UUID] = {}
+        counted: list[uuid.UUID] = []
         for e in ended:
             info = infos.get(e.job_id)
             if info is None:
@@ -649,9 +651,14 @@ class WorkflowStoreMixin:
                         _callback_data(e, info),
                     )
                 )
-            if info.job_type == JobType.BATCH_CHILD.value and info.batch_id is not None:
+            if (
+                info.job_type == JobType.BATCH_CHILD.value
+                and info.batch_id is not None
+                and not info.batch_counted  # a retried child is counted once, at its first end
+            ):
                 batch_delta[info.batch_id][0 if ok else 1] += 1
                 batch_source.setdefault(info.batch_id, origin)
+                counted.append(e.job_id)
             if info.job_type == JobType.BATCH_PARENT.value and e.status is JobStatus.CANCELED:
                 self._cancel_batch_children(conn, e.job_id, now, origin)
             if info.chain_id is not None:
@@ -671,6 +678,8 @@ class WorkflowStoreMixin:
                 src.setdefault(e.job_id, origin)
         if parents:
             self._follow_parents(conn, parents, now, src)
+        for chunk in iter_chunks(counted, CHUNK):
+            conn.execute(update(J).where(J.c.job_id.in_(chunk)).values(batch_counted=True))
         for batch_id in sorted(batch_delta):  # a fixed order: no lock-order deadlocks
             done, failed = batch_delta[batch_id]
             self._count_children(conn, batch_id, done, failed, now, batch_source[batch_id])

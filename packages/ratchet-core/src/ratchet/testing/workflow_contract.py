@@ -238,6 +238,24 @@ class WorkflowStoreContract:
         with pytest.raises(ValueError, match="not open"):
             store.add_batch_children(parent.job_id, more[:1], now=clock.now())
 
+    def test_an_operator_retry_of_a_failed_child_is_not_counted_twice(
+        self, store: Any, clock: FakeClock
+    ) -> None:
+        store = _flow_store(store)
+        parent, _children, _ = self.batch(store, clock, 3)
+        [first, *rest] = self.claim(store, clock)
+        self.finish(store, clock, [first], OutcomeKind.DEAD)
+        assert store.retry_job(first.job_id, now=clock.now())
+        [again] = self.claim(store, clock, limit=1)
+        assert again.job_id == first.job_id or again.job_id in {j.job_id for j in rest}
+        self.finish(store, clock, [again, *[j for j in rest if j.job_id != again.job_id]])
+        leftover = self.claim(store, clock)
+        self.finish(store, clock, leftover)
+        ctx = store.get_batch(parent.job_id)
+        assert (ctx.total, ctx.completed, ctx.failed) == (3, 2, 1), "each child's first end"
+        assert self.status(store, first.job_id) is JobStatus.SUCCEEDED
+        assert self.status(store, parent.job_id) is JobStatus.SUCCEEDED
+
     def test_canceling_a_batch_cancels_live_children(self, store: Any, clock: FakeClock) -> None:
         store = _flow_store(store)
         parent, children, branches = self.batch(store, clock, 6, branches=2)

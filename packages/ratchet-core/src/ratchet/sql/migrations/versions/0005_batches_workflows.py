@@ -3,8 +3,9 @@
 ``scheduler_job`` learns each job's role (``job_type``: NULL for SINGLE, BATCH_PARENT,
 BATCH_CHILD, CHAIN_STEP, WORKFLOW_BRANCH), its links (``batch_id``, ``chain_id``,
 ``depends_on``), whether anything waits for it (``has_dependents``), its callbacks
-(``on_success`` / ``on_failure``: ``module:qualname``) and its signal wait (``signal_key``,
-``signal_wait_ms``).
+(``on_success`` / ``on_failure``: ``module:qualname``), its signal wait (``signal_key``, ``signal_wait_ms``) and,
+for a batch child, whether its batch already counted it (``batch_counted``: an operator's retry
+of a failed child must not count it twice).
 
 ``scheduler_job_queue`` gets what a WAITING row needs: ``waiting_for`` (a chain step or workflow
 branch hidden until that job ends; a batch parent waiting for its children has none) and the
@@ -43,6 +44,7 @@ JOB_COLUMNS: tuple[tuple[str, Any], ...] = (
     ("on_failure", sa.String(512)),
     ("signal_key", sa.String(255)),
     ("signal_wait_ms", sa.BigInteger()),
+    ("batch_counted", sa.Boolean()),
 )
 QUEUE_COLUMNS: tuple[tuple[str, Any], ...] = (
     ("waiting_for", UUIDType()),
