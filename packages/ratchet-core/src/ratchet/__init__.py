@@ -14,6 +14,7 @@ import importlib
 from typing import TYPE_CHECKING, Any
 
 from ratchet.domain.breaker import BreakerProfile, BreakerState, CircuitOpenError, circuit_breaker
+from ratchet.domain.cron import InvalidCronExpression, UnknownTimeZone
 from ratchet.domain.errors import (
     ClassPolicyViolation,
     ConfigurationError,
@@ -33,8 +34,10 @@ from ratchet.domain.errors import (
     UnserializableArgument,
 )
 from ratchet.domain.lifecycle import JobPriority, JobStatus
+from ratchet.domain.misfire import RecurringMisfirePolicy
 from ratchet.domain.model import JobFilter
 from ratchet.domain.options import BackoffPolicy, JobOptions
+from ratchet.domain.recurring import RecurringRecord, RecurringStatus
 from ratchet.domain.resources import ResourceLimit
 from ratchet.domain.retry import DoNotRetry, RetryPolicy, do_not_retry
 from ratchet.domain.workflow import (
@@ -54,6 +57,7 @@ if TYPE_CHECKING:
     from ratchet.engine.batches import BatchChunkError, BatchHandle, StreamingBatchContext
     from ratchet.engine.builder import JobBuilder, JobHandle, UnsubmittedJobWarning
     from ratchet.engine.context import JobContext
+    from ratchet.engine.recurring import RecurringHandle, RecurringJobBuilder
     from ratchet.events import EventKind, JobEvent
 
     hookimpl: pluggy.HookimplMarker
@@ -65,6 +69,8 @@ _LAZY = {
     "JobBuilder": "ratchet.engine.builder",
     "JobHandle": "ratchet.engine.builder",
     "UnsubmittedJobWarning": "ratchet.engine.builder",
+    "RecurringHandle": "ratchet.engine.recurring",
+    "RecurringJobBuilder": "ratchet.engine.recurring",
     "JobContext": "ratchet.engine.context",
     "BatchChunkError": "ratchet.engine.batches",
     "BatchHandle": "ratchet.engine.batches",
@@ -103,6 +109,7 @@ __all__ = [
     "DuplicateIdempotencyKeyError",
     "EventKind",
     "FencedOut",
+    "InvalidCronExpression",
     "InvalidJobOptions",
     "InvalidJobTarget",
     "JobBuilder",
@@ -120,6 +127,11 @@ __all__ = [
     "PayloadTooLargeError",
     "Ratchet",
     "RatchetError",
+    "RecurringHandle",
+    "RecurringJobBuilder",
+    "RecurringMisfirePolicy",
+    "RecurringRecord",
+    "RecurringStatus",
     "ResourceLimit",
     "ResultTooLargeError",
     "RetryPolicy",
@@ -129,6 +141,7 @@ __all__ = [
     "StreamingBatchContext",
     "UnknownJobTarget",
     "UnknownStoreError",
+    "UnknownTimeZone",
     "UnserializableArgument",
     "UnsubmittedJobWarning",
     "WorkflowCondition",

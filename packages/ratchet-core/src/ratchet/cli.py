@@ -95,6 +95,9 @@ def main() -> None:
 @click.option("--orphan-grace", type=float, help="Silent seconds before a node counts as dead.")
 @click.option("--orphan-scan", type=float, help="Seconds between scans for dead nodes.")
 @click.option("--drain-timeout", type=float, help="Seconds SIGTERM waits for running jobs.")
+@click.option(
+    "--recurring-interval", type=float, help="Seconds between recurring materializer runs."
+)
 def worker(
     app_spec: str, concurrency: int, batch_size: int, log_level: str, **delays: float | None
 ) -> None:
@@ -119,6 +122,7 @@ def worker(
         "orphan_grace": "orphan_grace",
         "orphan_scan": "orphan_scan_interval",
         "drain_timeout": "drain_timeout",
+        "recurring_interval": "recurring_interval",
     }
     options = {names[k]: _seconds(v) for k, v in delays.items() if v is not None}
     config = WorkerConfig(concurrency=concurrency, batch_size=batch_size, **options)  # type: ignore[arg-type]

@@ -61,6 +61,10 @@ class WorkerConfig:
     orphan_grace: timedelta = timedelta(seconds=60)
     """A node silent this long is dead; its RUNNING jobs go back to PENDING."""
     orphan_scan_interval: timedelta = timedelta(seconds=60)
+    recurring_interval: timedelta = timedelta(seconds=1)
+    """How often the worker creates the due occurrences of recurring masters."""
+    recurring_batch_limit: int = 20
+    """Recurring masters claimed per materializer transaction."""
     drain_timeout: timedelta = timedelta(seconds=30)
     """How long SIGTERM waits for running jobs before handing them back."""
     recheck_after: timedelta = timedelta(seconds=1)

@@ -26,6 +26,13 @@ from ratchet.domain.model import (
     NodeRecord,
     Outcome,
 )
+from ratchet.domain.recurring import (
+    FirePlan,
+    MaterializedFire,
+    NewRecurring,
+    RecurringRecord,
+    SyncReport,
+)
 from ratchet.domain.resources import PermitDecision, PermitRecord, ResourceLimit
 
 T = TypeVar("T")
@@ -227,6 +234,84 @@ class PermitStore(Protocol):
     ) -> int:
         """Delete ``node_id``'s permits acquired before ``before`` except the attempts in
         ``keep`` (the node's running attempts): repairs releases lost to a database outage."""
+
+
+NextFireFn = Callable[[str, str, datetime], datetime | None]
+"""``(cron, zone, after) -> the first fire time strictly after ``after`` (None: none left)."""
+
+FirePlanner = Callable[[RecurringRecord, datetime], FirePlan]
+"""Decides, inside the materializer's transaction, what one due master creates now."""
+
+
+@runtime_checkable
+class RecurringStore(Protocol):
+    """Optional store capability: recurring masters, their materialization, and named leases.
+
+    Every write is one transaction. :meth:`materialize_recurring` claims due masters so that
+    concurrent materializers never take the same one (``SKIP LOCKED`` or the database's write
+    lock), and inserts their occurrences and advances their ``next_fire`` atomically: each
+    occurrence is created exactly once across the cluster.
+    """
+
+    def create_recurring(self, master: NewRecurring, *, now: datetime) -> uuid.UUID:
+        """Store a new ACTIVE master (and its tags).
+
+        :raises DuplicateBusinessKeyError: an active master already holds its business key.
+        """
+
+    def get_recurring(self, recurring_id: uuid.UUID) -> RecurringRecord | None:
+        """The master, active or ended, or None."""
+
+    def find_recurring(self, business_key: str) -> RecurringRecord | None:
+        """The ACTIVE master holding ``business_key``, or None."""
+
+    def list_recurring(
+        self, *, tag: str | None = None, active_only: bool = True, limit: int = 1000
+    ) -> list[RecurringRecord]:
+        """Masters (with ``tag``; only ACTIVE ones unless told otherwise), oldest first."""
+
+    def recurring_fires(self, recurring_id: uuid.UUID, limit: int = 1000) -> list[JobRecord]:
+        """The occurrences created for a master, oldest first."""
+
+    def pause_recurring(self, recurring_id: uuid.UUID, *, now: datetime) -> bool:
+        """Stop an ACTIVE master from firing (True if it already was paused)."""
+
+    def resume_recurring(
+        self, recurring_id: uuid.UUID, *, now: datetime, next_fire: NextFireFn
+    ) -> bool:
+        """Let a paused master fire again from its first fire time after ``now`` (times that
+        passed while paused are not created). False unless it is ACTIVE and paused."""
+
+    def cancel_recurring(self, recurring_id: uuid.UUID, *, now: datetime) -> bool:
+        """End an ACTIVE master (CANCELED) and free its business key. Occurrences already
+        created are ordinary jobs and stay. False unless it was ACTIVE."""
+
+    def cancel_recurring_by_business_key(self, business_key: str, *, now: datetime) -> int:
+        """Cancel the ACTIVE master holding ``business_key``; 0 or 1."""
+
+    def cancel_recurring_by_tag(self, tag: str, *, now: datetime) -> int:
+        """Cancel every ACTIVE master carrying ``tag``; return how many."""
+
+    def materialize_recurring(
+        self, node_id: str, *, now: datetime, limit: int, plan: FirePlanner
+    ) -> tuple[int, list[MaterializedFire]]:
+        """Claim up to ``limit`` ACTIVE, unpaused masters with ``next_fire <= now``; for each,
+        insert the jobs ``plan`` returns and store its new next fire (none: EXHAUSTED), in one
+        transaction. Returns how many masters were claimed and the occurrences created."""
+
+    def sync_recurring(
+        self, definitions: Sequence[NewRecurring], *, now: datetime, next_fire: NextFireFn
+    ) -> SyncReport:
+        """Make the DECORATOR masters match ``definitions`` (keyed by business key) in one
+        transaction: create missing ones, update changed ones (a new cron or zone restarts
+        from ``now``), cancel DECORATOR masters whose key is not among them."""
+
+    def try_lock(self, name: str, owner: str, *, now: datetime, lease: timedelta) -> bool:
+        """Take or renew the lease ``name`` for ``owner`` until ``now + lease``; False while
+        another owner holds an unexpired lease."""
+
+    def release_lock(self, name: str, owner: str) -> bool:
+        """Give the lease back (False if ``owner`` did not hold it)."""
 
 
 class TransactionalStore(Protocol):

@@ -34,6 +34,8 @@ class NewJob:
     status: JobStatus = JobStatus.PENDING
     resource_name: str | None = None
     """The resource whose permit the job needs to execute (None: none)."""
+    recurring_master_id: uuid.UUID | None = None
+    """The recurring master this job is an occurrence of (None: not a recurring fire)."""
 
 
 @dataclass(frozen=True)
@@ -118,6 +120,7 @@ class JobRecord:
     superseded_by: uuid.UUID | None
     executor: str | None
     resource_name: str | None = None
+    recurring_master_id: uuid.UUID | None = None
 
 
 @dataclass(frozen=True)

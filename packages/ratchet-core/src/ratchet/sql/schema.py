@@ -51,6 +51,7 @@ job = Table(
     Column("terminated_at", UTCMicros(), nullable=True),
     Column("superseded_by", UUIDType(), nullable=True),
     Column("resource_name", String(100), nullable=True),  # migration 0004 (permits)
+    Column("recurring_master_id", UUIDType(), nullable=True),  # migration 0006 (recurring)
     # migration 0005 (workflows): the job's role in a batch, chain or workflow
     Column("job_type", String(16), nullable=True),  # NULL: SINGLE
     Column("batch_id", UUIDType(), nullable=True),
@@ -63,6 +64,7 @@ job = Table(
     Column("signal_wait_ms", BigInteger, nullable=True),
     Column("batch_counted", Boolean(), nullable=True),  # the child is in its batch's counts
     Index("idx_job_terminal", "terminal_status", "terminated_at"),
+    Index("idx_job_recurring_master", "recurring_master_id"),
     Index("idx_job_batch", "batch_id"),
 )
 
@@ -131,6 +133,63 @@ node = Table(
     Column("state", String(16), nullable=False),
     Index("idx_node_heartbeat", "heartbeat_at"),
 )
+
+# -- recurring masters and the lease lock (migration 0006, branch "recurring") -----------------
+
+recurring_job = Table(
+    "scheduler_recurring_job",
+    metadata,
+    Column("recurring_id", UUIDType(), primary_key=True),
+    Column("name", String(255), nullable=True),
+    Column("cron_expr", String(255), nullable=False),
+    Column("zone_id", String(64), nullable=False),
+    Column("target", String(512), nullable=False),
+    Column("payload", Text, nullable=False),
+    Column("priority", SmallInteger, nullable=False),
+    Column("max_retries", Integer, nullable=False),
+    Column("backoff_policy", String(16), nullable=False),
+    Column("backoff_ms", Integer, nullable=False),
+    Column("timeout_ms", Integer, nullable=True),
+    Column("params", Text, nullable=True),
+    Column("tags", Text, nullable=True),
+    Column("business_key", String(255), nullable=True),
+    Column("active_key", String(255), nullable=True),
+    Column("misfire_policy", String(16), nullable=False),
+    Column("max_catch_up", Integer, nullable=False),
+    Column("source", String(16), nullable=False),
+    Column("status", String(16), nullable=False),
+    Column("next_fire", UTCMicros(), nullable=True),
+    Column("last_fire", UTCMicros(), nullable=True),
+    Column("is_paused", Boolean(), nullable=False),
+    Column("paused_at", UTCMicros(), nullable=True),
+    Column("created_at", UTCMicros(), nullable=False),
+    Column("updated_at", UTCMicros(), nullable=False),
+    Column("ended_at", UTCMicros(), nullable=True),
+    UniqueConstraint("active_key", name="uq_recurring_active_key"),
+    Index("idx_recurring_due", "is_paused", "next_fire"),
+)
+"""One row per recurring master. ``active_key`` is the business key while the master is ACTIVE
+and NULL once it ends, so a plain UNIQUE makes business keys unique among active masters on
+every database. Ended masters have ``next_fire`` NULL: the due index holds only live ones."""
+
+recurring_tag = Table(
+    "scheduler_recurring_tag",
+    metadata,
+    Column("recurring_id", UUIDType(), primary_key=True),
+    Column("tag", String(64), primary_key=True),
+    Index("idx_recurring_tag_tag", "tag"),
+)
+
+scheduler_lock = Table(
+    "scheduler_lock",
+    metadata,
+    Column("lock_name", String(128), primary_key=True),
+    Column("owner_node", String(128), nullable=False),
+    Column("locked_at", UTCMicros(), nullable=False),
+    Column("expires_at", UTCMicros(), nullable=False),
+)
+"""Named cluster-wide leases (decorator registration at worker start). A lease whose
+``expires_at`` has passed is free, so a holder that died blocks nobody for long."""
 
 # -- resource permits (migration 0004, branch "permits") ----------------------------------------
 

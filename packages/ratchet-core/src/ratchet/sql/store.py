@@ -55,6 +55,7 @@ from ratchet.sql import schema
 from ratchet.sql.dialect import ErrorKind, SqlDialect
 from ratchet.sql.types import UTCMicros
 from ratchet.sql.permits import PermitStoreMixin
+from ratchet.sql.recurring import RecurringStoreMixin
 from ratchet.sql.workflows import WorkflowStoreMixin
 
 log = logging.getLogger("ratchet.store")
@@ -79,7 +80,7 @@ def _ms(value: timedelta | None) -> int | None:
     return None if value is None else int(value / timedelta(milliseconds=1))
 
 
-class SqlStore(PermitStoreMixin, WorkflowStoreMixin):
+class SqlStore(PermitStoreMixin, WorkflowStoreMixin, RecurringStoreMixin):
     """A :class:`~ratchet.ports.Store` over SQLAlchemy Core."""
 
     def __init__(self, url: str, dialect: SqlDialect, **engine_options: Any) -> None:
@@ -285,6 +286,7 @@ class SqlStore(PermitStoreMixin, WorkflowStoreMixin):
             "business_key": j.business_key,
             "executor": j.executor,
             "resource_name": j.resource_name,
+            "recurring_master_id": j.recurring_master_id,
             "created_at": j.created_at,
             "attempts": 0,
         }
@@ -811,6 +813,7 @@ class SqlStore(PermitStoreMixin, WorkflowStoreMixin):
             superseded_by=r.superseded_by,
             executor=r.executor,
             resource_name=r.resource_name,
+            recurring_master_id=r.recurring_master_id,
         )
 
     def get_job(self, job_id: uuid.UUID) -> JobRecord | None:
