@@ -236,6 +236,7 @@ def soak(server: Server, jobs: int, workers: int) -> None:
         ),
         "RATCHET_TEST_DB_URL": url,
         "RATCHET_TEST_STATS_DIR": str(stats_dir),
+        "RATCHET_TEST_CIRCUIT_BREAKERS": "0",
     }
     script = Path(sys.executable).parent / "ratchet"
     command = [str(script) if script.exists() else sys.executable, "worker", "mysql_jobs:app"]

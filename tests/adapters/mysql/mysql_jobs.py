@@ -4,6 +4,9 @@
 Every job writes one row into the side-effect table ``side_effect`` (its own autocommitted
 statement), so the table proves how often each job really ran. When ``RATCHET_TEST_STATS_DIR`` is
 set, the process writes its store's ``retried_errors`` there at exit (after the SIGTERM drain).
+``RATCHET_TEST_CIRCUIT_BREAKERS=0`` turns the per-target circuit breakers off (the soak's planned
+failures would otherwise keep the breaker of ``flaky`` open, which tests the breaker, not the
+store).
 """
 
 from __future__ import annotations
@@ -81,7 +84,8 @@ def __getattr__(name: str) -> Any:
     if name == "app":
         with _lock:
             if _app is None:
-                _app = make_app(os.environ["RATCHET_TEST_DB_URL"])
+                breakers = os.environ.get("RATCHET_TEST_CIRCUIT_BREAKERS", "1") != "0"
+                _app = make_app(os.environ["RATCHET_TEST_DB_URL"], circuit_breakers=breakers)
                 atexit.register(_write_stats)
         return _app
     raise AttributeError(name)
