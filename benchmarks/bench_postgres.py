@@ -1,0 +1,399 @@
+"""PostgreSQL benchmark: processing, enqueue, wakeup latency and claim cost.
+
+Run on demand::
+
+    uv run python benchmarks/bench_postgres.py [--runs 3] [--jobs 50000] [--url postgresql://...]
+
+Without ``--url`` it starts a throwaway PostgreSQL with the server's default durability settings
+(fsync and synchronous_commit on) on loopback. Each figure is the median of ``--runs`` runs on a
+fresh database. Workers are real ``ratchet worker`` processes running no-op jobs; this file is
+also their job module (``bench_postgres:app``).
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import platform
+import statistics
+import subprocess
+import sys
+import threading
+import time
+import uuid
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from datetime import UTC, datetime, timedelta
+from pathlib import Path
+from typing import Any
+
+HERE = Path(__file__).resolve().parent
+URL_ENV = "RATCHET_BENCH_URL"
+COORDINATOR_ENV = "RATCHET_BENCH_COORDINATOR"
+
+_app: Any = None
+_start_conn: Any = None
+
+
+# ---------------------------------------------------------------------- the job module side
+def noop(i: int) -> None:
+    """The benchmarked job: does nothing."""
+
+
+def mark_start(i: int) -> None:
+    """Records when it started (submit -> start latency)."""
+    started = time.time()
+    global _start_conn
+    import psycopg
+
+    if _start_conn is None:
+        _start_conn = psycopg.connect(_libpq(os.environ[URL_ENV]), autocommit=True)
+    _start_conn.execute("INSERT INTO bench_start (n, at) VALUES (%s, %s)", (i, started))
+
+
+def __getattr__(name: str) -> Any:
+    global _app
+    if name != "app":
+        raise AttributeError(name)
+    if _app is None:
+        from ratchet import Ratchet
+
+        _app = Ratchet(
+            os.environ[URL_ENV],
+            allowed_modules=["bench_postgres"],
+            coordinator=os.environ.get(COORDINATOR_ENV, "local"),
+        )
+    return _app
+
+
+# ---------------------------------------------------------------------- helpers
+def _libpq(url: str) -> str:
+    return url.replace("postgresql+psycopg://", "postgresql://", 1)
+
+
+class Bench:
+    """Fresh databases on one server."""
+
+    def __init__(self, server_url: str) -> None:
+        import psycopg
+        from sqlalchemy.engine import make_url
+
+        self.server_url = server_url
+        self._make_url = make_url
+        self.admin = psycopg.connect(
+            _libpq(make_url(server_url).set(database="postgres").render_as_string(False)),
+            autocommit=True,
+        )
+
+    @contextmanager
+    def database(self) -> Iterator[str]:
+        from ratchet_postgres import PostgresStore
+
+        name = f"bench_{uuid.uuid4().hex[:10]}"
+        self.admin.execute(f"CREATE DATABASE {name}")
+        url = self._make_url(self.server_url).set(database=name).render_as_string(False)
+        store = PostgresStore(url)
+        store.migrate()
+        store.close()
+        try:
+            yield url
+        finally:
+            self.admin.execute(f"DROP DATABASE {name} WITH (FORCE)")
+
+
+def worker_env(url: str, coordinator: str = "local") -> dict[str, str]:
+    env = {k: v for k, v in os.environ.items() if k != "PYTHONDONTWRITEBYTECODE"}
+    env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(HERE), env.get("PYTHONPATH")]))
+    env[URL_ENV] = url
+    env[COORDINATOR_ENV] = coordinator
+    return env
+
+
+def start_workers(url: str, count: int, *args: str, coordinator: str = "local") -> list[Any]:
+    ratchet = Path(sys.executable).with_name("ratchet")
+    return [
+        subprocess.Popen(
+            [str(ratchet), "worker", "bench_postgres:app", "--log-level", "WARNING", *args],
+            env=worker_env(url, coordinator),
+            stdout=subprocess.DEVNULL,
+        )
+        for _ in range(count)
+    ]
+
+
+def cpu_seconds(pid: int) -> float:
+    """User + system CPU time of a live process (Linux ``/proc``)."""
+    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
+def stop_workers(procs: list[Any]) -> None:
+    for p in procs:
+        p.terminate()
+    for p in procs:
+        p.wait(timeout=60)
+
+
+def client(url: str, coordinator: str = "local") -> Any:
+    from ratchet import Ratchet
+
+    return Ratchet(url, allowed_modules=["bench_postgres"], coordinator=coordinator)
+
+
+def fn(name: str) -> Callable[..., Any]:
+    """The job function imported as ``bench_postgres.<name>`` (not ``__main__``)."""
+    if str(HERE) not in sys.path:
+        sys.path.insert(0, str(HERE))
+    import bench_postgres
+
+    return getattr(bench_postgres, name)  # type: ignore[no-any-return]
+
+
+def scalar(url: str, query: str, *params: Any) -> Any:
+    import psycopg
+
+    with psycopg.connect(_libpq(url), autocommit=True) as conn:
+        cur = conn.execute(query, params or None)
+        row = cur.fetchone() if cur.description else None
+        return None if row is None else row[0]
+
+
+# ---------------------------------------------------------------------- measurements
+def bulk_enqueue(bench: Bench, n: int) -> float:
+    with bench.database() as url:
+        app = client(url)
+        builders = [app.enqueue(fn("noop"), i) for i in range(n)]
+        started = time.perf_counter()
+        for chunk in range(0, n, 1000):
+            app.submit_many(builders[chunk : chunk + 1000])
+        elapsed = time.perf_counter() - started
+        app.close()
+    return n / elapsed
+
+
+def single_enqueue(bench: Bench, n: int, coordinator: str = "local") -> float:
+    with bench.database() as url:
+        app = client(url, coordinator)
+        for i in range(50):  # warm up the pool and prepared statements
+            app.enqueue(fn("noop"), -i).submit()
+        started = time.perf_counter()
+        for i in range(n):
+            app.enqueue(fn("noop"), i).submit()
+        elapsed = time.perf_counter() - started
+        app.close()
+    return n / elapsed
+
+
+WORKER_ARGS = ("--concurrency", "64", "--batch-size", "200", "--min-delay", "0.05",
+               "--max-delay", "0.2", "--burst-delay", "0.01")  # fmt: skip
+
+
+CPU_PER_JOB: dict[int, list[float]] = {}
+
+
+def process(bench: Bench, n: int, processes: int) -> float:
+    """Jobs/s of ``processes`` worker processes draining ``n`` queued no-op jobs.
+
+    Measured from the first claim to the last completion (database timestamps), so process
+    start-up is not counted. Also records the workers' CPU time per job (start-up included).
+    """
+    with bench.database() as url:
+        app = client(url)
+        builders = [app.enqueue(fn("noop"), i) for i in range(n)]
+        for chunk in range(0, n, 5000):
+            app.submit_many(builders[chunk : chunk + 5000])
+        app.close()
+        procs = start_workers(url, processes, *WORKER_ARGS)
+        try:
+            deadline = time.monotonic() + 600
+            while scalar(url, "SELECT count(*) FROM scheduler_job_queue") > 0:
+                if time.monotonic() > deadline:
+                    raise TimeoutError("workers did not finish")
+                time.sleep(0.2)
+            span = scalar(
+                url,
+                "SELECT (SELECT max(terminated_at) FROM scheduler_job)"
+                " - (SELECT min(started_at) FROM scheduler_job_execution)",
+            )
+            done = scalar(
+                url, "SELECT count(*) FROM scheduler_job WHERE terminal_status = 'SUCCEEDED'"
+            )
+            cpu = sum(cpu_seconds(p.pid) for p in procs)
+            CPU_PER_JOB.setdefault(processes, []).append(cpu / n * 1e6)
+        finally:
+            stop_workers(procs)
+        assert done == n, f"{done} of {n} succeeded"
+    return n / (span / 1e6)
+
+
+def latency(bench: Bench, samples: int) -> tuple[float, float]:
+    """Submit -> start latency (ms, p50 and p99) through LISTEN/NOTIFY to an idle worker."""
+    with bench.database() as url:
+        scalar(url, "CREATE TABLE bench_start (n integer PRIMARY KEY, at double precision)")
+        idle = ("--concurrency", "4", "--min-delay", "30", "--max-delay", "30",
+                "--burst-delay", "30")  # fmt: skip
+        procs = start_workers(url, 1, *idle, coordinator="postgres")
+        app = client(url, "postgres")
+        try:
+            deadline = time.monotonic() + 60
+            while not scalar(
+                url,
+                "SELECT count(*) FROM pg_stat_activity WHERE datname = current_database()"
+                " AND application_name = 'ratchet-listener' AND query LIKE 'LISTEN%%'",
+            ):
+                if time.monotonic() > deadline:
+                    raise TimeoutError("worker did not start listening")
+                time.sleep(0.1)
+            time.sleep(1.0)  # let the worker's first (empty) poll pass
+            values = []
+            for i in range(samples):
+                submitted = time.time()
+                app.enqueue(fn("mark_start"), i).submit()
+                while (at := scalar(url, "SELECT at FROM bench_start WHERE n = %s", i)) is None:
+                    time.sleep(0.001)
+                values.append((at - submitted) * 1000)
+                time.sleep(0.01)  # the worker is idle again before the next submission
+        finally:
+            app.close()
+            stop_workers(procs)
+    values.sort()
+    return statistics.median(values), values[min(len(values) - 1, int(len(values) * 0.99))]
+
+
+def claim_cost(bench: Bench, waiting: int, rounds: int = 12, batch: int = 50) -> float:
+    """Median milliseconds of one committed claim of ``batch`` jobs with ``waiting`` queued."""
+    from sqlalchemy import text
+
+    from ratchet_postgres import PostgresStore
+
+    with bench.database() as url:
+        store = PostgresStore(url)
+        t0 = datetime(2020, 1, 1, tzinfo=UTC)
+        with store.engine.begin() as conn:
+            conn.execute(
+                text(
+                    "INSERT INTO scheduler_job (job_id, target, payload, priority, max_retries,"
+                    " backoff_policy, backoff_ms, idempotency_key, created_at, attempts)"
+                    " SELECT gen_random_uuid(), 'bench_postgres:noop', '{}', g % 5, 0, 'NONE', 0,"
+                    " 'k' || g, 0, 0 FROM generate_series(1, :n) g"
+                ),
+                {"n": waiting},
+            )
+            conn.execute(
+                text(
+                    "INSERT INTO scheduler_job_queue (job_id, status, priority, scheduled_time,"
+                    " attempts, epoch) SELECT job_id, 'PENDING', priority,"
+                    " :t0 + row_number() OVER () * 1000, 0, 0 FROM scheduler_job"
+                ),
+                {"t0": int(t0.timestamp() * 1e6)},
+            )
+        with store.engine.connect() as conn:
+            conn.execution_options(isolation_level="AUTOCOMMIT").execute(text("VACUUM ANALYZE"))
+        now = datetime.now(UTC)
+        boost = timedelta(minutes=15)
+        for _ in range(3):  # 3 + 12 claims of 50: 750 jobs, so 1,000 waiting suffice
+            store.claim("warm", batch, now=now, boost_interval=boost)
+        times = []
+        for _ in range(rounds):
+            started = time.perf_counter()
+            got = store.claim("bench", batch, now=now, boost_interval=boost)
+            times.append((time.perf_counter() - started) * 1000)
+            assert len(got) == batch
+        store.close()
+    return statistics.median(times)
+
+
+# ---------------------------------------------------------------------- main
+def median_of(runs: int, measure: Callable[[], float]) -> tuple[float, list[float]]:
+    values = [measure() for _ in range(runs)]
+    return statistics.median(values), values
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--url", help="an existing server (SQLAlchemy URL; needs CREATEDB)")
+    parser.add_argument("--runs", type=int, default=3)
+    parser.add_argument("--jobs", type=int, default=50_000)
+    parser.add_argument("--single", type=int, default=3_000, help="jobs for single enqueue")
+    parser.add_argument("--samples", type=int, default=300, help="latency samples")
+    parser.add_argument("--large", type=int, default=1_000_000, help="jobs waiting (claim cost)")
+    parser.add_argument("--only", help="comma list: process,bulk,single,latency,claim")
+    args = parser.parse_args(argv)
+    only = set((args.only or "process,bulk,single,latency,claim").split(","))
+
+    server = None
+    url = args.url
+    if url is None:
+        from ratchet.testing.servers import PostgresServer
+
+        defaults = {"fsync": "on", "synchronous_commit": "on", "full_page_writes": "on",
+                    "max_connections": "200"}  # fmt: skip
+        server = PostgresServer(settings=defaults).start()
+        url = server.url()
+    bench = Bench(url)
+    version = scalar(url, "SHOW server_version")
+    print(f"PostgreSQL {version}; Python {platform.python_version()}; {platform.machine()};"
+          f" {os.cpu_count()} CPUs; {platform.platform()}")  # fmt: skip
+    rows: list[tuple[str, str, str, str]] = []
+
+    def report(what: str, value: str, target: str, runs: list[float]) -> None:
+        rows.append(
+            (what, value, target, ", ".join(f"{v:,.0f}" if v > 100 else f"{v:.2f}" for v in runs))
+        )
+        print(f"  {what:<40} {value:>14}   target {target:<12} runs: {rows[-1][3]}", flush=True)
+
+    try:
+        if "process" in only:
+            med, runs = median_of(args.runs, lambda: process(bench, args.jobs, 1))
+            report("1 worker process, no-op jobs", f"{med:,.0f} jobs/s", ">= 8,000", runs)
+            med, runs = median_of(args.runs, lambda: process(bench, args.jobs, 2))
+            report("2 worker processes, no-op jobs", f"{med:,.0f} jobs/s", ">= 12,000", runs)
+            for procs, values in sorted(CPU_PER_JOB.items()):
+                cpu = statistics.median(values)
+                report(f"worker CPU per job ({procs} process(es))", f"{cpu:,.0f} us", "", values)
+        if "bulk" in only:
+            med, runs = median_of(args.runs, lambda: bulk_enqueue(bench, args.jobs))
+            report("bulk enqueue (1,000 per transaction)", f"{med:,.0f} jobs/s", ">= 30,000", runs)
+        if "single" in only:
+            med, runs = median_of(args.runs, lambda: single_enqueue(bench, args.single))
+            report("single enqueue (1 per transaction)", f"{med:,.0f} jobs/s", ">= 1,800", runs)
+            med, runs = median_of(args.runs, lambda: single_enqueue(bench, args.single, "postgres"))
+            report("single enqueue + NOTIFY coordinator", f"{med:,.0f} jobs/s", "", runs)
+        if "latency" in only:
+            results = [latency(bench, args.samples) for _ in range(args.runs)]
+            p50 = statistics.median(r[0] for r in results)
+            p99 = statistics.median(r[1] for r in results)
+            report(
+                "submit -> start p50 (LISTEN/NOTIFY)",
+                f"{p50:.2f} ms",
+                "<= 5 ms",
+                [r[0] for r in results],
+            )
+            report(
+                "submit -> start p99 (LISTEN/NOTIFY)",
+                f"{p99:.2f} ms",
+                "<= 25 ms",
+                [r[1] for r in results],
+            )
+        if "claim" in only:
+            small, runs_s = median_of(args.runs, lambda: claim_cost(bench, 1_000))
+            report("claim 50 with 1,000 waiting", f"{small:.2f} ms", "", runs_s)
+            large, runs_l = median_of(args.runs, lambda: claim_cost(bench, args.large))
+            report(f"claim 50 with {args.large:,} waiting", f"{large:.2f} ms",
+                   "within 20 %", runs_l)  # fmt: skip
+            print(f"  claim cost ratio (large / small): {large / small:.2f}")
+    finally:
+        bench.admin.close()
+        if server is not None:
+            server.cleanup()
+    print()
+    print("| measurement | result | target |")
+    print("|---|---|---|")
+    for what, value, target, _ in rows:
+        print(f"| {what} | {value} | {target} |")
+    return 0
+
+
+if __name__ == "__main__":
+    threading.current_thread().name = "bench"
+    sys.exit(main())
