@@ -235,3 +235,41 @@ def test_a_burst_of_hints_is_sent_in_few_round_trips(
     ]
     assert 1 <= len(recorder.find("same")) < 500
     assert sender.publish_errors == sender.dropped == 0 and sender.pending == 0
+
+
+def test_no_wakeup_for_a_rolled_back_submit_in_the_callers_transaction(
+    postgres_store_url: str, pg_jobs: Any
+) -> None:
+    """The job and its wakeup share the caller's PostgreSQL transaction's fate."""
+    from sqlalchemy import create_engine
+
+    from ratchet import Ratchet
+
+    app = Ratchet(
+        postgres_store_url, allowed_modules=["pg_jobs"], coordinator="postgres", node_name="app"
+    )
+    other = PostgresClusterCoordinator(postgres_store_url)
+    recorder = Recorder()
+    other.add_listener(recorder)
+    engine = create_engine(postgres_store_url)
+    try:
+        assert other.wait_connected(10)
+        with engine.connect() as conn:
+            trans = conn.begin()
+            rolled_back = app.enqueue(pg_jobs.noop, 1).submit(conn)
+            trans.rollback()
+        assert app.get_job(rolled_back.id) is None
+        app.coordinator.notify_new_work(WakeupHint(JobPriority.LOW, "marker"))
+        assert recorder.wait_for("marker", DELIVERY_BOUND) is not None
+        assert recorder.find("app") == [], "a rolled-back submission sent a wakeup"
+        with engine.connect() as conn:
+            trans = conn.begin()
+            committed = app.enqueue(pg_jobs.noop, 2).submit(conn)
+            assert recorder.find("app") == []
+            trans.commit()
+        assert app.get_job(committed.id) is not None
+        assert recorder.wait_for("app", DELIVERY_BOUND) is not None
+    finally:
+        engine.dispose()
+        other.close()
+        app.close()
