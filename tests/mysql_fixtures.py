@@ -13,7 +13,8 @@ Fixtures:
 * ``mysql_template`` (session): the :class:`MySQLTemplate` (server URL, admin SQL, databases).
 * ``mysql_database_url``: URL of the migrated database, emptied for this test.
 * ``mysql_store_url``: the same, for the contract suite's parametrized ``store`` fixture.
-* ``mysql_store``: a :class:`~ratchet_mysql.MySQLStore` on it (closed at teardown).
+* ``mysql_store``: a :class:`~ratchet_mysql.MySQLStore` on it (teardown asserts that no
+  connection is still checked out, then closes it).
 
 Test URLs carry ``ssl_disabled=true``: PyMySQL >= 1.2 otherwise builds a TLS context for every
 connection (~40 ms of CPU) to try TLS, which the throwaway server does not offer.
@@ -192,5 +193,6 @@ def mysql_store(mysql_database_url: str) -> Iterator[Any]:
     store = MySQLStore(mysql_database_url)
     try:
         yield store
+        assert store.engine.pool.checkedout() == 0, "the test left store connections checked out"
     finally:
         store.close()
