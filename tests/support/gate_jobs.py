@@ -33,19 +33,30 @@ def make_span_db(path: str) -> str:
     """A side-effect table the jobs write their start / end times and pids into."""
     conn = sqlite3.connect(path)
     conn.execute("PRAGMA journal_mode=WAL")
-    conn.execute("CREATE TABLE span(token TEXT PRIMARY KEY, pid INTEGER, started REAL, ended REAL)")
+    conn.execute("CREATE TABLE span(token TEXT, pid INTEGER, started REAL, ended REAL)")
     conn.commit()
     conn.close()
     return path
 
 
-def _write(db: str, sql: str, *args: Any) -> None:
+def _write(db: str, sql: str, *args: Any) -> int:
     conn = sqlite3.connect(db, timeout=30)
     try:
-        conn.execute(sql, args)
+        rowid = conn.execute(sql, args).lastrowid
         conn.commit()
+        return rowid or 0
     finally:
         conn.close()
+
+
+def _start(db: str, token: str) -> int:
+    """One row per execution (a re-run after a takeover gets its own)."""
+    sql = "INSERT INTO span(token, pid, started) VALUES (?, ?, ?)"
+    return _write(db, sql, token, os.getpid(), time.time())
+
+
+def _end(db: str, row: int) -> None:
+    _write(db, "UPDATE span SET ended = ? WHERE rowid = ?", time.time(), row)
 
 
 def spans(db: str) -> list[tuple[str, int, float, float | None]]:
@@ -58,15 +69,9 @@ def spans(db: str) -> list[tuple[str, int, float, float | None]]:
 
 def hold_resource(db: str, token: str, seconds: float) -> str:
     """Record when this execution starts and ends (measured by the job itself)."""
-    _write(
-        db,
-        "INSERT INTO span(token, pid, started) VALUES (?, ?, ?)",
-        token,
-        os.getpid(),
-        time.time(),
-    )
+    row = _start(db, token)
     time.sleep(seconds)  # the work being limited
-    _write(db, "UPDATE span SET ended = ? WHERE token = ?", time.time(), token)
+    _end(db, row)
     return token
 
 
@@ -78,16 +83,10 @@ def hold_until_killed(db: str, token: str) -> str:
         seen = conn.execute("SELECT 1 FROM span WHERE token = ?", (token,)).fetchone()
     finally:
         conn.close()
+    row = _start(db, token)
     if seen is None:
-        _write(
-            db,
-            "INSERT INTO span(token, pid, started) VALUES (?, ?, ?)",
-            token,
-            os.getpid(),
-            time.time(),
-        )
         time.sleep(600)
-    _write(db, "UPDATE span SET ended = ? WHERE token = ?", time.time(), token)
+    _end(db, row)
     return "recovered"
 
 
