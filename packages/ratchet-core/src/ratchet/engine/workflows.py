@@ -12,6 +12,7 @@ import json
 import logging
 import threading
 import uuid
+import weakref
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from dataclasses import replace as dc_replace
@@ -312,7 +313,8 @@ def deliver_signal(app: Ratchet, target: uuid.UUID | str, payload: Any = None) -
     return count
 
 
-_SIGNAL_STORES: dict[str, Any] = {}
+_SIGNAL_STORES: weakref.WeakValueDictionary[str, Any] = weakref.WeakValueDictionary()
+"""node id -> store of the workers in this process (weak: a closed app's store can go)."""
 _SIGNAL_LOCK = threading.Lock()
 
 
