@@ -15,6 +15,7 @@ from zoneinfo import ZoneInfo
 
 import pytest
 import recurring_jobs
+import sample_jobs
 
 from ratchet import (
     BackoffPolicy,
@@ -378,6 +379,50 @@ def test_registration_is_idempotent_across_apps_and_follows_changes(
     report = fifth.register_recurring_jobs()
     assert report is not None and report.canceled == ("beat",)
     assert [r.recurring_id for r in fifth.list_recurring()] == [api.id]
+
+
+def test_an_app_cancels_only_decorator_masters_its_class_policy_allows(
+    make_app: Callable[..., Ratchet],
+) -> None:
+    """Apps with different class policies may share a database: each one's workers leave the
+    other's decorator masters alone, and cancel only those of targets they could run."""
+    reports = make_app()
+    reports.recurring(EVERY_MINUTE, id="beat")(recurring_jobs.heartbeat)
+    assert reports.register_recurring_jobs() is not None
+    billing = make_app(allowed_modules=["sample_jobs"])
+    billing.recurring(EVERY_MINUTE, id="bill")(sample_jobs.noop)
+    report = billing.register_recurring_jobs()
+    assert report is not None and (report.created, report.canceled) == (("bill",), ())
+    assert {m.business_key for m in billing.list_recurring()} == {"beat", "bill"}
+    report = make_app().register_recurring_jobs()  # reports' decorators all removed
+    assert report is not None and report.canceled == ("beat",)
+    assert [m.business_key for m in billing.list_recurring()] == ["bill"]
+
+
+def test_a_master_in_a_dst_zone_fires_each_wall_time_once(app: Ratchet, clock: FakeClock) -> None:
+    """New York, 3 November 2024 (fall back) and 10 March 2024 (spring forward), materialized
+    every minute through both transitions: the rules of the cron evaluator hold for masters."""
+    ny = ZoneInfo("America/New_York")
+    clock.set(datetime(2024, 11, 3, 0, 50, tzinfo=ny))
+    half_hourly = app.schedule_recurring("0 */30 * * * ?", ny, recurring_jobs.heartbeat).submit()
+    clock.set(datetime(2024, 3, 9, 0, 0, tzinfo=ny))
+    nightly = app.schedule_recurring("0 30 2 * * ?", ny, recurring_jobs.heartbeat).submit()
+    clock.set(datetime(2024, 11, 3, 0, 50, tzinfo=ny))
+    worker = app.worker()
+    for _ in range(140):  # until 03:10 EST
+        clock.advance(timedelta(minutes=1))
+        materializer(worker).run_once(worker)
+    assert [t.isoformat() for t in fire_times(app, half_hourly.id)] == [
+        "2024-11-03T01:00:00-04:00",
+        "2024-11-03T01:30:00-04:00",
+        "2024-11-03T02:00:00-05:00",  # 01:00 and 01:30 EST do not fire again
+        "2024-11-03T02:30:00-05:00",
+        "2024-11-03T03:00:00-05:00",
+    ]
+    # The nightly master was first claimed in November: catch_up(11) created its 11 oldest fires.
+    nightly_fires = [t.date().isoformat() for t in fire_times(app, nightly.id)]
+    assert len(nightly_fires) == 12
+    assert nightly_fires[:3] == ["2024-03-09", "2024-03-11", "2024-03-12"], "no 02:30 on 10 March"
 
 
 def test_registration_waits_for_the_start_up_lease(

@@ -300,11 +300,17 @@ class RecurringStore(Protocol):
         transaction. Returns how many masters were claimed and the occurrences created."""
 
     def sync_recurring(
-        self, definitions: Sequence[NewRecurring], *, now: datetime, next_fire: NextFireFn
+        self,
+        definitions: Sequence[NewRecurring],
+        *,
+        now: datetime,
+        next_fire: NextFireFn,
+        owns: Callable[[str], bool] | None = None,
     ) -> SyncReport:
         """Make the DECORATOR masters match ``definitions`` (keyed by business key) in one
         transaction: create missing ones, update changed ones (a new cron or zone restarts
-        from ``now``), cancel DECORATOR masters whose key is not among them."""
+        from ``now``), cancel DECORATOR masters whose key is not among them and whose target
+        ``owns`` accepts (None: every target)."""
 
     def try_lock(self, name: str, owner: str, *, now: datetime, lease: timedelta) -> bool:
         """Take or renew the lease ``name`` for ``owner`` until ``now + lease``; False while

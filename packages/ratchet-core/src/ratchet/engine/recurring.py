@@ -53,7 +53,7 @@ if TYPE_CHECKING:
     from ratchet.config import RatchetConfig
     from ratchet.engine.worker import Worker
     from ratchet.plugins import Plugins
-    from ratchet.ports import Clock, ClusterCoordinator, Store
+    from ratchet.ports import ClassPolicy, Clock, ClusterCoordinator, Store
 
 log = logging.getLogger("ratchet.recurring")
 
@@ -531,6 +531,8 @@ class RecurringMixin:
 
         def enforce_policy(self, ref: TargetRef) -> None: ...
 
+        class_policy: ClassPolicy
+
     # -- plumbing ----------------------------------------------------------------------------
     def _recurring_store(self) -> RecurringStore:
         store = self.store.capability(RecurringStore)  # type: ignore[type-abstract]
@@ -670,6 +672,15 @@ class RecurringMixin:
             f"(id {definition.id!r}); decorate it where it is defined, at module level"
         )
 
+    def _owns_target(self, target: str) -> bool:
+        """Whether this app may run ``target``: only then may its workers cancel a decorator
+        master of it (apps with other class policies may share the database)."""
+        try:
+            ref = TargetRef.parse(target)
+        except InvalidJobTarget:
+            return False
+        return bool(self.class_policy.is_allowed(ref.module, ref.qualname))
+
     def register_recurring_jobs(
         self, *, owner: str | None = None, lease: timedelta = REGISTRATION_LEASE
     ) -> SyncReport | None:
@@ -689,7 +700,9 @@ class RecurringMixin:
                 if definition.enabled:
                     self._check_importable(definition)
                     wanted.append(definition.master(self.new_id(), now))
-            report = store.sync_recurring(wanted, now=now, next_fire=next_fire_after)
+            report = store.sync_recurring(
+                wanted, now=now, next_fire=next_fire_after, owns=self._owns_target
+            )
         finally:
             store.release_lock(REGISTRATION_LOCK, holder)
         if report.created or report.updated or report.canceled:

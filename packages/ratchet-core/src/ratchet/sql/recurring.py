@@ -385,7 +385,12 @@ class RecurringStoreMixin:
 
     # ------------------------------------------------------------------ decorators
     def sync_recurring(
-        self, definitions: Sequence[NewRecurring], *, now: datetime, next_fire: NextFireFn
+        self,
+        definitions: Sequence[NewRecurring],
+        *,
+        now: datetime,
+        next_fire: NextFireFn,
+        owns: Callable[[str], bool] | None = None,
     ) -> SyncReport:
         wanted: dict[str, NewRecurring] = {}
         for d in definitions:
@@ -431,7 +436,11 @@ class RecurringStoreMixin:
                 if current.tags != d.tags:
                     self._set_tags(conn, row.recurring_id, d.tags)
                 updated.append(key)
-            removed = [r for r in existing.values() if r.source == RecurringSource.DECORATOR.value]
+            removed = [
+                r
+                for r in existing.values()
+                if r.source == RecurringSource.DECORATOR.value and (owns is None or owns(r.target))
+            ]
             self._end(conn, [r.recurring_id for r in removed], RecurringStatus.CANCELED, now)
             return SyncReport(
                 tuple(created),

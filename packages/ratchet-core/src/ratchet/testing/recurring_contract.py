@@ -357,6 +357,80 @@ class RecurringStoreContract:
         assert self.materialize(first, clock) == []
         assert len(first.recurring_fires(m.recurring_id)) == 1
 
+    # ------------------------------------------------------------------ decorators and leases
+    def test_sync_creates_updates_and_cancels_decorator_masters(
+        self, recurring: RecurringStore, clock: FakeClock
+    ) -> None:
+        def decl(key: str, cron: str = EVERY_MINUTE, **overrides: Any) -> NewRecurring:
+            fields = {"business_key": key, "source": RecurringSource.DECORATOR, **overrides}
+            fields.setdefault("target", f"app.jobs:{key}")
+            return master(clock, cron, **fields)
+
+        api = master(clock, business_key="taken-over")
+        recurring.create_recurring(api, now=clock.now())
+        kept_api = master(clock, business_key="api-only")
+        recurring.create_recurring(kept_api, now=clock.now())
+        first = recurring.sync_recurring(
+            [decl("a"), decl("b"), decl("taken-over")], now=clock.now(), next_fire=next_fire_after
+        )
+        assert (first.created, first.updated, first.canceled) == (("a", "b"), ("taken-over",), ())
+        a = recurring.find_recurring("a")
+        assert a is not None and a.source is RecurringSource.DECORATOR
+        taken = recurring.find_recurring("taken-over")
+        assert taken is not None and taken.recurring_id == api.recurring_id
+        assert taken.source is RecurringSource.DECORATOR
+
+        clock.advance(timedelta(seconds=20))
+        same = recurring.sync_recurring(
+            [decl("a"), decl("b"), decl("taken-over")], now=clock.now(), next_fire=next_fire_after
+        )
+        assert (same.created, same.updated, same.canceled) == ((), (), ())
+        assert set(same.unchanged) == {"a", "b", "taken-over"}
+        assert recurring.find_recurring("a") == a, "an unchanged master is not written"
+
+        changed = recurring.sync_recurring(
+            [decl("a", max_retries=9, tags=("new",)), decl("b", "*/10 * * * * ?")],
+            now=clock.now(),
+            next_fire=next_fire_after,
+            owns=lambda target: target != "app.jobs:taken-over",
+        )
+        assert (changed.updated, changed.canceled) == (("a", "b"), ())
+        a2, b2 = recurring.find_recurring("a"), recurring.find_recurring("b")
+        assert a2 is not None and b2 is not None
+        assert (a2.max_retries, a2.tags, a2.next_fire) == (9, ("new",), a.next_fire)
+        assert [r.business_key for r in recurring.list_recurring(tag="new")] == ["a"]
+        assert b2.next_fire == clock.now() + timedelta(seconds=10), "a new cron restarts now"
+        assert recurring.find_recurring("taken-over") is not None, "not owned: left alone"
+
+        gone = recurring.sync_recurring([decl("a")], now=clock.now(), next_fire=next_fire_after)
+        assert set(gone.canceled) == {"b", "taken-over"}
+        assert [r.business_key for r in recurring.list_recurring()] == ["api-only", "a"]
+
+    def test_a_lease_has_one_holder_until_it_expires(
+        self, node_stores: list[Any], clock: FakeClock
+    ) -> None:
+        stores = [s.capability(RecurringStore) for s in node_stores]
+        lease = timedelta(seconds=30)
+        barrier = threading.Barrier(3)
+
+        def take(i: int) -> bool:
+            barrier.wait(timeout=30)
+            return bool(stores[i].try_lock("startup", f"node-{i}", now=clock.now(), lease=lease))
+
+        with ThreadPoolExecutor(max_workers=3) as pool:
+            won = list(pool.map(take, range(3)))
+        assert won.count(True) == 1, won
+        holder = won.index(True)
+        other = (holder + 1) % 3
+        assert stores[holder].try_lock("startup", f"node-{holder}", now=clock.now(), lease=lease)
+        assert not stores[other].try_lock("startup", f"node-{other}", now=clock.now(), lease=lease)
+        assert stores[other].try_lock("other-lock", f"node-{other}", now=clock.now(), lease=lease)
+        clock.advance(lease)  # the holder stopped renewing: its lease ran out
+        assert stores[other].try_lock("startup", f"node-{other}", now=clock.now(), lease=lease)
+        assert not stores[holder].release_lock("startup", f"node-{holder}")
+        assert stores[other].release_lock("startup", f"node-{other}")
+        assert stores[holder].try_lock("startup", f"node-{holder}", now=clock.now(), lease=lease)
+
     # ------------------------------------------------------------------ the cluster
     def test_three_materializers_create_every_occurrence_exactly_once(
         self, node_stores: list[Any], clock: FakeClock
