@@ -163,10 +163,11 @@ def bulk_enqueue(bench: Bench, n: int) -> float:
     with bench.database() as url:
         app = client(url)
         builders = [app.enqueue(fn("noop"), i) for i in range(n)]
-        started = time.perf_counter()
+        started, cpu = time.perf_counter(), time.process_time()
         for chunk in range(0, n, 1000):
             app.submit_many(builders[chunk : chunk + 1000])
         elapsed = time.perf_counter() - started
+        CLIENT_CPU.setdefault("bulk", []).append((time.process_time() - cpu) / n * 1e6)
         app.close()
     return n / elapsed
 
@@ -176,10 +177,13 @@ def single_enqueue(bench: Bench, n: int, coordinator: str = "local") -> float:
         app = client(url, coordinator)
         for i in range(50):  # warm up the pool and prepared statements
             app.enqueue(fn("noop"), -i).submit()
-        started = time.perf_counter()
+        started, cpu = time.perf_counter(), time.process_time()
         for i in range(n):
             app.enqueue(fn("noop"), i).submit()
         elapsed = time.perf_counter() - started
+        CLIENT_CPU.setdefault(f"single/{coordinator}", []).append(
+            (time.process_time() - cpu) / n * 1e6
+        )
         app.close()
     return n / elapsed
 
@@ -189,6 +193,7 @@ WORKER_ARGS = ("--concurrency", "64", "--batch-size", "200", "--min-delay", "0.0
 
 
 CPU_PER_JOB: dict[int, list[float]] = {}
+CLIENT_CPU: dict[str, list[float]] = {}
 
 
 def process(bench: Bench, n: int, processes: int) -> float:
@@ -226,6 +231,64 @@ def process(bench: Bench, n: int, processes: int) -> float:
     return n / (span / 1e6)
 
 
+def _store_loop_child(url: str, node: str, batch: int, out: Any) -> None:
+    """Claim ``batch`` jobs and record them SUCCEEDED until the queue is empty (one process)."""
+    from ratchet.domain.model import Outcome, OutcomeKind
+    from ratchet_postgres import PostgresStore
+
+    store = PostgresStore(url)
+    boost = timedelta(minutes=15)
+    done = 0
+    cpu = time.process_time()
+    while True:
+        now = datetime.now(UTC)
+        claimed = store.claim(node, batch, now=now, boost_interval=boost)
+        if not claimed:
+            break
+        outcomes = [
+            Outcome(c.job_id, c.epoch, c.attempt, OutcomeKind.SUCCEEDED, now, now, result="null")
+            for c in claimed
+        ]
+        store.record_outcomes(node, outcomes, now=now)
+        done += len(claimed)
+    out.put((done, time.process_time() - cpu))
+    store.close()
+
+
+def store_loop(bench: Bench, n: int, processes: int, batch: int = 100) -> float:
+    """Jobs/s of the store alone: claim 100, record 100 outcomes, repeat (no worker, no jobs).
+
+    The same loop as the issue's bare-psycopg reference, through ``PostgresStore``.
+    """
+    import multiprocessing
+
+    with bench.database() as url:
+        app = client(url)
+        builders = [app.enqueue(fn("noop"), i) for i in range(n)]
+        for chunk in range(0, n, 5000):
+            app.submit_many(builders[chunk : chunk + 5000])
+        app.close()
+        ctx = multiprocessing.get_context("spawn")
+        out = ctx.Queue()
+        children = [
+            ctx.Process(target=_store_loop_child, args=(url, f"loop-{i}", batch, out))
+            for i in range(processes)
+        ]
+        started = time.perf_counter()
+        for child in children:
+            child.start()
+        results = [out.get(timeout=600) for _ in children]
+        elapsed = time.perf_counter() - started
+        for child in children:
+            child.join()
+    assert sum(r[0] for r in results) == n
+    STORE_CPU.setdefault(processes, []).append(sum(r[1] for r in results) / n * 1e6)
+    return n / elapsed
+
+
+STORE_CPU: dict[int, list[float]] = {}
+
+
 def latency(bench: Bench, samples: int) -> tuple[float, float]:
     """Submit -> start latency (ms, p50 and p99) through LISTEN/NOTIFY to an idle worker."""
     with bench.database() as url:
@@ -261,13 +324,18 @@ def latency(bench: Bench, samples: int) -> tuple[float, float]:
 
 
 def claim_cost(bench: Bench, waiting: int, rounds: int = 12, batch: int = 50) -> float:
-    """Median milliseconds of one committed claim of ``batch`` jobs with ``waiting`` queued."""
+    """Median milliseconds of one committed claim of ``batch`` jobs with ``waiting`` queued.
+
+    The session commits without waiting for the WAL flush (``synchronous_commit = off``), so the
+    figure is the claim's own cost, not the disk's. Also records the buffers one claim touches.
+    """
     from sqlalchemy import text
 
     from ratchet_postgres import PostgresStore
+    from ratchet_postgres.store import claim_statement
 
     with bench.database() as url:
-        store = PostgresStore(url)
+        store = PostgresStore(url, connect_args={"options": "-c synchronous_commit=off"})
         t0 = datetime(2020, 1, 1, tzinfo=UTC)
         with store.engine.begin() as conn:
             conn.execute(
@@ -291,7 +359,7 @@ def claim_cost(bench: Bench, waiting: int, rounds: int = 12, batch: int = 50) ->
             conn.execution_options(isolation_level="AUTOCOMMIT").execute(text("VACUUM ANALYZE"))
         now = datetime.now(UTC)
         boost = timedelta(minutes=15)
-        for _ in range(3):  # 3 + 12 claims of 50: 750 jobs, so 1,000 waiting suffice
+        for _ in range(3):  # 3 + 12 claims of 50 (+1 explained): fewer than 1,000 jobs
             store.claim("warm", batch, now=now, boost_interval=boost)
         times = []
         for _ in range(rounds):
@@ -299,8 +367,22 @@ def claim_cost(bench: Bench, waiting: int, rounds: int = 12, batch: int = 50) ->
             got = store.claim("bench", batch, now=now, boost_interval=boost)
             times.append((time.perf_counter() - started) * 1000)
             assert len(got) == batch
+        params = {"now": int(now.timestamp() * 1e6), "lim": batch, "node": "explain",
+                  "boost": boost // timedelta(microseconds=1)}  # fmt: skip
+        with store.engine.begin() as conn:
+            plan = conn.execute(
+                text("EXPLAIN (ANALYZE, BUFFERS, FORMAT JSON) " + claim_statement(True).text),
+                params,
+            ).scalar_one()
+        top = plan[0]["Plan"]
+        BUFFERS.setdefault(waiting, []).append(
+            top.get("Shared Hit Blocks", 0) + top.get("Shared Read Blocks", 0)
+        )
         store.close()
     return statistics.median(times)
+
+
+BUFFERS: dict[int, list[float]] = {}
 
 
 # ---------------------------------------------------------------------- main
@@ -317,9 +399,11 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--single", type=int, default=3_000, help="jobs for single enqueue")
     parser.add_argument("--samples", type=int, default=300, help="latency samples")
     parser.add_argument("--large", type=int, default=1_000_000, help="jobs waiting (claim cost)")
-    parser.add_argument("--only", help="comma list: process,bulk,single,latency,claim")
+    parser.add_argument(
+        "--only", help="comma list: process,storeloop,bulk,single,latency,claim (default: all)"
+    )
     args = parser.parse_args(argv)
-    only = set((args.only or "process,bulk,single,latency,claim").split(","))
+    only = set((args.only or "process,storeloop,bulk,single,latency,claim").split(","))
 
     server = None
     url = args.url
@@ -332,8 +416,12 @@ def main(argv: list[str] | None = None) -> int:
         url = server.url()
     bench = Bench(url)
     version = scalar(url, "SHOW server_version")
+    durability = scalar(
+        url, "SELECT current_setting('fsync') || '/' || current_setting('synchronous_commit')"
+    )
     print(f"PostgreSQL {version}; Python {platform.python_version()}; {platform.machine()};"
-          f" {os.cpu_count()} CPUs; {platform.platform()}")  # fmt: skip
+          f" {os.cpu_count()} CPUs; {platform.platform()}; fsync/synchronous_commit"
+          f" {durability}; load average at start {os.getloadavg()[0]:.1f}")  # fmt: skip
     rows: list[tuple[str, str, str, str]] = []
 
     def report(what: str, value: str, target: str, runs: list[float]) -> None:
@@ -351,14 +439,27 @@ def main(argv: list[str] | None = None) -> int:
             for procs, values in sorted(CPU_PER_JOB.items()):
                 cpu = statistics.median(values)
                 report(f"worker CPU per job ({procs} process(es))", f"{cpu:,.0f} us", "", values)
+        if "storeloop" in only:
+            for procs in (1, 2):
+                med, runs = median_of(args.runs, lambda p=procs: store_loop(bench, args.jobs, p))
+                report(f"store only: claim+complete by 100, {procs} proc", f"{med:,.0f} jobs/s",
+                       "", runs)  # fmt: skip
+                cpu = statistics.median(STORE_CPU[procs])
+                report("  client CPU per job (store only)", f"{cpu:,.0f} us", "", STORE_CPU[procs])
         if "bulk" in only:
             med, runs = median_of(args.runs, lambda: bulk_enqueue(bench, args.jobs))
             report("bulk enqueue (1,000 per transaction)", f"{med:,.0f} jobs/s", ">= 30,000", runs)
+            cpu = statistics.median(CLIENT_CPU["bulk"])
+            report("  client CPU per bulk-enqueued job", f"{cpu:,.1f} us", "", CLIENT_CPU["bulk"])
         if "single" in only:
             med, runs = median_of(args.runs, lambda: single_enqueue(bench, args.single))
             report("single enqueue (1 per transaction)", f"{med:,.0f} jobs/s", ">= 1,800", runs)
             med, runs = median_of(args.runs, lambda: single_enqueue(bench, args.single, "postgres"))
             report("single enqueue + NOTIFY coordinator", f"{med:,.0f} jobs/s", "", runs)
+            cpu = statistics.median(CLIENT_CPU["single/local"])
+            report(
+                "  client CPU per single enqueue", f"{cpu:,.0f} us", "", CLIENT_CPU["single/local"]
+            )
         if "latency" in only:
             results = [latency(bench, args.samples) for _ in range(args.runs)]
             p50 = statistics.median(r[0] for r in results)
@@ -382,10 +483,14 @@ def main(argv: list[str] | None = None) -> int:
             report(f"claim 50 with {args.large:,} waiting", f"{large:.2f} ms",
                    "within 20 %", runs_l)  # fmt: skip
             print(f"  claim cost ratio (large / small): {large / small:.2f}")
+            for size, values in sorted(BUFFERS.items()):
+                report(f"  buffers one claim touches, {size:,} waiting",
+                       f"{statistics.median(values):,.0f}", "", values)  # fmt: skip
     finally:
         bench.admin.close()
         if server is not None:
             server.cleanup()
+    print(f"load average at end {os.getloadavg()[0]:.1f}")
     print()
     print("| measurement | result | target |")
     print("|---|---|---|")

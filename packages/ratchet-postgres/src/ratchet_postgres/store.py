@@ -62,34 +62,38 @@ def _branch(level: int) -> str:
 def claim_statement(boosted: bool) -> TextClause:
     """The claim as one statement (``boosted``: whether the age boost is on).
 
-    ``cand``: per priority level the ``:lim`` oldest due PENDING jobs (an index range scan each);
-    their union holds the true top ``:lim`` because the boost never reorders jobs of one level.
-    ``picked``: those rows fetched by primary key (``= ANY(ARRAY(...))`` keeps the planner on the
-    key index whatever its row estimates), sorted by effective priority, scheduled time and id,
-    then locked one by one, skipping rows other claimers hold, until ``:lim`` are locked.
-    ``upd`` marks them RUNNING (epoch + 1), ``hist`` opens their attempt rows, and the final
-    select adds the definitions, in claim order.
+    ``cand``: per priority level the ``:lim`` oldest due PENDING jobs (an index-only range scan
+    each); their union holds the true top ``:lim`` because the boost never reorders jobs of one
+    level. ``picked``: the candidates sorted by effective priority, scheduled time and id, then
+    fetched by primary key and locked one at a time in that order (``FOR UPDATE SKIP LOCKED`` in
+    a lateral subquery), skipping rows other claimers hold, until ``:lim`` are locked: only the
+    rows taken (and those skipped) are visited. ``upd`` marks them RUNNING (epoch + 1), ``hist``
+    opens their attempt rows, and the final select adds the definitions, in claim order.
     """
     if boosted:
         effective = (
-            "q.priority + (CAST(:now AS BIGINT) - q.scheduled_time) / CAST(:boost AS BIGINT)"
+            "c.priority + (CAST(:now AS BIGINT) - c.scheduled_time) / CAST(:boost AS BIGINT)"
         )
     else:
-        effective = "q.priority"
+        effective = "c.priority"
     union = "\n      UNION ALL ".join(_branch(level) for level in sorted(JobPriority, reverse=True))
     pending = JobStatus.PENDING.value
     running = JobStatus.RUNNING.value
     sql = f"""
 WITH cand AS (
       {union}
+), ordered AS (
+    SELECT c.job_id, {effective} AS eff, c.scheduled_time
+    FROM cand c
 ), picked AS (
-    SELECT q.job_id, {effective} AS eff
-    FROM scheduler_job_queue q
-    WHERE q.job_id = ANY(ARRAY(SELECT job_id FROM cand))
-      AND q.status = '{pending}' AND q.scheduled_time <= :now
-    ORDER BY eff DESC, q.scheduled_time, q.job_id
+    SELECT o.job_id, o.eff
+    FROM (SELECT * FROM ordered ORDER BY eff DESC, scheduled_time, job_id) o
+    CROSS JOIN LATERAL (
+        SELECT 1 FROM scheduler_job_queue q
+        WHERE q.job_id = o.job_id AND q.status = '{pending}' AND q.scheduled_time <= :now
+        FOR UPDATE SKIP LOCKED
+    ) locked
     LIMIT :lim
-    FOR UPDATE SKIP LOCKED
 ), upd AS (
     UPDATE scheduler_job_queue q
     SET status = '{running}', picked_by = :node, picked_at = :now, epoch = q.epoch + 1
