@@ -273,3 +273,14 @@ def test_no_wakeup_for_a_rolled_back_submit_in_the_callers_transaction(
         engine.dispose()
         other.close()
         app.close()
+
+
+def test_the_sender_does_not_wait_for_the_wal_flush(
+    make: Callable[..., PostgresClusterCoordinator], postgres_store_url: str
+) -> None:
+    node = make()
+    node.notify_new_work(WakeupHint(JobPriority.NORMAL, "warm"))
+    _wait(lambda: node.published == 1, 10, "the NOTIFY to be sent")
+    assert node._sender is not None
+    setting = node._sender.execute("SHOW synchronous_commit").fetchone()
+    assert setting == ("off",)
