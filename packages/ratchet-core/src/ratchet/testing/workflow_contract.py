@@ -20,12 +20,36 @@ import pytest
 
 from ratchet.domain.lifecycle import JobStatus
 from ratchet.domain.model import ClaimedJob, NewJob, Outcome, OutcomeKind
-from ratchet.domain.workflow import JobType, WorkflowCondition
+from ratchet.domain.workflow import (
+    BatchContext,
+    ConditionType,
+    JobResult,
+    JobType,
+    WorkflowCondition,
+)
 from ratchet.sql.workflows import BatchSpec, BranchSpec, EffectKind, FlowEffect, FlowJob, waiting
 from ratchet.testing.clock import FakeClock
 from ratchet.testing.store_contract import BOOST, new_job
 
 NODE = "node-a"
+
+
+_HERE = __name__
+
+
+def result_is_big(result: JobResult) -> bool:
+    """A CUSTOM predicate used by the contract."""
+    return bool(result.success and result.value > 10)
+
+
+def value_is_even(value: Any) -> bool:
+    """A RESULT_VALUE predicate used by the contract."""
+    return isinstance(value, int) and value % 2 == 0
+
+
+def half_succeeded(batch: BatchContext) -> bool:
+    """A BATCH_CUSTOM predicate used by the contract."""
+    return batch.success_rate >= 0.5
 
 
 def _flow_store(store: Any) -> Any:
@@ -327,6 +351,140 @@ class WorkflowStoreContract:
         self.finish(store, clock, self.claim(store, clock), OutcomeKind.DEAD)
         assert self.status(store, on_ok.job_id) is JobStatus.CANCELED
         assert self.status(store, on_fail.job_id) is JobStatus.PENDING
+
+    def branches_of(
+        self,
+        store: Any,
+        clock: FakeClock,
+        parent: NewJob,
+        conditions: Sequence[WorkflowCondition],
+        *,
+        first_match: bool = False,
+        batch: BatchSpec | None = None,
+        extra: Sequence[FlowJob] = (),
+    ) -> list[NewJob]:
+        """Insert ``parent`` with one branch per condition; returns the branch jobs."""
+        children = [waiting(new_job(clock, target="tests.jobs:branch")) for _ in conditions]
+        head = FlowJob(
+            parent,
+            JobType.BATCH_PARENT if batch is not None else JobType.SINGLE,
+            has_dependents=True,
+        )
+        jobs = [head, *extra]
+        jobs += [
+            FlowJob(c, JobType.WORKFLOW_BRANCH, depends_on=parent.job_id, waiting_for=parent.job_id)
+            for c in children
+        ]
+        specs = [
+            BranchSpec(parent.job_id, c.job_id, cond, i, first_match, f"branch {i}")
+            for i, (c, cond) in enumerate(zip(children, conditions, strict=True))
+        ]
+        store.insert_flow(jobs, now=clock.now(), branches=specs, batch=batch)
+        return children
+
+    def released(self, store: Any, jobs: Sequence[NewJob]) -> list[int]:
+        """Indexes of the branch jobs that were released (PENDING)."""
+        return [i for i, j in enumerate(jobs) if self.status(store, j.job_id) is JobStatus.PENDING]
+
+    def job_conditions(self, priority_of_first: int = 0) -> list[WorkflowCondition]:
+        return [
+            WorkflowCondition.success(priority=priority_of_first),  # 0
+            WorkflowCondition.failure(),  # 1
+            WorkflowCondition(ConditionType.CUSTOM, f"{_HERE}:result_is_big"),  # 2
+            WorkflowCondition(ConditionType.RESULT_VALUE, f"{_HERE}:value_is_even"),  # 3
+            WorkflowCondition(ConditionType.CUSTOM, "no.such.module:predicate"),  # 4
+        ]
+
+    def test_each_job_condition_type_fans_out(self, store: Any, clock: FakeClock) -> None:
+        store = _flow_store(store)
+        ok, bad = new_job(clock), new_job(clock)
+        ok_branches = self.branches_of(store, clock, ok, self.job_conditions())
+        bad_branches = self.branches_of(store, clock, bad, self.job_conditions())
+        jobs = {j.job_id: j for j in self.claim(store, clock)}
+        self.finish(store, clock, [jobs[ok.job_id]], result="12")
+        effects = self.finish(store, clock, [jobs[bad.job_id]], OutcomeKind.DEAD)
+        assert self.released(store, ok_branches) == [0, 2, 3]
+        assert self.released(store, bad_branches) == [1]
+        assert {self.status(store, b.job_id) for b in ok_branches[1::3]} == {JobStatus.CANCELED}
+        failed = [e for e in effects if e.kind is EffectKind.CONDITION_FAILED]
+        assert len(failed) == 1, "the predicate that does not import is reported, not fired"
+
+    def test_first_match_fires_only_the_first_by_priority(
+        self, store: Any, clock: FakeClock
+    ) -> None:
+        store = _flow_store(store)
+        parent = new_job(clock)
+        # SUCCESS is demoted to priority 5: CUSTOM (definition 2) is the first match
+        branches = self.branches_of(
+            store, clock, parent, self.job_conditions(priority_of_first=5), first_match=True
+        )
+        effects = self.finish(store, clock, self.claim(store, clock), result="12")
+        assert self.released(store, branches) == [2]
+        triggered = [e for e in effects if e.kind is EffectKind.BRANCH_TRIGGERED]
+        assert [e.data["description"] for e in triggered] == ["branch 2"]
+
+    def test_each_batch_condition_type(self, store: Any, clock: FakeClock) -> None:
+        store = _flow_store(store)
+        parent = waiting(new_job(clock))
+        children = [new_job(clock, max_retries=0) for _ in range(4)]
+        conditions = [
+            WorkflowCondition.batch_success(),  # 0
+            WorkflowCondition.batch_failure(),  # 1
+            WorkflowCondition.success_rate(0.5),  # 2
+            WorkflowCondition.success_rate(0.51),  # 3
+            WorkflowCondition.failure_count(2),  # 4: reached
+            WorkflowCondition.failure_count(3),  # 5
+            WorkflowCondition(ConditionType.BATCH_CUSTOM, f"{_HERE}:half_succeeded"),  # 6
+        ]
+        branches = self.branches_of(
+            store,
+            clock,
+            parent,
+            conditions,
+            batch=BatchSpec(parent.job_id, "conditions", 4),
+            extra=[FlowJob(c, JobType.BATCH_CHILD, batch_id=parent.job_id) for c in children],
+        )
+        failing = {children[0].job_id, children[1].job_id}
+        effects = self.finish(
+            store,
+            clock,
+            self.claim(store, clock),
+            lambda j: OutcomeKind.DEAD if j.job_id in failing else OutcomeKind.SUCCEEDED,
+        )
+        assert self.released(store, branches) == [1, 2, 4, 6]
+        [done] = [e for e in effects if e.kind is EffectKind.BATCH_COMPLETED]
+        assert (done.batch.completed, done.batch.failed) == (2, 2)
+
+    def test_a_chain_survives_its_worker_dying(self, store: Any, clock: FakeClock) -> None:
+        store = _flow_store(store)
+        steps = self.chain(store, clock, 3)
+        store.register_node("doomed", now=clock.now())
+        store.register_node("survivor", now=clock.now())
+        self.finish(store, clock, self.claim(store, clock, node="doomed"), node="doomed")
+        [second] = self.claim(store, clock, node="doomed")  # then the node dies mid-step
+        clock.advance(timedelta(seconds=61))
+        assert store.heartbeat("survivor", now=clock.now())
+        assert store.recover_orphans(now=clock.now(), grace=timedelta(seconds=60)) == 1
+        [again] = self.claim(store, clock, node="survivor")
+        assert again.job_id == second.job_id and again.epoch == second.epoch + 1
+        late = Outcome(
+            second.job_id,
+            second.epoch,
+            second.attempt,
+            OutcomeKind.SUCCEEDED,
+            clock.now(),
+            clock.now(),
+        )
+        assert store.record_outcomes("doomed", [late], now=clock.now()) == [second.job_id]
+        assert store.take_flow_effects() == [], "a fenced outcome releases nothing"
+        assert self.status(store, steps[2].job_id) is JobStatus.WAITING
+        self.finish(store, clock, [again], node="survivor")
+        [third] = self.claim(store, clock, node="survivor")
+        effects = self.finish(store, clock, [third], node="survivor")
+        assert {self.status(store, s.job_id) for s in steps} == {JobStatus.SUCCEEDED}
+        assert [e.kind for e in effects if e.kind is EffectKind.CHAIN_COMPLETED] == [
+            EffectKind.CHAIN_COMPLETED
+        ]
 
     # ------------------------------------------------------------------ signals
     def test_signal_by_id_is_atomic_and_idempotent(self, store: Any, clock: FakeClock) -> None:
