@@ -209,7 +209,8 @@ class WorkflowStoreContract:
         assert (ctx.total, ctx.completed, ctx.failed) == (n, n - len(failing), len(failing))
         completions = [e for r in results for e in r[1] if e.kind is EffectKind.BATCH_COMPLETED]
         assert len(completions) == 1, "completion processed exactly once"
-        assert completions[0].batch.processed == n
+        completed = completions[0].batch
+        assert completed is not None and completed.processed == n
         assert store.batch_completion_processed(parent.job_id)
         assert self.status(store, parent.job_id) is JobStatus.SUCCEEDED
         on_success, on_failure = (self.status(store, b.job_id) for b in branches)
@@ -452,8 +453,8 @@ class WorkflowStoreContract:
             lambda j: OutcomeKind.DEAD if j.job_id in failing else OutcomeKind.SUCCEEDED,
         )
         assert self.released(store, branches) == [1, 2, 4, 6]
-        [done] = [e for e in effects if e.kind is EffectKind.BATCH_COMPLETED]
-        assert (done.batch.completed, done.batch.failed) == (2, 2)
+        [done] = [e.batch for e in effects if e.kind is EffectKind.BATCH_COMPLETED]
+        assert done is not None and (done.completed, done.failed) == (2, 2)
 
     def test_a_chain_survives_its_worker_dying(self, store: Any, clock: FakeClock) -> None:
         store = _flow_store(store)
