@@ -37,6 +37,9 @@ def ensure_uv() -> str:
 
 
 def sync(uv: str) -> None:
+    # Compile bytecode at install time: worker subprocesses in the tests then start fast even
+    # where PYTHONDONTWRITEBYTECODE is set.
+    os.environ.setdefault("UV_COMPILE_BYTECODE", "1")
     run([uv, "sync", "--locked"] if (ROOT / "uv.lock").exists() else [uv, "sync"])
 
 
