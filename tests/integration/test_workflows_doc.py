@@ -26,7 +26,7 @@ def test_the_complete_example_runs(tmp_path: Path) -> None:
         timeout=120,
     )
     assert done.returncode == 0, done.stderr
-    lines = done.stdout.splitlines()
+    # jobs print from several worker threads: lines may interleave, each text is one write
     for expected in (
         "released: 1",
         "published 2026-11-30",
@@ -35,5 +35,5 @@ def test_the_complete_example_runs(tmp_path: Path) -> None:
         "batch: 10 items, 8 succeeded, 2 failed",
         "order: order-17 APPROVED (stock ok)",
     ):
-        assert expected in lines, done.stdout
-    assert any(line.startswith("receipt for job ") for line in lines), done.stdout
+        assert expected in done.stdout, done.stdout
+    assert "receipt for job " in done.stdout, done.stdout
