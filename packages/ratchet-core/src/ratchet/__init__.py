@@ -24,6 +24,7 @@ from ratchet.domain.errors import (
     InvalidJobOptions,
     InvalidJobTarget,
     JobNotFound,
+    JobTimeoutError,
     MissingClassPolicy,
     PayloadTooLargeError,
     RatchetError,
@@ -56,7 +57,7 @@ if TYPE_CHECKING:
     from ratchet.engine.app import Ratchet
     from ratchet.engine.batches import BatchChunkError, BatchHandle, StreamingBatchContext
     from ratchet.engine.builder import JobBuilder, JobHandle, UnsubmittedJobWarning
-    from ratchet.engine.context import JobContext
+    from ratchet.engine.context import CancellationRequestedException, JobContext
     from ratchet.engine.recurring import RecurringHandle, RecurringJobBuilder
     from ratchet.events import EventKind, JobEvent
 
@@ -75,6 +76,7 @@ _LAZY = {
     "BatchChunkError": "ratchet.engine.batches",
     "BatchHandle": "ratchet.engine.batches",
     "StreamingBatchContext": "ratchet.engine.batches",
+    "CancellationRequestedException": "ratchet.engine.context",
     "EventKind": "ratchet.events",
     "JobEvent": "ratchet.events",
 }
@@ -100,6 +102,7 @@ __all__ = [
     "BatchHandle",
     "BreakerProfile",
     "BreakerState",
+    "CancellationRequestedException",
     "CircuitOpenError",
     "ClassPolicyViolation",
     "ConditionType",
@@ -123,6 +126,7 @@ __all__ = [
     "JobPriority",
     "JobResult",
     "JobStatus",
+    "JobTimeoutError",
     "MissingClassPolicy",
     "PayloadTooLargeError",
     "Ratchet",

@@ -11,6 +11,7 @@ from ratchet.domain.breaker import check_profile_name, resolve_profiles
 from ratchet.domain.errors import ConfigurationError
 from ratchet.domain.priority import DEFAULT_BOOST_INTERVAL
 from ratchet.domain.resources import parse_resource_limits
+from ratchet.domain.timeouts import TimeoutSettings
 
 
 @dataclass
@@ -76,14 +77,36 @@ class WorkerConfig:
     max_delay: timedelta = timedelta(seconds=30)
     deep_idle_delay: timedelta = timedelta(seconds=60)
     deep_idle_after: timedelta = timedelta(minutes=5)
+    default_sla: timedelta = timedelta(minutes=30)
+    """Timeout of an attempt whose job has none (the watchdog interrupts it then)."""
+    soft_timeout_percent: int = 80
+    """A warning is logged at this percentage of an attempt's timeout (1..99)."""
+    cancellation_grace: timedelta = timedelta(0)
+    """The cancellation request is set this long before the deadline (0: only at the deadline)."""
+    zombie_grace: timedelta = timedelta(seconds=1)
+    """A call still running this long after its deadline interrupt counts as a zombie."""
+    cancel_request_interval: timedelta = timedelta(seconds=1)
+    """How often a busy worker reads ``cancel_job(id, interrupt=True)`` requests for its jobs."""
 
     def __post_init__(self) -> None:
         if self.concurrency < 1:
             raise ConfigurationError(f"concurrency must be at least 1, got {self.concurrency}")
         if self.batch_size < 1:
             raise ConfigurationError(f"batch_size must be at least 1, got {self.batch_size}")
+        self.timeout_settings()  # validates the watchdog settings
         if self.orphan_grace <= self.heartbeat_interval:
             raise ConfigurationError(
                 "orphan_grace must be longer than heartbeat_interval, or live nodes would be "
                 "declared dead"
             )
+
+    def timeout_settings(self) -> TimeoutSettings:
+        """The watchdog's settings.
+
+        :raises ConfigurationError: a value is out of range.
+        """
+        return TimeoutSettings(
+            default_sla=self.default_sla,
+            soft_timeout_percent=self.soft_timeout_percent,
+            cancellation_grace=self.cancellation_grace,
+        )

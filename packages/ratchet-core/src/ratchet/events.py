@@ -17,6 +17,9 @@ class EventKind(enum.StrEnum):
     COMPLETED = "completed"
     FAILED = "failed"
     """Any failed attempt (a retry or the DLQ follows)."""
+    TIMED_OUT = "execution_timed_out"
+    """An attempt ran past its deadline or stopped on its cancellation request (``data``:
+    ``executionTimeout``, ``elapsed``, ``attempt``). FAILED and RETRYING/DEAD_LETTERED follow."""
     RETRYING = "retrying"
     DEAD_LETTERED = "dead_lettered"
     RESCHEDULED = "rescheduled"

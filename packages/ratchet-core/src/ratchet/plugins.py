@@ -27,6 +27,8 @@ DEFAULT_PLUGINS = (
     "ratchet.adapters.sqlite",
     "ratchet.adapters.local_coordinator",
     "ratchet.adapters.threads",
+    "ratchet.adapters.asyncio_loop",
+    "ratchet.adapters.processes",
     "ratchet.adapters.class_policy",
     "ratchet.adapters.beans",
     "ratchet.adapters.resilience",

@@ -327,6 +327,27 @@ class TransactionalStore(Protocol):
 
 
 @dataclass(frozen=True)
+class CancelRequest:
+    """An operator asked the attempt ``(job_id, epoch)`` running on a node to stop."""
+
+    job_id: uuid.UUID
+    epoch: int
+    requested_at: datetime
+
+
+@runtime_checkable
+class CancellationStore(Protocol):
+    """Optional: delivers ``cancel_job(id, interrupt=True)`` to the node running the job."""
+
+    def request_cancellation(self, job_id: uuid.UUID, *, now: datetime) -> bool:
+        """Cancel a live job like ``cancel_job``; if it was RUNNING, also leave a request for
+        its owner node to stop the attempt. False if the job is missing or terminal."""
+
+    def cancellation_requests(self, node_id: str, *, now: datetime) -> list[CancelRequest]:
+        """Take (return and delete) the requests addressed to ``node_id``."""
+
+
+@dataclass(frozen=True)
 class WakeupHint:
     """A hint that new work may be claimable. Never needed for correctness."""
 
@@ -400,6 +421,66 @@ class ExecutorProvider(Protocol):
 
     def shutdown(self, wait: bool = True) -> None:
         """Stop accepting work; wait for running work if asked."""
+
+
+@dataclass(frozen=True)
+class JobCall:
+    """One invocation of a job's target, handed to an :class:`InterruptibleExecutor`.
+
+    ``invoke()`` runs it in this process (awaiting an ``async def`` target to completion);
+    ``fn``/``args``/``kwargs`` allow running it elsewhere in this process (an event loop);
+    ``target`` and ``payload`` (the stored reference and JSON arguments) let a provider run it
+    in another process without pickling anything.
+    """
+
+    job: ClaimedJob
+    target: str
+    payload: str
+    fn: Callable[..., Any]
+    args: Sequence[Any]
+    kwargs: dict[str, Any]
+    context: Any
+    """The attempt's :class:`~ratchet.engine.context.JobContext`."""
+    invoke: Callable[[], Any]
+    max_result_bytes: int = 65_536
+
+
+class AttemptControl(Protocol):
+    """What an executor provider sees of a running attempt (the watchdog owns the time)."""
+
+    @property
+    def deadline(self) -> datetime | None:
+        """When the watchdog interrupts the attempt."""
+
+    def is_cancellation_requested(self) -> bool:
+        """Whether the attempt was asked to stop."""
+
+    def watch(
+        self,
+        *,
+        interrupt: Callable[[], object] | None = None,
+        on_request: Callable[[], None] | None = None,
+    ) -> AbstractContextManager[None]:
+        """Install handlers for the duration of the call.
+
+        ``interrupt`` runs (on the watchdog's thread) when the deadline passes while the call
+        runs; it must only start stopping the call, never block. ``on_request`` runs when the
+        cancellation request is set (at once if it already is). Entering raises
+        :class:`~ratchet.domain.errors.JobTimeoutError` if the deadline has already passed.
+        """
+
+
+@runtime_checkable
+class InterruptibleExecutor(Protocol):
+    """Optional: a provider that runs the call itself and can stop it at the deadline.
+
+    A provider without it still works: the call runs on the slot's thread, the timeout is still
+    recorded at the deadline, and a late result is discarded, but nothing interrupts the call.
+    """
+
+    def run(self, call: JobCall, control: AttemptControl) -> Any:
+        """Run ``call`` on the current slot (a task this provider's ``submit`` started) and
+        return its value or raise its error; raise ``JobTimeoutError`` if interrupted."""
 
 
 def iter_chunks(items: Sequence[T], size: int) -> Iterator[Sequence[T]]:

@@ -1,30 +1,195 @@
-"""Built-in plugin: the bounded thread-pool executor provider (the default)."""
+"""Built-in plugin: the bounded thread-pool executor provider (the default).
+
+Python cannot kill a thread. At the deadline this provider raises
+:class:`~ratchet.domain.errors.JobTimeoutError` inside the job's thread with
+``PyThreadState_SetAsyncExc``; it lands at the next bytecode boundary. A thread blocked in C code
+(``time.sleep``, a socket read without timeout) does not see it until the call returns: the
+worker has then already recorded the timeout and counts the thread as a zombie that occupies its
+slot until it returns.
+
+An interrupt is only ever delivered while the job's own call runs: each pool thread arms a guard
+around the call and disarms it after, clearing an exception that was sent but not yet raised, so
+it can never land in the worker's bookkeeping or in the next job.
+"""
 
 from __future__ import annotations
 
+import ctypes
+import logging
+import queue
+import threading
 from collections.abc import Callable
-from concurrent.futures import Future, ThreadPoolExecutor
+from concurrent.futures import Future
 from typing import Any, TypeVar
 
 from ratchet import hookimpl
+from ratchet.domain.errors import JobTimeoutError
+from ratchet.ports import AttemptControl, JobCall
 
 T = TypeVar("T")
 
+log = logging.getLogger("ratchet.executor")
+
+
+def _set_async_exc(ident: int, exc: type[BaseException] | None) -> int:
+    """Schedule ``exc`` in thread ``ident`` (None clears a pending one); threads affected."""
+    arg = ctypes.py_object(exc) if exc is not None else None
+    changed = int(ctypes.pythonapi.PyThreadState_SetAsyncExc(ctypes.c_ulong(ident), arg))
+    if changed > 1:  # pragma: no cover - CPython documents this as a must-undo case
+        ctypes.pythonapi.PyThreadState_SetAsyncExc(ctypes.c_ulong(ident), None)
+        return 0
+    return changed
+
+
+class InterruptGuard:
+    """Lets a watchdog raise ``JobTimeoutError`` in one thread, only while it is armed."""
+
+    def __init__(self, ident: int) -> None:
+        self.ident = ident
+        self._lock = threading.Lock()
+        self._armed = False
+        self._sent = False
+
+    def arm(self) -> None:
+        with self._lock:
+            self._armed = True
+            self._sent = False
+
+    def disarm(self) -> None:
+        """Stop accepting interrupts and clear one that was sent but has not landed yet."""
+        while True:
+            try:
+                with self._lock:
+                    self._armed = False
+                    if self._sent:
+                        _set_async_exc(self.ident, None)
+                        self._sent = False
+                return
+            except JobTimeoutError:  # landed while disarming; nothing is pending any more
+                continue
+
+    def interrupt(self) -> bool:
+        """Raise ``JobTimeoutError`` in the thread if armed; True if sent."""
+        with self._lock:
+            if not self._armed or self._sent:
+                return False
+            self._sent = _set_async_exc(self.ident, JobTimeoutError) == 1
+            return self._sent
+
+
+_local = threading.local()
+
+
+def current_guard() -> InterruptGuard:
+    """The interrupt guard of the calling thread."""
+    guard: InterruptGuard | None = getattr(_local, "guard", None)
+    if guard is None:
+        guard = InterruptGuard(threading.get_ident())
+        _local.guard = guard
+    return guard
+
+
+def run_interruptibly(fn: Callable[[], T], control: AttemptControl) -> T:
+    """Call ``fn`` on this thread; at the deadline, ``JobTimeoutError`` is raised inside it."""
+    guard = current_guard()
+    guard.arm()
+    try:
+        with control.watch(interrupt=guard.interrupt):
+            return fn()
+    finally:
+        guard.disarm()
+
+
+class InterruptiblePool:
+    """A bounded pool of daemon threads (a stuck zombie never blocks interpreter exit)."""
+
+    def __init__(self, max_workers: int, name: str) -> None:
+        if max_workers < 1:
+            raise ValueError("max_workers must be at least 1")
+        self.max_workers = max_workers
+        self.name = name
+        self._queue: queue.SimpleQueue[tuple[Future[Any], Callable[[], Any]] | None] = (
+            queue.SimpleQueue()
+        )
+        self._lock = threading.Lock()
+        self._threads: list[threading.Thread] = []
+        self._idle = 0
+        self._shutdown = False
+
+    def submit(self, fn: Callable[[], T]) -> Future[T]:
+        future: Future[T] = Future()
+        with self._lock:
+            if self._shutdown:
+                raise RuntimeError(f"{self.name} pool is shut down")
+            self._queue.put((future, fn))
+            if self._idle == 0 and len(self._threads) < self.max_workers:
+                thread = threading.Thread(
+                    target=self._work, name=f"{self.name}-{len(self._threads)}", daemon=True
+                )
+                self._threads.append(thread)
+                thread.start()
+            else:
+                self._idle = max(0, self._idle - 1)
+        return future
+
+    def _work(self) -> None:
+        while True:
+            try:
+                item = self._queue.get()
+                if item is None:
+                    return
+                future, fn = item
+                if future.set_running_or_notify_cancel():
+                    try:
+                        result = fn()
+                    except BaseException as exc:
+                        future.set_exception(exc)
+                    else:
+                        future.set_result(result)
+                del item, future, fn
+                with self._lock:
+                    self._idle += 1
+            except JobTimeoutError:  # pragma: no cover - the guard clears strays; be safe
+                log.warning("a stray job timeout reached idle pool thread; ignored")
+
+    def shutdown(self, wait: bool = True) -> None:
+        with self._lock:
+            if self._shutdown:
+                return
+            self._shutdown = True
+            threads = list(self._threads)
+        while True:  # cancel what never started
+            try:
+                item = self._queue.get_nowait()
+            except queue.Empty:
+                break
+            if item is not None:
+                item[0].cancel()
+        for _ in threads:
+            self._queue.put(None)
+        if wait:
+            for thread in threads:
+                thread.join()
+
 
 class ThreadExecutorProvider:
-    """Runs attempts on a fixed pool of threads named ``ratchet-job-N``."""
+    """Runs attempts on a fixed pool of threads named ``ratchet-job-N``; interrupts at the
+    deadline with an asynchronous ``JobTimeoutError``."""
 
     name = "threads"
 
     def __init__(self, max_workers: int) -> None:
         self.max_workers = max_workers
-        self._pool = ThreadPoolExecutor(max_workers=max_workers, thread_name_prefix="ratchet-job")
+        self._pool = InterruptiblePool(max_workers, "ratchet-job")
 
     def submit(self, fn: Callable[[], T]) -> Future[T]:
         return self._pool.submit(fn)
 
+    def run(self, call: JobCall, control: AttemptControl) -> Any:
+        return run_interruptibly(call.invoke, control)
+
     def shutdown(self, wait: bool = True) -> None:
-        self._pool.shutdown(wait=wait, cancel_futures=True)
+        self._pool.shutdown(wait=wait)
 
 
 @hookimpl

@@ -98,3 +98,13 @@ class FencedOut(RatchetError):
 
 class StoreUnavailable(RatchetError):
     """The database could not be reached; the operation may be retried later."""
+
+
+class JobTimeoutError(BaseException):
+    """An attempt ran past its deadline and was interrupted (or recorded as timed out).
+
+    Raised inside the job's thread by the watchdog (an asynchronous exception), or in place of the
+    result of a task or child process that was stopped. It derives from :class:`BaseException`,
+    like ``KeyboardInterrupt`` and ``asyncio.CancelledError``, so a job's ``except Exception``
+    does not swallow it. A timed-out attempt is retried while retries remain, then dead-lettered.
+    """

@@ -1,15 +1,22 @@
-"""``JobContext``: what a running job knows about itself, bound per attempt via contextvars."""
+"""``JobContext``: what a running job knows about itself, bound per attempt via contextvars.
+
+Also the attempt's cooperative cancellation (seed 000 "Stopping at a safe point"): each attempt
+owns an :class:`AttemptCancellation` (created cleared) that the watchdog or an operator sets;
+the job polls it through :meth:`JobContext.is_cancellation_requested` or
+:meth:`JobContext.throw_if_cancellation_requested`.
+"""
 
 from __future__ import annotations
 
 import contextvars
 import logging
+import threading
 import uuid
-from collections.abc import Iterator, Mapping
+from collections.abc import Callable, Iterator, Mapping
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from datetime import datetime
-from typing import Any
+from typing import Any, Protocol
 
 _current: contextvars.ContextVar[JobContext | None] = contextvars.ContextVar(
     "ratchet_job_context", default=None
@@ -27,6 +34,8 @@ class JobContext:
     scheduled_time: datetime
     params: Mapping[str, str] = field(default_factory=dict)
     tags: tuple[str, ...] = ()
+    cancellation: AttemptCancellation | None = field(default=None, repr=False, compare=False)
+    """The attempt's cancellation request (None: not a watched attempt)."""
 
     @staticmethod
     def current() -> JobContext:
@@ -58,6 +67,156 @@ class JobContext:
     def fencing_token(self) -> tuple[uuid.UUID, int]:
         """``(job_id, epoch)``: pass it to side effects outside the store to fence zombies."""
         return (self.job_id, self.epoch)
+
+    def deadline(self) -> datetime | None:
+        """When the watchdog interrupts this attempt; None where no watched attempt is bound."""
+        return self.cancellation.deadline if self.cancellation is not None else None
+
+    def is_cancellation_requested(self) -> bool:
+        """True once Ratchet asked this attempt to stop. Cheap: reads a flag, no I/O."""
+        return self.cancellation is not None and self.cancellation.is_requested()
+
+    def throw_if_cancellation_requested(self) -> None:
+        """Raise :class:`CancellationRequestedException` if a stop was requested.
+
+        Call it between units of work: the attempt then ends as a timeout at a safe point.
+        """
+        if self.cancellation is not None and self.cancellation.is_requested():
+            raise CancellationRequestedException(
+                f"job {self.job_id} attempt {self.attempt}: {self.cancellation.reason}",
+                context=self,
+            )
+
+
+class CancellationFlag(Protocol):
+    """Where an attempt's request bit lives (a ``threading.Event`` in process)."""
+
+    def is_set(self) -> bool: ...
+
+    def set(self) -> None: ...
+
+
+class AttemptToken:
+    """Opaque identity of one attempt; exceptions remember the token they were created under."""
+
+    __slots__ = ()
+
+    def __repr__(self) -> str:
+        return f"<attempt {id(self):#x}>"
+
+
+class AttemptCancellation:
+    """The cancellation request of one attempt: created cleared, set at most once.
+
+    The watchdog sets it at deadline - grace and at the deadline; ``cancel_job(id,
+    interrupt=True)`` and a draining worker set it too. Reading it is a flag read.
+    """
+
+    __slots__ = ("_deadline", "_flag", "_listeners", "_lock", "reason", "requested_at", "token")
+
+    def __init__(
+        self, deadline: datetime | None = None, *, flag: CancellationFlag | None = None
+    ) -> None:
+        self._deadline = deadline
+        self._flag: CancellationFlag = flag if flag is not None else threading.Event()
+        self._lock = threading.Lock()
+        self._listeners: list[Callable[[], None]] = []
+        self.token = AttemptToken()
+        self.reason = "cancellation requested"
+        self.requested_at: datetime | None = None
+
+    @property
+    def deadline(self) -> datetime | None:
+        """When the watchdog interrupts the attempt (None: unwatched)."""
+        return self._deadline
+
+    def is_requested(self) -> bool:
+        """True once a stop was requested."""
+        return self._flag.is_set()
+
+    def request(self, reason: str, at: datetime | None = None) -> bool:
+        """Set the request; True if this call set it. Listeners run on the caller's thread."""
+        with self._lock:
+            if self._flag.is_set():
+                return False
+            self.reason = reason
+            self.requested_at = at
+            self._flag.set()
+            listeners = list(self._listeners)
+        for listener in listeners:
+            try:
+                listener()
+            except Exception:
+                logging.getLogger("ratchet.worker").exception("cancellation listener failed")
+        return True
+
+    def add_listener(self, listener: Callable[[], None]) -> Callable[[], None]:
+        """Call ``listener`` when the request is set (now, if it already is); returns a remover."""
+        with self._lock:
+            already = self._flag.is_set()
+            if not already:
+                self._listeners.append(listener)
+        if already:
+            listener()
+
+        def remove() -> None:
+            with self._lock:
+                if listener in self._listeners:
+                    self._listeners.remove(listener)
+
+        return remove
+
+
+class CancellationRequestedException(Exception):
+    """A job stopped because its attempt was asked to stop (raise it at a safe point).
+
+    It counts as a timeout (same retries, backoff, DLQ and ``execution_timed_out`` event, but no
+    interrupt) only if it was created *after* the request and *in the attempt that fails with
+    it*; both are recorded when it is constructed. One created before the request, or kept from an
+    earlier attempt and raised again, is an ordinary failure. It also counts as the ``__cause__``
+    or ``__context__`` of another exception. Off the job's thread, build it with
+    :meth:`for_context`.
+    """
+
+    def __init__(
+        self, message: str = "cancellation requested", *, context: JobContext | None = None
+    ) -> None:
+        super().__init__(message)
+        ctx = context if context is not None else _current.get()
+        state = ctx.cancellation if ctx is not None else None
+        self.attempt_token: AttemptToken | None = state.token if state is not None else None
+        """The attempt it was created in (None: outside a watched attempt)."""
+        self.created_after_request: bool = state is not None and state.is_requested()
+        """Whether the attempt's request was already set when it was created."""
+
+    @classmethod
+    def for_context(cls, message: str, ctx: JobContext) -> CancellationRequestedException:
+        """Create one for the attempt of ``ctx`` (from any thread, e.g. a helper thread)."""
+        return cls(message, context=ctx)
+
+    def counts_for(self, token: AttemptToken) -> bool:
+        """Whether it stops attempt ``token`` as a timeout."""
+        return self.created_after_request and self.attempt_token is token
+
+
+def stopped_on_request(exc: BaseException, token: AttemptToken) -> bool:
+    """True if ``exc`` or any exception in its cause / context chain (or an exception group)
+    is a :class:`CancellationRequestedException` that counts for attempt ``token``."""
+    seen: set[int] = set()
+    pending: list[BaseException] = [exc]
+    while pending:
+        current = pending.pop()
+        if id(current) in seen:
+            continue
+        seen.add(id(current))
+        if isinstance(current, CancellationRequestedException) and current.counts_for(token):
+            return True
+        if isinstance(current, BaseExceptionGroup):
+            pending.extend(current.exceptions)
+        for linked in (current.__cause__, current.__context__):
+            if linked is not None:
+                pending.append(linked)
+    return False
 
 
 @contextmanager

@@ -28,11 +28,16 @@ from typing import TYPE_CHECKING, Any
 
 from ratchet.config import WorkerConfig
 from ratchet.domain.breaker import CircuitOpenError
-from ratchet.domain.errors import StoreUnavailable
+from ratchet.domain.errors import JobTimeoutError, StoreUnavailable
 from ratchet.domain.model import ClaimedJob, Outcome, OutcomeKind
 from ratchet.domain.polling import AdaptivePollingStrategy, PollingConfig
 from ratchet.domain.retry import decide_retry
-from ratchet.engine.context import JobContext, bound, install_log_record_factory
+from ratchet.engine.context import (
+    JobContext,
+    bound,
+    install_log_record_factory,
+    stopped_on_request,
+)
 from ratchet.engine.pipeline import (
     CircuitBreakerGate,
     Gate,
@@ -43,9 +48,16 @@ from ratchet.engine.pipeline import (
     breaker_service,
     reschedule,
 )
+from ratchet.engine.watchdog import (
+    Attempt,
+    CancellationRequestPoller,
+    Watchdog,
+    cancellation_store,
+    seconds_text,
+)
 from ratchet.engine.workflows import after_flow_write, attach_flows
 from ratchet.events import EventKind, JobEvent
-from ratchet.ports import ExecutorProvider, WakeupHint
+from ratchet.ports import ExecutorProvider, InterruptibleExecutor, JobCall, WakeupHint
 from ratchet.serialization import decode_payload, encode_result
 from ratchet.targets import TargetRef, owner_class, resolve_attribute
 
@@ -64,6 +76,9 @@ def default_node_id() -> str:
 
 def describe_error(exc: BaseException) -> str:
     """``module.Type: message``, truncated."""
+    remote = getattr(exc, "ratchet_description", None)  # an error reported by a child process
+    if isinstance(remote, str):
+        return remote if len(remote) <= MAX_ERROR_CHARS else remote[: MAX_ERROR_CHARS - 3] + "..."
     klass = type(exc)
     name = (
         klass.__qualname__
@@ -88,6 +103,16 @@ class WorkerStats:
     store_errors: int = 0
     polls: int = 0
     outcome_batches: int = 0
+    timed_out: int = 0
+    """Attempts recorded as timeouts (deadline reached, or stopped on the cancellation request)."""
+    zombies: int = 0
+    """Calls still running ``zombie_grace`` after their deadline interrupt (stuck in C code)."""
+    zombies_active: int = 0
+    """Zombies that still occupy a slot now."""
+    late_results_discarded: int = 0
+    """Results of attempts that had already been recorded as timed out (or handed back)."""
+    cancellations_delivered: int = 0
+    """``cancel_job(id, interrupt=True)`` requests that reached a running attempt here."""
     by_job: dict[uuid.UUID, str] = field(default_factory=dict)
 
 
@@ -108,6 +133,20 @@ class Worker:
             PermitJanitor(config.orphan_scan_interval),
         ]
         """Maintenance tasks run on the heartbeat thread; features append theirs."""
+        self._attempts: dict[tuple[uuid.UUID, int], Attempt] = {}
+        self._expired: dict[tuple[uuid.UUID, int], ClaimedJob] = {}
+        self._timeouts: dict[tuple[uuid.UUID, int], dict[str, Any]] = {}
+        self._async_targets: dict[str, bool] = {}
+        self._executor_lock = threading.Lock()
+        self.watchdog = Watchdog(
+            app,
+            config.timeout_settings(),
+            on_deadline=self._on_deadline,
+            on_zombie_check=self._on_zombie_check,
+        )
+        """Times every attempt (soft warning, cancellation request, deadline)."""
+        if cancellation_store(self.store) is not None:
+            self.periodic.append(CancellationRequestPoller(config.cancel_request_interval))
         attach_flows(self)  # signal-timeout scan; JobContext.signal() lookups
         self._inflight: dict[uuid.UUID, ClaimedJob] = {}
         self._lock = threading.Lock()
@@ -142,6 +181,7 @@ class Worker:
         install_log_record_factory()
         self.store.register_node(self.node_id, now=self.app.now())
         self.app.coordinator.add_listener(self._on_hint)
+        self.watchdog.start()
         for name, target in (
             ("poller", self._poll_loop),
             ("writer", self._write_loop),
@@ -183,6 +223,9 @@ class Worker:
             while self._inflight and time.monotonic() < deadline:
                 self._idle.wait(timeout=max(0.0, deadline - time.monotonic()))
             unfinished = list(self._inflight)
+            handed_back = [a for a in self._attempts.values() if a.job.job_id in self._inflight]
+        for attempt in handed_back:
+            attempt.finish()  # their late results are discarded, the jobs go back to PENDING
         self._outcomes.put(None)
         for thread in self._threads:
             thread.join(timeout=max(1.0, deadline - time.monotonic()))
@@ -197,6 +240,7 @@ class Worker:
             self.store.deregister_node(self.node_id)
         except StoreUnavailable:
             log.error("drain: could not deregister node %s", self.node_id)
+        self.watchdog.stop()
         for executor in self._executors.values():
             executor.shutdown(wait=False)
         self.app.beans.clear()
@@ -231,7 +275,7 @@ class Worker:
     # ------------------------------------------------------------------ polling
     def free_slots(self) -> int:
         with self._lock:
-            return self.config.concurrency - len(self._inflight)
+            return self.config.concurrency - len(self._inflight) - len(self._expired)
 
     def poll_once(self) -> list[ClaimedJob]:
         """Claim as many due jobs as there are free slots (up to the batch size)."""
@@ -261,13 +305,33 @@ class Worker:
         return claimed
 
     def executor_for(self, job: ClaimedJob) -> ExecutorProvider:
-        """The executor provider that runs ``job`` (its ``executor`` option, else threads)."""
-        name = job.executor or "threads"
-        executor = self._executors.get(name)
-        if executor is None:
-            executor = self.app.plugins.executor_factory(name)(self.config.concurrency)
-            self._executors[name] = executor
-        return executor
+        """The executor provider that runs ``job``: its ``executor`` option, else ``asyncio``
+        for an ``async def`` target, else ``threads``."""
+        return self.executor(job.executor or self._default_executor(job))
+
+    def executor(self, name: str) -> ExecutorProvider:
+        """The executor provider registered as ``name`` (created on first use)."""
+        with self._executor_lock:
+            executor = self._executors.get(name)
+            if executor is None:
+                executor = self.app.plugins.executor_factory(name)(self.config.concurrency)
+                self._executors[name] = executor
+            return executor
+
+    def _default_executor(self, job: ClaimedJob) -> str:
+        is_async = self._async_targets.get(job.target)
+        if is_async is None:
+            is_async = False
+            try:
+                ref = TargetRef.parse(job.target)
+                if self.app.class_policy.is_allowed(ref.module, ref.qualname):  # import only then
+                    is_async = inspect.iscoroutinefunction(resolve_attribute(ref))
+            except Exception:
+                pass  # the attempt itself reports an unusable target
+            self._async_targets[job.target] = is_async
+        if is_async and "asyncio" in self.app.plugins.executor_providers:
+            return "asyncio"
+        return "threads"
 
     def _poll_loop(self) -> None:
         backoff = 0.05
@@ -322,7 +386,9 @@ class Worker:
             log.exception("job task crashed for %s", job.job_id)
             outcome = None
         with self._lock:
-            self._inflight.pop(job.job_id, None)
+            if self._inflight.get(job.job_id) is job:
+                del self._inflight[job.job_id]
+            self._expired.pop((job.job_id, job.epoch), None)
             if outcome is not None:
                 self._pending_writes += 1
             wake = self._saturated
@@ -346,9 +412,28 @@ class Worker:
         return fn
 
     def execute(self, job: ClaimedJob) -> Outcome | None:
-        """Run one attempt (seed 000 steps 1-10) and return its outcome (None: not ours any more)."""
+        """Run one attempt (seed 000 steps 1-10) and return its outcome (None: not ours any more).
+
+        The watchdog times the attempt from its start. Whoever ends it first wins: this task with
+        its outcome, or the watchdog with a timeout at the deadline (this task's late outcome is
+        then discarded).
+        """
+        attempt = self.watchdog.begin(job, self.app.now())
+        with self._lock:
+            self._attempts[attempt.key] = attempt
+        try:
+            outcome = self._attempt(job, attempt)
+        finally:
+            self._end_attempt(attempt)
+        if not attempt.finish():
+            if outcome is not None:
+                self._discard_late(attempt, outcome)
+            return None
+        return outcome
+
+    def _attempt(self, job: ClaimedJob, attempt: Attempt) -> Outcome | None:
         app = self.app
-        started = app.now()
+        started = attempt.plan.started
         ctx = JobContext(
             job_id=job.job_id,
             attempt=job.attempt,
@@ -357,6 +442,7 @@ class Worker:
             scheduled_time=job.scheduled_time,
             params=job.params,
             tags=job.tags,
+            cancellation=attempt.cancellation,
         )
         with bound(ctx):
             passed: list[Gate] = []
@@ -389,7 +475,7 @@ class Worker:
             except CircuitOpenError as exc:
                 finished = app.now()
                 return reschedule(job, started, finished, finished + exc.retry_delay, str(exc))
-            except Exception as exc:
+            except (Exception, JobTimeoutError) as exc:
                 return self.failure_outcome(job, started, exc)
             finally:
                 for gate in reversed(passed):
@@ -406,19 +492,67 @@ class Worker:
         args: list[Any],
         kwargs: dict[str, Any],
     ) -> Any:
-        """Call the target under the resilience strategy (``async def`` targets run to completion)."""
+        """Call the target under the resilience strategy (``async def`` targets run to completion).
 
-        def call() -> Any:
+        An :class:`~ratchet.ports.InterruptibleExecutor` provider runs the call itself, so the
+        watchdog can stop it at the deadline; otherwise it runs here, unstoppable.
+        """
+
+        def direct() -> Any:
             value = fn(*args, **kwargs)
             if inspect.isawaitable(value):
                 return asyncio.run(_await(value))
             return value
 
+        call = direct
+        provider = self.executor_for(job)
+        attempt = self._attempts.get((job.job_id, job.epoch))
+        if attempt is not None and isinstance(provider, InterruptibleExecutor):
+            job_call = JobCall(
+                job=job,
+                target=job.target,
+                payload=job.payload,
+                fn=fn,
+                args=args,
+                kwargs=kwargs,
+                context=JobContext.current_or_none(),
+                invoke=direct,
+                max_result_bytes=self.app.config.max_result_bytes,
+            )
+            watched = attempt
+
+            def call() -> Any:
+                return provider.run(job_call, watched)
+
         return self.app.resilience.execute(breaker_service(self, ref), call)
 
-    def failure_outcome(self, job: ClaimedJob, started: datetime, exc: BaseException) -> Outcome:
-        """The retry decision for a failed attempt, as an outcome to record."""
+    def failure_outcome(
+        self,
+        job: ClaimedJob,
+        started: datetime,
+        exc: BaseException,
+        *,
+        timed_out: bool | None = None,
+    ) -> Outcome:
+        """The retry decision for a failed attempt, as an outcome to record.
+
+        :param timed_out: whether the attempt counts as a timeout; None decides from ``exc``
+            (a :class:`~ratchet.engine.context.CancellationRequestedException` created after
+            this attempt's cancellation request, alone or in the cause / context chain).
+        """
         finished = self.app.now()
+        attempt = self._attempts.get((job.job_id, job.epoch))
+        # Already ended by the watchdog (or a drain): this outcome will be discarded.
+        late = timed_out is None and attempt is not None and attempt.finished
+        if timed_out is None:
+            timed_out = attempt is not None and stopped_on_request(exc, attempt.cancellation.token)
+        if timed_out and not late:
+            timeout = attempt.plan.timeout if attempt is not None else job.timeout
+            self._timeouts[(job.job_id, job.epoch)] = {
+                "executionTimeout": timeout,
+                "elapsed": finished - started,
+                "attempt": job.attempt,
+            }
         decision = decide_retry(
             attempt=job.attempt,
             max_retries=job.max_retries,
@@ -429,8 +563,14 @@ class Worker:
             policy=self.app.retry_policy,
         )
         error = describe_error(exc)
-        log.warning(
-            "job %s attempt %d failed: %s (%s)", job.job_id, job.attempt, error, decision.reason
+        log.log(
+            logging.DEBUG if late else logging.WARNING,
+            "job %s attempt %d %s: %s (%s)",
+            job.job_id,
+            job.attempt,
+            "timed out" if timed_out else "failed",
+            error,
+            decision.reason,
         )
         kind = OutcomeKind.RETRY if decision.retry else OutcomeKind.DEAD
         return Outcome(
@@ -443,6 +583,110 @@ class Worker:
             error=error,
             retry_at=decision.retry_at,
         )
+
+    # ------------------------------------------------------------------ timeouts and cancellation
+    def _end_attempt(self, attempt: Attempt) -> None:
+        """The task running ``attempt`` returned: stop timing it, account for a zombie."""
+        self.watchdog.forget(attempt)
+        with self._lock:
+            self._attempts.pop(attempt.key, None)
+            attempt.returned = True
+            zombie = attempt.zombie
+            if zombie:
+                self.stats.zombies_active -= 1
+        if zombie:
+            log.warning(
+                "job %s attempt %d: the zombie call returned %s after its deadline; its slot is "
+                "free again",
+                attempt.job.job_id,
+                attempt.job.attempt,
+                seconds_text(self.app.now() - attempt.deadline),
+            )
+
+    def _discard_late(self, attempt: Attempt, outcome: Outcome) -> None:
+        with self._lock:
+            self.stats.late_results_discarded += 1
+        log.log(
+            logging.WARNING if attempt.zombie or not attempt.timed_out else logging.INFO,
+            "job %s attempt %d ended (%s: %s) after it was %s; that outcome was discarded",
+            attempt.job.job_id,
+            attempt.job.attempt,
+            outcome.kind.value,
+            outcome.error or "a result",
+            "recorded as timed out" if attempt.timed_out else "handed back",
+        )
+
+    def _on_deadline(self, attempt: Attempt) -> None:
+        """Watchdog: the attempt reached its deadline still running. Record the timeout now,
+        then interrupt the call; its slot stays taken until the call returns."""
+        job = attempt.job
+        attempt.cancellation.request("the deadline passed", self.app.now())
+        if not attempt.finish(timed_out=True):
+            return
+        outcome = self.failure_outcome(
+            job,
+            attempt.plan.started,
+            JobTimeoutError(attempt.timeout_message()),
+            timed_out=True,
+        )
+        with self._lock:
+            if self._inflight.get(job.job_id) is job:
+                del self._inflight[job.job_id]
+                self._expired[attempt.key] = job
+            self._pending_writes += 1
+        self._outcomes.put(outcome)
+        try:
+            attempt.interrupt()
+        except Exception:
+            log.exception("could not interrupt job %s attempt %d", job.job_id, job.attempt)
+        self.watchdog.check_zombie_at(self.app.now() + self.config.zombie_grace, attempt)
+
+    def _on_zombie_check(self, attempt: Attempt) -> None:
+        with self._lock:
+            if attempt.returned or attempt.zombie:
+                return
+            attempt.zombie = True
+            self.stats.zombies += 1
+            self.stats.zombies_active += 1
+        log.warning(
+            "job %s attempt %d was recorded as timed out, but its call has not returned %s after "
+            "the %s (blocked in C code?); it is a zombie holding a slot until it returns, and its "
+            "result will be discarded",
+            attempt.job.job_id,
+            attempt.job.attempt,
+            seconds_text(self.config.zombie_grace),
+            "interrupt" if attempt.interrupted else "deadline (this executor cannot interrupt)",
+        )
+
+    def request_cancellation(
+        self, job_id: uuid.UUID, reason: str, epoch: int | None = None
+    ) -> bool:
+        """Set the cancellation request of this node's running attempt of ``job_id`` (of
+        ``epoch`` when given); True if it was running here and not yet requested."""
+        with self._lock:
+            attempts = [
+                a
+                for a in self._attempts.values()
+                if a.job.job_id == job_id and (epoch is None or a.job.epoch == epoch)
+            ]
+        return any([a.cancellation.request(reason, self.app.now()) for a in attempts])
+
+    def deliver_cancellation_requests(self) -> int:
+        """Take this node's ``cancel_job(id, interrupt=True)`` requests from the store and set
+        the matching attempts' cancellation requests; returns how many reached an attempt."""
+        store = cancellation_store(self.store)
+        with self._lock:
+            busy = bool(self._attempts)
+        if store is None or not busy:
+            return 0
+        delivered = 0
+        for request in store.cancellation_requests(self.node_id, now=self.app.now()):
+            if self.request_cancellation(request.job_id, "the job was canceled", request.epoch):
+                delivered += 1
+                log.info("job %s: cancellation request delivered to its attempt", request.job_id)
+        with self._lock:
+            self.stats.cancellations_delivered += delivered
+        return delivered
 
     # ------------------------------------------------------------------ writing outcomes
     def _write_loop(self) -> None:
@@ -505,6 +749,7 @@ class Worker:
         stats = self.stats
         stats.outcome_batches += 1
         for o in outcomes:
+            timeout = self._timeouts.pop((o.job_id, o.epoch), None)
             if o.job_id in fenced:
                 stats.fenced_out += 1
                 stats.by_job[o.job_id] = "FENCED_OUT"
@@ -532,6 +777,13 @@ class Worker:
                 if o.retry_at is not None:
                     self._wake_at(o.retry_at)
             else:
+                if timeout is not None:
+                    stats.timed_out += 1
+                    self.app.emit(
+                        JobEvent(
+                            EventKind.TIMED_OUT, o.job_id, o.finished_at, self.node_id, timeout
+                        )
+                    )
                 self.app.emit(
                     JobEvent(EventKind.FAILED, o.job_id, o.finished_at, self.node_id, data)
                 )

@@ -251,3 +251,17 @@ workflow_condition = Table(
 )
 """A branch: ``child_job_id`` (WAITING, ``waiting_for`` = the parent) is released when the
 condition holds once the parent ends, and canceled otherwise."""
+# -- cancellation requests (migration 0007, branch "timeouts") ---------------------------------
+
+cancel_request = Table(
+    "scheduler_cancel_request",
+    metadata,
+    Column("job_id", UUIDType(), primary_key=True),
+    Column("epoch", Integer, primary_key=True),
+    Column("node_id", String(128), nullable=False),
+    Column("requested_at", UTCMicros(), nullable=False),
+    Index("idx_cancel_request_node", "node_id"),
+)
+"""``cancel_job(id, interrupt=True)`` on a RUNNING job: the attempt ``(job_id, epoch)`` on
+``node_id`` must stop. The job itself is already CANCELED; the owner takes the row within one
+poll and sets the attempt's cancellation request."""

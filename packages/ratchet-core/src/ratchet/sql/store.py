@@ -52,6 +52,7 @@ from ratchet.domain.options import BackoffPolicy
 from ratchet.domain.priority import claim_order_key
 from ratchet.ports import InsertResult, StoreCapabilities, iter_chunks
 from ratchet.sql import schema
+from ratchet.sql.cancellation import CancellationStoreMixin
 from ratchet.sql.dialect import ErrorKind, SqlDialect
 from ratchet.sql.types import UTCMicros
 from ratchet.sql.permits import PermitStoreMixin
@@ -80,7 +81,7 @@ def _ms(value: timedelta | None) -> int | None:
     return None if value is None else int(value / timedelta(milliseconds=1))
 
 
-class SqlStore(PermitStoreMixin, WorkflowStoreMixin, RecurringStoreMixin):
+class SqlStore(PermitStoreMixin, CancellationStoreMixin, WorkflowStoreMixin, RecurringStoreMixin):
     """A :class:`~ratchet.ports.Store` over SQLAlchemy Core."""
 
     def __init__(self, url: str, dialect: SqlDialect, **engine_options: Any) -> None:

@@ -1,0 +1,335 @@
+"""The watchdog: one thread per node that times every running attempt (seed 000).
+
+Each attempt gets an :class:`Attempt` (what the worker, the watchdog and the executor provider
+share) and a plan from :func:`ratchet.domain.timeouts.plan_attempt`. The watchdog keeps one heap
+entry per attempt (its next step) and fires steps when the clock reaches them: a soft warning,
+the cancellation request at deadline - grace, and at the deadline the worker's ``on_deadline``
+(which records the timeout and interrupts the call). Time comes from the injected clock, so tests
+drive it with a :class:`~ratchet.testing.FakeClock` and :meth:`Watchdog.run_due`, no sleeping.
+"""
+
+from __future__ import annotations
+
+import heapq
+import itertools
+import logging
+import threading
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from datetime import datetime, timedelta
+from typing import TYPE_CHECKING
+
+from ratchet.domain.errors import JobTimeoutError
+from ratchet.domain.model import ClaimedJob
+from ratchet.domain.timeouts import AttemptPlan, TimeoutSettings, WatchdogStep, plan_attempt
+from ratchet.engine.context import AttemptCancellation
+from ratchet.ports import CancellationStore, Clock
+
+if TYPE_CHECKING:
+    from ratchet.engine.worker import Worker
+
+log = logging.getLogger("ratchet.watchdog")
+
+#: Heap entries of finished attempts are dropped in one sweep once they are this many and half.
+COMPACT_AFTER = 1024
+
+
+class Attempt:
+    """One running attempt: its plan, cancellation request and who ended it.
+
+    Implements :class:`~ratchet.ports.AttemptControl` for executor providers. Exactly one of
+    the job's task and the watchdog *finishes* the attempt (:meth:`finish` is a compare-and-set);
+    the other's outcome is discarded.
+    """
+
+    def __init__(self, job: ClaimedJob, plan: AttemptPlan) -> None:
+        self.job = job
+        self.plan = plan
+        self.key = (job.job_id, job.epoch)
+        self.cancellation = AttemptCancellation(plan.deadline)
+        self._lock = threading.Lock()
+        self._finished = False
+        self._interrupt: Callable[[], object] | None = None
+        self.timed_out = False
+        """The watchdog ended it at the deadline."""
+        self.interrupted = False
+        """An interrupt was delivered to the running call."""
+        self.returned = False
+        """The task that ran it has returned (its slot is free again)."""
+        self.zombie = False
+        """It ignored the interrupt past the zombie grace (counted once)."""
+        self.in_heap = False
+        """A step of it waits in the watchdog's heap."""
+        self.forgotten = False
+        """It ended; its heap entry (if any) is stale."""
+
+    # -- AttemptControl ------------------------------------------------------------------
+    @property
+    def deadline(self) -> datetime:
+        return self.plan.deadline
+
+    def is_cancellation_requested(self) -> bool:
+        return self.cancellation.is_requested()
+
+    @contextmanager
+    def watch(
+        self,
+        *,
+        interrupt: Callable[[], object] | None = None,
+        on_request: Callable[[], None] | None = None,
+    ) -> Iterator[None]:
+        with self._lock:
+            if self.timed_out:
+                raise JobTimeoutError(self.timeout_message())
+            self._interrupt = interrupt
+        remove = self.cancellation.add_listener(on_request) if on_request is not None else None
+        try:
+            yield
+        finally:
+            with self._lock:
+                self._interrupt = None
+            if remove is not None:
+                remove()
+
+    # -- the worker's side ---------------------------------------------------------------
+    @property
+    def finished(self) -> bool:
+        return self._finished
+
+    def finish(self, *, timed_out: bool = False) -> bool:
+        """End the attempt; True for the first caller only."""
+        with self._lock:
+            if self._finished:
+                return False
+            self._finished = True
+            self.timed_out = timed_out
+            return True
+
+    def interrupt(self) -> bool:
+        """Deliver the installed interrupt (after a timed-out :meth:`finish`); True if any."""
+        with self._lock:
+            handler = self._interrupt
+            self.interrupted = handler is not None
+        if handler is not None:
+            handler()
+        return handler is not None
+
+    def timeout_message(self) -> str:
+        return (
+            f"job {self.job.job_id} attempt {self.job.attempt} exceeded its "
+            f"{seconds_text(self.plan.timeout)} timeout"
+        )
+
+    def __repr__(self) -> str:
+        return f"<Attempt {self.job.job_id} #{self.job.attempt} epoch {self.job.epoch}>"
+
+
+def seconds_text(delta: timedelta) -> str:
+    return f"{delta.total_seconds():.3f}".rstrip("0").rstrip(".") + "s"
+
+
+_ZOMBIE_CHECK = 99
+"""Heap entry kind: see whether an interrupted call returned (not a :class:`WatchdogStep`)."""
+
+
+class Watchdog:
+    """Times attempts on one thread with a heap (never a thread per job).
+
+    :param clock: where time comes from (a FakeClock in tests).
+    :param settings: default SLA, soft-warning percent, cancellation grace.
+    :param on_deadline: called on the watchdog thread when an attempt reaches its deadline
+        unfinished; it records the timeout and interrupts the call.
+    :param on_zombie_check: called ``zombie_grace`` after an interrupt, to see whether the call
+        returned.
+    :param max_wait: longest sleep between checks (bounds the effect of clock jumps).
+    """
+
+    def __init__(
+        self,
+        clock: Clock,
+        settings: TimeoutSettings,
+        *,
+        on_deadline: Callable[[Attempt], None],
+        on_zombie_check: Callable[[Attempt], None] | None = None,
+        max_wait: float = 0.5,
+    ) -> None:
+        self.clock = clock
+        self.settings = settings
+        self.on_deadline = on_deadline
+        self.on_zombie_check = on_zombie_check
+        self.max_wait = max_wait
+        self._heap: list[tuple[datetime, int, int, Attempt]] = []
+        self._seq = itertools.count()
+        self._cond = threading.Condition()
+        self._stale = 0
+        self._stopping = False
+        self._thread: threading.Thread | None = None
+
+    # -- scheduling ------------------------------------------------------------------------
+    def begin(self, job: ClaimedJob, started: datetime) -> Attempt:
+        """Plan and watch a new attempt of ``job`` that started at ``started``."""
+        attempt = Attempt(job, plan_attempt(started, job.timeout, self.settings))
+        self._push(attempt.plan.steps[0][0], attempt.plan.steps[0][1], attempt)
+        return attempt
+
+    def forget(self, attempt: Attempt) -> None:
+        """The attempt ended: its pending step will be skipped (and swept in bulk)."""
+        with self._cond:
+            if not attempt.in_heap or attempt.forgotten:
+                return
+            attempt.forgotten = True
+            self._stale += 1
+            if self._stale > COMPACT_AFTER and self._stale * 2 > len(self._heap):
+                kept = []
+                for entry in self._heap:
+                    if entry[2] != _ZOMBIE_CHECK and entry[3].forgotten:
+                        entry[3].in_heap = False
+                    else:
+                        kept.append(entry)
+                heapq.heapify(kept)
+                self._heap = kept
+                self._stale = 0
+
+    def check_zombie_at(self, when: datetime, attempt: Attempt) -> None:
+        """Call ``on_zombie_check(attempt)`` at ``when``."""
+        self._push(when, _ZOMBIE_CHECK, attempt)
+
+    def _push(self, when: datetime, kind: int, attempt: Attempt) -> None:
+        with self._cond:
+            if kind != _ZOMBIE_CHECK:
+                attempt.in_heap = True
+            entry = (when, next(self._seq), kind, attempt)
+            heapq.heappush(self._heap, entry)
+            if self._heap[0] is entry:
+                self._cond.notify_all()
+
+    def pending(self) -> int:
+        """Heap entries (including ones of finished attempts not yet swept)."""
+        with self._cond:
+            return len(self._heap)
+
+    def next_due(self) -> datetime | None:
+        with self._cond:
+            return self._heap[0][0] if self._heap else None
+
+    # -- firing ------------------------------------------------------------------------------
+    def run_due(self) -> int:
+        """Fire every step due at the clock's now; returns how many fired (tests call this)."""
+        fired = 0
+        now = self.clock.now()
+        while True:
+            with self._cond:
+                if not self._heap or self._heap[0][0] > now:
+                    return fired
+                _, _, kind, attempt = heapq.heappop(self._heap)
+                if kind != _ZOMBIE_CHECK:
+                    attempt.in_heap = False
+                    if attempt.forgotten:
+                        self._stale -= 1
+            if kind == _ZOMBIE_CHECK:
+                fired += 1
+                self._call(self.on_zombie_check, attempt)
+                continue
+            if attempt.finished:
+                continue
+            fired += 1
+            step = WatchdogStep(kind)
+            self._fire(step, attempt, now)
+            order = [s for _, s in attempt.plan.steps]
+            index = order.index(step) + 1
+            if index < len(order) and not attempt.finished:
+                self._push(attempt.plan.steps[index][0], order[index], attempt)
+
+    def _fire(self, step: WatchdogStep, attempt: Attempt, now: datetime) -> None:
+        job, plan = attempt.job, attempt.plan
+        if step is WatchdogStep.SOFT_WARNING:
+            log.warning(
+                "job %s attempt %d has run %s, %d%% of its %s timeout (soft timeout; "
+                "interrupted at %s)",
+                job.job_id,
+                job.attempt,
+                seconds_text(now - plan.started),
+                self.settings.soft_timeout_percent,
+                seconds_text(plan.timeout),
+                plan.deadline.isoformat(),
+            )
+        elif step is WatchdogStep.CANCELLATION_REQUEST:
+            remaining = seconds_text(max(plan.deadline - now, timedelta(0)))
+            if attempt.cancellation.request(f"the deadline is {remaining} away", now):
+                log.info(
+                    "job %s attempt %d: cancellation requested %s before its deadline",
+                    job.job_id,
+                    job.attempt,
+                    remaining,
+                )
+        else:
+            self._call(self.on_deadline, attempt)
+
+    @staticmethod
+    def _call(callback: Callable[[Attempt], None] | None, attempt: Attempt) -> None:
+        if callback is None:
+            return
+        try:
+            callback(attempt)
+        except Exception:
+            log.exception("watchdog action failed for %r", attempt)
+
+    # -- the thread -------------------------------------------------------------------------
+    def start(self) -> None:
+        """Run :meth:`run_due` on a daemon thread whenever a step falls due."""
+        if self._thread is not None:
+            return
+        self._stopping = False
+        self._thread = threading.Thread(target=self._loop, name="ratchet-watchdog", daemon=True)
+        self._thread.start()
+
+    def wake(self) -> None:
+        """Check now (after a FakeClock jump, say)."""
+        with self._cond:
+            self._cond.notify_all()
+
+    def stop(self) -> None:
+        with self._cond:
+            self._stopping = True
+            self._cond.notify_all()
+        if self._thread is not None:
+            self._thread.join(timeout=5)
+            self._thread = None
+
+    def _loop(self) -> None:
+        while True:
+            try:
+                self.run_due()
+            except Exception:  # pragma: no cover - run_due guards its callbacks
+                log.exception("watchdog round failed")
+            with self._cond:
+                if self._stopping:
+                    return
+                wait = self.max_wait
+                if self._heap:
+                    until = (self._heap[0][0] - self.clock.now()).total_seconds()
+                    wait = min(wait, max(0.0, until))
+                if wait > 0:
+                    self._cond.wait(timeout=wait)
+
+
+class CancellationRequestPoller:
+    """Periodic task: take this node's ``cancel_job(id, interrupt=True)`` requests from the
+    store and set the cancellation request of the matching running attempts."""
+
+    name = "cancellation-requests"
+
+    def __init__(self, interval: timedelta) -> None:
+        self.interval = interval
+
+    def run_once(self, worker: Worker) -> None:
+        worker.deliver_cancellation_requests()
+
+
+def cancellation_store(store: object) -> CancellationStore | None:
+    """The store's cancellation capability, if it has one."""
+    capability = getattr(store, "capability", None)
+    if capability is None:
+        return None
+    found = capability(CancellationStore)
+    return found if isinstance(found, CancellationStore) else None

@@ -1,0 +1,365 @@
+"""The watchdog's three steps on a FakeClock, the attempt's cancellation request, and the rules
+that decide whether a ``CancellationRequestedException`` counts as a timeout. No sleeping."""
+
+from __future__ import annotations
+
+import logging
+import threading
+import uuid
+from datetime import timedelta
+
+import pytest
+
+from ratchet import CancellationRequestedException, JobContext, JobTimeoutError
+from ratchet.domain.errors import ConfigurationError
+from ratchet.domain.lifecycle import JobPriority
+from ratchet.domain.model import ClaimedJob
+from ratchet.domain.options import BackoffPolicy
+from ratchet.domain.timeouts import TimeoutSettings, WatchdogStep, plan_attempt
+from ratchet.engine.context import AttemptCancellation, bound, stopped_on_request
+from ratchet.engine.watchdog import Attempt, Watchdog
+from ratchet.testing import FakeClock
+
+T = timedelta(seconds=100)
+S = WatchdogStep
+
+
+def job(timeout: timedelta | None = T, clock: FakeClock | None = None) -> ClaimedJob:
+    now = (clock or FakeClock()).now()
+    return ClaimedJob(
+        job_id=uuid.uuid4(),
+        epoch=1,
+        attempt=1,
+        target="timeout_jobs:noop",
+        payload='{"args":[],"kwargs":{}}',
+        priority=JobPriority.NORMAL,
+        max_retries=0,
+        backoff=BackoffPolicy.NONE,
+        backoff_delay=timedelta(0),
+        timeout=timeout,
+        scheduled_time=now,
+        claimed_at=now,
+    )
+
+
+class Recorder(logging.Handler):
+    """Watches a watchdog: which step happened at which elapsed second, in order."""
+
+    def __init__(self, clock: FakeClock, grace: timedelta, timeout: timedelta = T) -> None:
+        super().__init__(logging.WARNING)
+        self.clock = clock
+        self.events: list[tuple[float, str]] = []
+        self.deadlines: list[Attempt] = []
+        self.zombie_checks: list[Attempt] = []
+        self.watchdog = Watchdog(
+            clock,
+            TimeoutSettings(cancellation_grace=grace),
+            on_deadline=self._deadline,
+            on_zombie_check=self.zombie_checks.append,
+        )
+        self.start = clock.now()
+        self.attempt = self.watchdog.begin(job(timeout, clock), self.start)
+        self.attempt.cancellation.add_listener(
+            lambda: self.events.append((self.elapsed(), "request"))
+        )
+
+    def elapsed(self) -> float:
+        return (self.clock.now() - self.start).total_seconds()
+
+    def _deadline(self, attempt: Attempt) -> None:
+        attempt.cancellation.request("the deadline passed")  # what the worker does first
+        self.deadlines.append(attempt)
+        self.events.append((self.elapsed(), "deadline"))
+
+    def emit(self, record: logging.LogRecord) -> None:
+        if "soft timeout" in record.getMessage():
+            self.events.append((self.elapsed(), "soft warning"))
+
+    def run_until(self, seconds: float) -> list[tuple[float, str]]:
+        """Advance the clock one second at a time, firing what is due after each step."""
+        logger = logging.getLogger("ratchet.watchdog")
+        logger.addHandler(self)
+        try:
+            while self.elapsed() < seconds:
+                self.clock.advance(1)
+                self.watchdog.run_due()
+        finally:
+            logger.removeHandler(self)
+        return self.events
+
+
+# ------------------------------------------------------------------ the plan (pure)
+@pytest.mark.parametrize(
+    ("grace", "expected"),
+    [
+        (0, [(80, S.SOFT_WARNING), (100, S.DEADLINE)]),
+        (10, [(80, S.SOFT_WARNING), (90, S.CANCELLATION_REQUEST), (100, S.DEADLINE)]),
+        (30, [(70, S.CANCELLATION_REQUEST), (80, S.SOFT_WARNING), (100, S.DEADLINE)]),
+        (100, [(80, S.SOFT_WARNING), (100, S.DEADLINE)]),
+        (150, [(80, S.SOFT_WARNING), (100, S.DEADLINE)]),
+    ],
+    ids=[
+        "grace-0",
+        "grace-below-margin",
+        "grace-above-margin",
+        "grace-equals-timeout",
+        "grace-above-timeout",
+    ],
+)
+def test_plan_orders_the_three_steps(grace: int, expected: list[tuple[int, S]]) -> None:
+    start = FakeClock().now()
+    plan = plan_attempt(start, T, TimeoutSettings(cancellation_grace=timedelta(seconds=grace)))
+    assert [((when - start).total_seconds(), step) for when, step in plan.steps] == expected
+    assert plan.deadline == start + T
+
+
+def test_a_job_without_timeout_gets_the_default_sla() -> None:
+    start = FakeClock().now()
+    plan = plan_attempt(start, None, TimeoutSettings())
+    assert plan.timeout == timedelta(minutes=30)
+    assert plan.due_at(S.SOFT_WARNING) == start + timedelta(minutes=24)
+    assert plan.due_at(S.CANCELLATION_REQUEST) is None
+
+
+@pytest.mark.parametrize(
+    "settings",
+    [
+        {"soft_timeout_percent": 0},
+        {"soft_timeout_percent": 100},
+        {"default_sla": timedelta(0)},
+        {"cancellation_grace": timedelta(seconds=-1)},
+    ],
+)
+def test_settings_are_checked(settings: dict[str, object]) -> None:
+    with pytest.raises(ConfigurationError):
+        TimeoutSettings(**settings)  # type: ignore[arg-type]
+
+
+# ------------------------------------------------------------------ the watchdog on a FakeClock
+@pytest.mark.parametrize(
+    ("grace", "expected"),
+    [
+        (0, [(80, "soft warning"), (100, "request"), (100, "deadline")]),
+        (10, [(80, "soft warning"), (90, "request"), (100, "deadline")]),
+        (30, [(70, "request"), (80, "soft warning"), (100, "deadline")]),
+        (100, [(80, "soft warning"), (100, "request"), (100, "deadline")]),
+    ],
+    ids=["grace-0", "grace-below-margin", "grace-above-margin", "grace-not-shorter-than-timeout"],
+)
+def test_watchdog_fires_steps_at_their_times(grace: int, expected: list[tuple[int, str]]) -> None:
+    rec = Recorder(FakeClock(), timedelta(seconds=grace))
+    assert rec.run_until(120) == expected
+    assert rec.deadlines == [rec.attempt]
+    assert rec.watchdog.pending() == 0
+
+
+def test_soft_warning_names_the_job_and_elapsed_time(caplog: pytest.LogCaptureFixture) -> None:
+    clock = FakeClock()
+    rec = Recorder(clock, timedelta(0))
+    caplog.set_level(logging.WARNING, logger="ratchet.watchdog")
+    clock.advance(79)
+    assert rec.watchdog.run_due() == 0
+    clock.advance(1)
+    assert rec.watchdog.run_due() == 1
+    (record,) = caplog.records
+    assert str(rec.attempt.job.job_id) in record.getMessage()
+    assert "has run 80s, 80% of its 100s timeout" in record.getMessage()
+    assert not rec.attempt.cancellation.is_requested()
+    assert rec.deadlines == []
+
+
+def test_request_step_sets_the_flag_only(caplog: pytest.LogCaptureFixture) -> None:
+    clock = FakeClock()
+    rec = Recorder(clock, timedelta(seconds=30))
+    clock.advance(70)
+    rec.watchdog.run_due()
+    assert rec.attempt.cancellation.is_requested()
+    assert rec.attempt.cancellation.requested_at == clock.now()
+    assert "30s away" in rec.attempt.cancellation.reason
+    assert rec.deadlines == [] and not rec.attempt.finished
+
+
+def test_a_finished_attempt_gets_no_more_steps() -> None:
+    clock = FakeClock()
+    rec = Recorder(clock, timedelta(seconds=10))
+    clock.advance(50)
+    assert rec.attempt.finish()
+    rec.watchdog.forget(rec.attempt)
+    clock.advance(100)
+    assert rec.watchdog.run_due() == 0
+    assert rec.deadlines == []
+    assert not rec.attempt.cancellation.is_requested()
+
+
+def test_steps_that_are_all_overdue_fire_in_order_at_once(caplog: pytest.LogCaptureFixture) -> None:
+    clock = FakeClock()
+    rec = Recorder(clock, timedelta(seconds=30))
+    caplog.set_level(logging.INFO, logger="ratchet.watchdog")
+    clock.advance(500)  # a clock jump past every step
+    assert rec.watchdog.run_due() == 3
+    assert rec.attempt.cancellation.is_requested()
+    assert rec.deadlines == [rec.attempt]
+    messages = [r.getMessage() for r in caplog.records]
+    assert "cancellation requested" in messages[0] and "soft timeout" in messages[1]
+
+
+def test_zombie_check_fires_at_its_time() -> None:
+    clock = FakeClock()
+    rec = Recorder(clock, timedelta(0))
+    clock.advance(100)
+    rec.watchdog.run_due()
+    rec.watchdog.check_zombie_at(clock.now() + timedelta(seconds=1), rec.attempt)
+    assert rec.watchdog.run_due() == 0
+    clock.advance(1)
+    assert rec.watchdog.run_due() == 1
+    assert rec.zombie_checks == [rec.attempt]
+
+
+def test_one_heap_entry_per_attempt_and_finished_ones_are_swept() -> None:
+    clock = FakeClock()
+    watchdog = Watchdog(clock, TimeoutSettings(), on_deadline=lambda a: None)
+    attempts = [watchdog.begin(job(T, clock), clock.now()) for _ in range(3000)]
+    assert watchdog.pending() == 3000
+    for attempt in attempts[:2500]:
+        attempt.finish()
+        watchdog.forget(attempt)
+    assert watchdog.pending() < 3000 - 1024
+    clock.advance(T)
+    assert watchdog.run_due() == 500 * 2  # soft warning + deadline of each live attempt
+
+
+def test_watchdog_thread_follows_the_injected_clock() -> None:
+    clock = FakeClock()
+    fired = threading.Event()
+    watchdog = Watchdog(clock, TimeoutSettings(), on_deadline=lambda a: fired.set(), max_wait=3600)
+    watchdog.begin(job(T, clock), clock.now())
+    watchdog.start()
+    try:
+        assert not fired.wait(0.05)
+        clock.advance(T)
+        watchdog.wake()
+        assert fired.wait(5)
+    finally:
+        watchdog.stop()
+
+
+# ------------------------------------------------------------------ the attempt
+def test_attempt_finish_is_a_compare_and_set() -> None:
+    attempt = Attempt(job(), plan_attempt(FakeClock().now(), T, TimeoutSettings()))
+    assert attempt.finish(timed_out=True)
+    assert not attempt.finish()
+    assert attempt.timed_out
+
+
+def test_watch_delivers_the_interrupt_only_while_installed() -> None:
+    attempt = Attempt(job(), plan_attempt(FakeClock().now(), T, TimeoutSettings()))
+    calls: list[str] = []
+    with attempt.watch(interrupt=lambda: calls.append("interrupt")):
+        assert attempt.finish(timed_out=True)
+        assert attempt.interrupt()
+    assert calls == ["interrupt"] and attempt.interrupted
+    assert not attempt.interrupt()
+    with pytest.raises(JobTimeoutError), attempt.watch():
+        pass  # entering after the deadline raises at once
+
+
+def test_on_request_runs_now_if_already_requested() -> None:
+    attempt = Attempt(job(), plan_attempt(FakeClock().now(), T, TimeoutSettings()))
+    calls: list[str] = []
+    with attempt.watch(on_request=lambda: calls.append("later")):
+        attempt.cancellation.request("x")
+    attempt.cancellation.request("again")  # set once only
+    with attempt.watch(on_request=lambda: calls.append("now")):
+        pass
+    assert calls == ["later", "now"]
+
+
+# ------------------------------------------------------------------ JobContext and the exception
+def context(deadline_state: AttemptCancellation | None = None) -> JobContext:
+    return JobContext(
+        job_id=uuid.uuid4(),
+        attempt=1,
+        epoch=1,
+        node_id="n",
+        scheduled_time=FakeClock().now(),
+        cancellation=deadline_state,
+    )
+
+
+def test_context_without_a_watched_attempt() -> None:
+    ctx = context()
+    assert ctx.deadline() is None
+    assert not ctx.is_cancellation_requested()
+    ctx.throw_if_cancellation_requested()
+
+
+def test_context_of_a_watched_attempt() -> None:
+    when = FakeClock().now() + T
+    state = AttemptCancellation(when)
+    ctx = context(state)
+    assert ctx.deadline() == when
+    ctx.throw_if_cancellation_requested()
+    state.request("the deadline is 10s away")
+    assert ctx.is_cancellation_requested()
+    with pytest.raises(CancellationRequestedException, match="10s away") as info:
+        ctx.throw_if_cancellation_requested()
+    assert stopped_on_request(info.value, state.token)
+
+
+def test_exception_created_before_the_request_is_an_ordinary_failure() -> None:
+    state = AttemptCancellation()
+    with bound(context(state)):
+        early = CancellationRequestedException()
+        state.request("now")
+        late = CancellationRequestedException()
+    assert not stopped_on_request(early, state.token)
+    assert stopped_on_request(late, state.token)
+
+
+def test_exception_of_another_attempt_is_an_ordinary_failure() -> None:
+    first, second = AttemptCancellation(), AttemptCancellation()
+    first.request("x")
+    second.request("x")
+    with bound(context(first)):
+        kept = CancellationRequestedException()
+    assert stopped_on_request(kept, first.token)
+    assert not stopped_on_request(kept, second.token)
+
+
+def test_cause_context_and_groups_count() -> None:
+    state = AttemptCancellation()
+    state.request("x")
+    with bound(context(state)):
+        inner = CancellationRequestedException()
+    caused = RuntimeError("wrapper")
+    caused.__cause__ = inner
+    chained = ValueError("in handler")
+    chained.__context__ = caused
+    group = ExceptionGroup("many", [KeyError("k"), chained])
+    for exc in (inner, caused, chained, group):
+        assert stopped_on_request(exc, state.token)
+    assert not stopped_on_request(RuntimeError("unrelated"), state.token)
+
+
+def test_cyclic_chains_terminate() -> None:
+    a, b = RuntimeError("a"), RuntimeError("b")
+    a.__context__, b.__context__ = b, a
+    assert not stopped_on_request(a, AttemptCancellation().token)
+
+
+def test_for_context_builds_it_on_another_thread() -> None:
+    state = AttemptCancellation()
+    ctx = context(state)
+    state.request("x")
+    made: dict[str, BaseException] = {}
+
+    def helper() -> None:
+        made["plain"] = CancellationRequestedException("no context here")
+        made["for_context"] = CancellationRequestedException.for_context("bound", ctx)
+
+    with bound(ctx):
+        thread = threading.Thread(target=helper)
+        thread.start()
+        thread.join()
+    assert not stopped_on_request(made["plain"], state.token)
+    assert stopped_on_request(made["for_context"], state.token)
