@@ -95,6 +95,17 @@ def main() -> None:
 @click.option("--orphan-grace", type=float, help="Silent seconds before a node counts as dead.")
 @click.option("--orphan-scan", type=float, help="Seconds between scans for dead nodes.")
 @click.option("--drain-timeout", type=float, help="Seconds SIGTERM waits for running jobs.")
+@click.option("--default-sla", type=float, help="Timeout in seconds of jobs without their own.")
+@click.option(
+    "--soft-timeout-percent",
+    type=click.IntRange(1, 99),
+    help="Warn when an attempt reaches this percentage of its timeout.",
+)
+@click.option(
+    "--cancellation-grace",
+    type=float,
+    help="Seconds before the deadline at which a job is asked to stop at a safe point.",
+)
 @click.option(
     "--recurring-interval", type=float, help="Seconds between recurring materializer runs."
 )
@@ -112,6 +123,7 @@ def worker(
 
     install_log_record_factory()
     app = load_app(app_spec)
+    soft_percent = delays.pop("soft_timeout_percent", None)
     names = {
         "min_delay": "min_delay",
         "max_delay": "max_delay",
@@ -122,10 +134,14 @@ def worker(
         "orphan_grace": "orphan_grace",
         "orphan_scan": "orphan_scan_interval",
         "drain_timeout": "drain_timeout",
+        "default_sla": "default_sla",
+        "cancellation_grace": "cancellation_grace",
         "recurring_interval": "recurring_interval",
     }
-    options = {names[k]: _seconds(v) for k, v in delays.items() if v is not None}
-    config = WorkerConfig(concurrency=concurrency, batch_size=batch_size, **options)  # type: ignore[arg-type]
+    options: dict[str, Any] = {names[k]: _seconds(v) for k, v in delays.items() if v is not None}
+    if soft_percent is not None:
+        options["soft_timeout_percent"] = soft_percent
+    config = WorkerConfig(concurrency=concurrency, batch_size=batch_size, **options)
     app.run_worker(config)
 
 
@@ -222,10 +238,15 @@ def jobs_show(url: str | None, app_spec: str | None, job_id: str) -> None:
 @_url_option
 @_app_option
 @click.argument("job_id")
-def jobs_cancel(url: str | None, app_spec: str | None, job_id: str) -> None:
+@click.option(
+    "--interrupt",
+    is_flag=True,
+    help="Also ask a running job to stop at its next safe point (its worker picks this up).",
+)
+def jobs_cancel(url: str | None, app_spec: str | None, job_id: str, interrupt: bool) -> None:
     """Cancel a live job."""
     app = _admin_app(url, app_spec)
-    if not app.cancel_job(_job_id(job_id)):
+    if not app.cancel_job(_job_id(job_id), interrupt=interrupt):
         raise click.ClickException(f"job {job_id} does not exist or is already finished")
     click.echo(f"canceled {job_id}")
 
