@@ -25,7 +25,7 @@ import logging
 import threading
 import uuid
 from collections import defaultdict
-from collections.abc import Callable, Iterable, Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from dataclasses import replace as dc_replace
 from datetime import datetime, timedelta
@@ -917,11 +917,6 @@ def _callback_data(e: _Ended, info: Row[Any]) -> dict[str, Any]:
         "started_at": e.started_at,
         "finished_at": e.finished_at,
     }
-
-
-def flow_jobs_of(jobs: Iterable[NewJob], **links: Any) -> list[FlowJob]:
-    """Wrap plain :class:`NewJob` values with the same links (a convenience for tests)."""
-    return [FlowJob(job=j, **links) for j in jobs]
 
 
 def waiting(job: NewJob) -> NewJob:
