@@ -67,7 +67,9 @@ class DuplicateIdempotencyKeyError(RatchetError):
     """Another job already holds this idempotency key (a racing insert)."""
 
     def __init__(self, key: str, holder: object | None = None) -> None:
-        super().__init__(f"idempotency key {key!r} is already used" + (f" by job {holder}" if holder else ""))
+        super().__init__(
+            f"idempotency key {key!r} is already used" + (f" by job {holder}" if holder else "")
+        )
         self.key = key
         self.holder = holder
 

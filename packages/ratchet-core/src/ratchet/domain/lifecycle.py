@@ -114,7 +114,9 @@ def check_transition(source: JobStatus | None, target: JobStatus) -> None:
         raise IllegalTransition(source, target)
 
 
-def sources_of(target: JobStatus, among: Iterable[JobStatus] | None = None) -> tuple[JobStatus, ...]:
+def sources_of(
+    target: JobStatus, among: Iterable[JobStatus] | None = None
+) -> tuple[JobStatus, ...]:
     """The statuses a job may move to ``target`` from (optionally limited to ``among``).
 
     Stores use this to build the ``status IN (...)`` guard of a conditional update.

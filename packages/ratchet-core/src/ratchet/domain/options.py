@@ -90,7 +90,9 @@ class JobOptions:
             )
         if self.timeout is not None:
             if not isinstance(self.timeout, timedelta) or self.timeout <= timedelta(0):
-                raise InvalidJobOptions(f"timeout must be a positive timedelta, got {self.timeout!r}")
+                raise InvalidJobOptions(
+                    f"timeout must be a positive timedelta, got {self.timeout!r}"
+                )
             if self.timeout > MAX_TIMEOUT:
                 raise InvalidJobOptions("timeout is longer than 2**31-1 seconds")
         object.__setattr__(self, "tags", normalize_tags(self.tags))
@@ -99,5 +101,7 @@ class JobOptions:
             if not isinstance(key, str) or not key.strip():
                 raise InvalidJobOptions(f"param keys must be non-blank strings, got {key!r}")
             if not isinstance(value, str):
-                raise InvalidJobOptions(f"param {key!r} must be a string, got {type(value).__name__}")
+                raise InvalidJobOptions(
+                    f"param {key!r} must be a string, got {type(value).__name__}"
+                )
         object.__setattr__(self, "params", params)

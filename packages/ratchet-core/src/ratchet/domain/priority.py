@@ -23,4 +23,8 @@ def claim_order_key(
     priority: int, scheduled_time: datetime, job_id: str, now: datetime, boost_interval: timedelta
 ) -> tuple[int, datetime, str]:
     """Sort key of the claim order: effective priority desc, then scheduled time, then id."""
-    return (-effective_priority(priority, scheduled_time, now, boost_interval), scheduled_time, job_id)
+    return (
+        -effective_priority(priority, scheduled_time, now, boost_interval),
+        scheduled_time,
+        job_id,
+    )

@@ -69,7 +69,7 @@ def backoff_delay(policy: BackoffPolicy, base: timedelta, attempt: int) -> timed
     exponent = min(attempt - 1, 40)  # 2**40 microseconds already exceed 24 hours
     if 2**exponent > MAX_BACKOFF // base:
         return MAX_BACKOFF
-    return base * 2**exponent
+    return base * (1 << exponent)
 
 
 @dataclass(frozen=True)
@@ -106,10 +106,12 @@ def decide_retry(
     if not policy.should_retry(attempt, exc):
         return RetryDecision(False, None, "the retry policy refused a retry")
     if attempt > max_retries:
-        return RetryDecision(
-            False, None, f"attempt {attempt} exhausted max_retries={max_retries}"
-        )
+        return RetryDecision(False, None, f"attempt {attempt} exhausted max_retries={max_retries}")
     custom = policy.delay(attempt)
     use_custom = custom is not None and custom > timedelta(0)
-    delay = custom if use_custom and custom is not None else backoff_delay(backoff, backoff_base, attempt)
+    delay = (
+        custom
+        if use_custom and custom is not None
+        else backoff_delay(backoff, backoff_base, attempt)
+    )
     return RetryDecision(True, now + delay, f"retry {attempt} of {max_retries}")

@@ -355,7 +355,9 @@ class Ratchet(GatesMixin, RecurringMixin):
         self.close()
 
 
-_AFTER_COMMIT: weakref.WeakKeyDictionary[Any, list[Callable[[], None]]] = weakref.WeakKeyDictionary()
+_AFTER_COMMIT: weakref.WeakKeyDictionary[Any, list[Callable[[], None]]] = (
+    weakref.WeakKeyDictionary()
+)
 
 
 def _run_after_commit(connection: Any, callback: Callable[[], None]) -> None:

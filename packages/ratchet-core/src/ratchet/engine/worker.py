@@ -24,7 +24,7 @@ import uuid
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, cast
 
 from ratchet.config import WorkerConfig
 from ratchet.domain.breaker import CircuitOpenError
@@ -126,6 +126,7 @@ class Worker:
         self.node_id = node_id or app.config.node_name or default_node_id()
         self.stats = WorkerStats()
         self._executors: dict[str, ExecutorProvider] = {}
+        self._interruptible_cache: dict[int, bool] = {}
         self.gates: list[Gate] = [CircuitBreakerGate(), PermitGate()]
         """Checked in order before every attempt; features append theirs."""
         self.periodic: list[PeriodicTask] = [
@@ -507,7 +508,7 @@ class Worker:
         call = direct
         provider = self.executor_for(job)
         attempt = self._attempts.get((job.job_id, job.epoch))
-        if attempt is not None and isinstance(provider, InterruptibleExecutor):
+        if attempt is not None and self._interruptible(provider):
             job_call = JobCall(
                 job=job,
                 target=job.target,
@@ -521,8 +522,10 @@ class Worker:
             )
             watched = attempt
 
+            interruptible = cast(InterruptibleExecutor, provider)
+
             def call() -> Any:
-                return provider.run(job_call, watched)
+                return interruptible.run(job_call, watched)
 
         return self.app.resilience.execute(breaker_service(self, ref), call)
 
@@ -826,6 +829,14 @@ class Worker:
             self._wake.set()
         return count
 
+    def _interruptible(self, provider: Any) -> bool:
+        """Whether a provider supports deadlines (cached: a Protocol isinstance check is slow)."""
+        key = id(provider)
+        known = self._interruptible_cache.get(key)
+        if known is None:
+            known = self._interruptible_cache[key] = isinstance(provider, InterruptibleExecutor)
+        return known
+
     def _heartbeat_loop(self) -> None:
         next_run = {task.name: time.monotonic() for task in self.periodic}
         next_beat = time.monotonic() + self.config.heartbeat_interval.total_seconds()
@@ -833,6 +844,9 @@ class Worker:
             timeout=max(0.0, min([next_beat, *next_run.values()]) - time.monotonic())
         ):
             now = time.monotonic()
+            current = {task.name for task in self.periodic}
+            for name in [n for n in next_run if n not in current]:
+                del next_run[name]  # a task that removed itself must not keep the wait at zero
             if now >= next_beat:
                 next_beat = now + self.config.heartbeat_interval.total_seconds()
                 try:

@@ -54,9 +54,9 @@ from ratchet.ports import InsertResult, StoreCapabilities, iter_chunks
 from ratchet.sql import schema
 from ratchet.sql.cancellation import CancellationStoreMixin
 from ratchet.sql.dialect import ErrorKind, SqlDialect
-from ratchet.sql.types import UTCMicros
 from ratchet.sql.permits import PermitStoreMixin
 from ratchet.sql.recurring import RecurringStoreMixin
+from ratchet.sql.types import UTCMicros
 from ratchet.sql.workflows import WorkflowStoreMixin
 
 log = logging.getLogger("ratchet.store")
@@ -75,6 +75,10 @@ CHUNK = 500
 RETRY_ATTEMPTS = 8
 CANCELLABLE = sources_of(JobStatus.CANCELED)
 TAG_CANCELLABLE = (JobStatus.PENDING, JobStatus.PAUSED, JobStatus.WAITING)
+
+
+OutcomeHook = Callable[[Connection, list[Outcome], datetime], None]
+TerminalHook = Callable[[Connection, list[uuid.UUID], JobStatus, datetime], None]
 
 
 def _ms(value: timedelta | None) -> int | None:
