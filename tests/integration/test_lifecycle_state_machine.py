@@ -181,7 +181,9 @@ def make_machine(template: Path, workdir: Path) -> type[RuleBasedStateMachine]:
         def claimant_disappears(self) -> None:
             lost = [jid for jid, (n, _) in self.claimed.items() if n == "n2"]
             latest = max(self.claimed[jid][1].claimed_at for jid in lost)
-            self.clock.set(max(self.clock.now(), latest) + GRACE + timedelta(seconds=1))
+            # The clock may have jumped back: n2's last heartbeat can be later than its claims.
+            beat = max(n.heartbeat_at for n in self.app.store.list_nodes() if n.node_id == "n2")
+            self.clock.set(max(self.clock.now(), latest, beat) + GRACE + timedelta(seconds=1))
             self.app.store.heartbeat("n1", now=self.clock.now())
             recovered = self.app.store.recover_orphans(now=self.clock.now(), grace=GRACE)
             assert recovered >= len(lost)

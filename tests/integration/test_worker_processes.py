@@ -53,8 +53,12 @@ def test_three_workers_run_3000_jobs_exactly_once(
     effects = procs.make_side_effect_db(tmp_path / "effects.db")
     builders = [app.enqueue(sample_jobs.side_effect, effects, f"t{i}") for i in range(3000)]
     app.submit_many(builders)
+    # Exactly once needs no node declared dead by mistake: a death margin well above the
+    # heartbeat latency of three busy processes sharing one SQLite write lock on two cores.
     workers = [
-        procs.start_worker(sqlite_url, "--concurrency", "4", log=tmp_path / f"w{i}.log")
+        procs.start_worker(
+            sqlite_url, "--concurrency", "4", "--orphan-grace", "20", log=tmp_path / f"w{i}.log"
+        )
         for i in range(3)
     ]
     try:

@@ -109,6 +109,13 @@ def main() -> None:
 @click.option(
     "--recurring-interval", type=float, help="Seconds between recurring materializer runs."
 )
+@click.option("--watcher-interval", type=float, help="Seconds between watcher passes.")
+@click.option("--queued-stall", type=float, help="Seconds a reserved job waits to start (D_q).")
+@click.option("--running-stall", type=float, help="Seconds without progress to TIMED_OUT (D1).")
+@click.option("--timed-out-grace", type=float, help="Seconds only the owner may revive (D2).")
+@click.option("--takeover-window", type=float, help="Seconds to find a taker, then fail (D3).")
+@click.option("--max-takeovers", type=click.IntRange(min=0), help="Takeovers before failing.")
+@click.option("--prefetch", type=click.IntRange(min=0), help="Jobs reserved beyond free slots.")
 def worker(
     app_spec: str, concurrency: int, batch_size: int, log_level: str, **delays: float | None
 ) -> None:
@@ -124,6 +131,7 @@ def worker(
     install_log_record_factory()
     app = load_app(app_spec)
     soft_percent = delays.pop("soft_timeout_percent", None)
+    counts = {k: delays.pop(k, None) for k in ("max_takeovers", "prefetch")}
     names = {
         "min_delay": "min_delay",
         "max_delay": "max_delay",
@@ -137,10 +145,16 @@ def worker(
         "default_sla": "default_sla",
         "cancellation_grace": "cancellation_grace",
         "recurring_interval": "recurring_interval",
+        "watcher_interval": "watcher_interval",
+        "queued_stall": "queued_stall",
+        "running_stall": "running_stall",
+        "timed_out_grace": "timed_out_grace",
+        "takeover_window": "takeover_window",
     }
     options: dict[str, Any] = {names[k]: _seconds(v) for k, v in delays.items() if v is not None}
     if soft_percent is not None:
         options["soft_timeout_percent"] = soft_percent
+    options.update({k: v for k, v in counts.items() if v is not None})
     config = WorkerConfig(concurrency=concurrency, batch_size=batch_size, **options)
     app.run_worker(config)
 

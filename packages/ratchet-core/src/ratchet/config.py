@@ -12,6 +12,7 @@ from ratchet.domain.errors import ConfigurationError
 from ratchet.domain.priority import DEFAULT_BOOST_INTERVAL
 from ratchet.domain.resources import parse_resource_limits
 from ratchet.domain.timeouts import TimeoutSettings
+from ratchet.domain.watcher import WatcherSettings
 
 
 @dataclass
@@ -59,8 +60,8 @@ class WorkerConfig:
     batch_size: int = 50
     """Most jobs claimed per poll (never more than the free slots)."""
     heartbeat_interval: timedelta = timedelta(seconds=10)
-    orphan_grace: timedelta = timedelta(seconds=60)
-    """A node silent this long is dead; its RUNNING jobs go back to PENDING."""
+    orphan_grace: timedelta = timedelta(seconds=30)
+    """A node silent this long is marked DEAD (the watcher's Dn); its jobs are taken over."""
     orphan_scan_interval: timedelta = timedelta(seconds=60)
     recurring_interval: timedelta = timedelta(seconds=1)
     """How often the worker creates the due occurrences of recurring masters."""
@@ -87,6 +88,23 @@ class WorkerConfig:
     """A call still running this long after its deadline interrupt counts as a zombie."""
     cancel_request_interval: timedelta = timedelta(seconds=1)
     """How often a busy worker reads ``cancel_job(id, interrupt=True)`` requests for its jobs."""
+    # -- liveness and the stalled-job watcher (docs/clustering.md) ------------------------------
+    watcher_enabled: bool = True
+    """Run the watcher on this node (every node runs it; passes are idempotent)."""
+    watcher_interval: timedelta = timedelta(seconds=5)
+    """Time between watcher passes (with +-20 % jitter); keep it <= min(D1, D2) / 4."""
+    queued_stall: timedelta = timedelta(seconds=60)
+    """D_q: a reserved (QUEUED) job not started this long goes back to PENDING."""
+    running_stall: timedelta = timedelta(seconds=60)
+    """D1: a RUNNING job that reports progress and made none this long becomes TIMED_OUT."""
+    timed_out_grace: timedelta = timedelta(seconds=60)
+    """D2: only the owner may revive a TIMED_OUT job this long; then others may take it over."""
+    takeover_window: timedelta = timedelta(seconds=120)
+    """D3: a takeover-eligible job nobody takes within this fails through its retry policy."""
+    max_takeovers: int = 3
+    """A job that stalls again after this many takeovers fails through its retry policy."""
+    prefetch: int = 0
+    """Jobs reserved (QUEUED) beyond the free slots, started as slots free up (0: none)."""
 
     def __post_init__(self) -> None:
         if self.concurrency < 1:
@@ -94,11 +112,30 @@ class WorkerConfig:
         if self.batch_size < 1:
             raise ConfigurationError(f"batch_size must be at least 1, got {self.batch_size}")
         self.timeout_settings()  # validates the watchdog settings
+        self.watcher_settings()  # validates the watcher's deadlines
+        if self.prefetch < 0:
+            raise ConfigurationError(f"prefetch must be >= 0, got {self.prefetch}")
+        if self.watcher_interval <= timedelta(0):
+            raise ConfigurationError("watcher_interval must be positive")
         if self.orphan_grace <= self.heartbeat_interval:
             raise ConfigurationError(
                 "orphan_grace must be longer than heartbeat_interval, or live nodes would be "
                 "declared dead"
             )
+
+    def watcher_settings(self) -> WatcherSettings:
+        """The watcher's deadlines and caps (``orphan_grace`` is its node-death deadline Dn).
+
+        :raises ConfigurationError: a value is out of range.
+        """
+        return WatcherSettings(
+            queued_stall=self.queued_stall,
+            running_stall=self.running_stall,
+            timed_out_grace=self.timed_out_grace,
+            takeover_window=self.takeover_window,
+            max_takeovers=self.max_takeovers,
+            dead_after=self.orphan_grace,
+        )
 
     def timeout_settings(self) -> TimeoutSettings:
         """The watchdog's settings.

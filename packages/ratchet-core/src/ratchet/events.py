@@ -31,6 +31,16 @@ class EventKind(enum.StrEnum):
     FENCED_OUT = "fenced_out"
     RECOVERED = "recovered"
     """A job of a dead node went back to PENDING."""
+    # -- liveness and the watcher (docs/clustering.md) -----------------------------------------
+    NODE_DEAD = "node_dead"
+    """A silent node incarnation was marked DEAD (``data``: node; no job)."""
+    STALLED = "job_stalled"
+    """The watcher made jobs TIMED_OUT or put reservations back (``data``: stalled, orphaned,
+    revoked counts; no job)."""
+    TAKEN_OVER = "job_taken_over"
+    """This node took a TIMED_OUT job over (``data``: epoch, takeovers)."""
+    REVIVED = "job_revived"
+    """The owner's progress brought its TIMED_OUT job back to RUNNING (``data``: epoch)."""
     BULK_CANCELLED = "bulk_cancelled"
     BULK_RETRIED = "bulk_retried"
     BREAKER_STATE_CHANGED = "breaker_state_changed"

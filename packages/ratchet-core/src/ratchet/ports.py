@@ -34,6 +34,15 @@ from ratchet.domain.recurring import (
     SyncReport,
 )
 from ratchet.domain.resources import PermitDecision, PermitRecord, ResourceLimit
+from ratchet.domain.watcher import (
+    Checkpoint,
+    JobLiveness,
+    NodeInfo,
+    NodeState,
+    StalledJob,
+    WatcherReport,
+    WatcherSettings,
+)
 
 T = TypeVar("T")
 
@@ -345,6 +354,96 @@ class CancellationStore(Protocol):
 
     def cancellation_requests(self, node_id: str, *, now: datetime) -> list[CancelRequest]:
         """Take (return and delete) the requests addressed to ``node_id``."""
+
+
+@runtime_checkable
+class WatcherStore(Protocol):
+    """Optional: cluster liveness and the stalled-job watcher (docs/clustering.md).
+
+    Node incarnations with heartbeats and a state (ALIVE, DRAINING, DEAD), the watcher's
+    transitions (each one a conditional write, idempotent when watchers race), takeovers with a
+    new epoch, reservations (QUEUED), fenced progress and checkpoints, and the drain hand-back.
+    """
+
+    def register_incarnation(self, node: NodeInfo, *, now: datetime) -> list[NodeRecord]:
+        """Register ``node`` ALIVE; return the other live incarnations with its name and host."""
+
+    def beat(self, node_id: str, *, now: datetime) -> bool:
+        """Refresh a live incarnation's heartbeat; False if it is DEAD or gone."""
+
+    def set_draining(self, node_id: str, *, now: datetime) -> bool:
+        """ALIVE -> DRAINING; False unless it was ALIVE."""
+
+    def declare_dead(
+        self, node_ids: Collection[str], *, now: datetime, silent_for: timedelta | None = None
+    ) -> list[str]:
+        """Mark live incarnations DEAD (one compare-and-set each); return those marked."""
+
+    def watch(
+        self,
+        *,
+        now: datetime,
+        settings: WatcherSettings,
+        decide: Callable[[StalledJob], Outcome],
+        judge_silence: bool = True,
+    ) -> WatcherReport:
+        """One watcher pass: silent nodes -> DEAD and RUNNING jobs without progress -> TIMED_OUT
+        (when ``judge_silence``), then the other due job transitions."""
+
+    def takeover(
+        self,
+        node_id: str,
+        limit: int,
+        *,
+        now: datetime,
+        settings: WatcherSettings,
+        exclude: Collection[uuid.UUID] = (),
+    ) -> list[ClaimedJob]:
+        """Take over eligible TIMED_OUT jobs (epoch + 1), within the node's slots."""
+
+    def takeover_probe(
+        self, node_id: str, *, now: datetime, settings: WatcherSettings
+    ) -> tuple[NodeState | None, bool]:
+        """One read: the node's state and whether any job is eligible for it to take over."""
+
+    def reserve(
+        self, node_id: str, limit: int, *, now: datetime, boost_interval: timedelta
+    ) -> list[ClaimedJob]:
+        """Reserve due PENDING jobs as QUEUED (epoch + 1), within the node's prefetch."""
+
+    def start_reserved(self, node_id: str, job_id: uuid.UUID, epoch: int, *, now: datetime) -> bool:
+        """QUEUED -> RUNNING for the node that reserved it; False if the reservation is gone."""
+
+    def record_progress(
+        self,
+        node_id: str,
+        job_id: uuid.UUID,
+        epoch: int,
+        *,
+        now: datetime,
+        step: int | None = None,
+        data: Any = None,
+    ) -> bool:
+        """Fenced progress (and checkpoint); True if it revived a TIMED_OUT job.
+
+        :raises FencedOut: the node no longer owns the job.
+        """
+
+    def last_checkpoint(self, job_id: uuid.UUID) -> Checkpoint | None:
+        """The job's last checkpoint, or None."""
+
+    def hand_back(
+        self,
+        node_id: str,
+        job_ids: Sequence[uuid.UUID] | None,
+        *,
+        now: datetime,
+        settings: WatcherSettings,
+    ) -> tuple[int, int]:
+        """Drain: QUEUED -> PENDING, RUNNING -> TIMED_OUT eligible at once."""
+
+    def job_liveness(self, job_ids: Sequence[uuid.UUID] | None = None) -> list[JobLiveness]:
+        """The watcher's view of live jobs."""
 
 
 @dataclass(frozen=True)

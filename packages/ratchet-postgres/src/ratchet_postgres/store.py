@@ -191,7 +191,7 @@ WITH o AS (
     SET status = '{pending}', scheduled_time = COALESCE(w.retry_at, CAST(:now AS BIGINT)),
         attempts = w.attempts + CASE WHEN w.kind = '{retry}' THEN 1 ELSE 0 END,
         last_error = CASE WHEN w.kind = '{retry}' THEN w.error END,
-        picked_by = NULL, picked_at = NULL
+        picked_by = NULL, picked_at = NULL, timed_out_at = NULL
     FROM owned w
     WHERE q.job_id = w.job_id AND w.kind IN ('{retry}', '{reschedule}')
 ), closed AS (

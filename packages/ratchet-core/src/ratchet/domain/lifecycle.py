@@ -62,7 +62,8 @@ class JobPriority(enum.IntEnum):
 _S = JobStatus
 
 #: Every allowed (source, target) move. A retry is RUNNING -> PENDING; an operator's retry of a
-#: dead-lettered job is FAILED -> PENDING. Creation is modelled as a move from ``None``.
+#: dead-lettered job is FAILED -> PENDING. Creation is modelled as a move from ``None``. The owner
+#: of a TIMED_OUT job may still finish it during its grace (TIMED_OUT -> SUCCEEDED).
 TRANSITIONS: frozenset[tuple[JobStatus | None, JobStatus]] = frozenset(
     {
         (None, _S.PENDING),
@@ -80,6 +81,7 @@ TRANSITIONS: frozenset[tuple[JobStatus | None, JobStatus]] = frozenset(
         (_S.RUNNING, _S.TIMED_OUT),
         (_S.RUNNING, _S.CANCELED),
         (_S.TIMED_OUT, _S.RUNNING),
+        (_S.TIMED_OUT, _S.SUCCEEDED),
         (_S.TIMED_OUT, _S.PENDING),
         (_S.TIMED_OUT, _S.FAILED),
         (_S.TIMED_OUT, _S.CANCELED),

@@ -36,6 +36,9 @@ class NewJob:
     """The resource whose permit the job needs to execute (None: none)."""
     recurring_master_id: uuid.UUID | None = None
     """The recurring master this job is an occurrence of (None: not a recurring fire)."""
+    stall_timeout: timedelta | None = None
+    """No progress for this long makes a RUNNING job TIMED_OUT (None: the watcher's default,
+    applied only once the job reports progress)."""
 
 
 @dataclass(frozen=True)
@@ -59,6 +62,8 @@ class ClaimedJob:
     tags: tuple[str, ...] = ()
     executor: str | None = None
     resource_name: str | None = None
+    takeovers: int = 0
+    """How many times the job was taken over from a stalled or dead node (0: a fresh claim)."""
 
 
 class OutcomeKind(enum.StrEnum):
@@ -155,3 +160,8 @@ class NodeRecord:
     started_at: datetime
     heartbeat_at: datetime
     state: str
+    node_name: str | None = None
+    """Stable across restarts (the configured name, else the host); None for legacy rows."""
+    host: str | None = None
+    pid: int | None = None
+    slots: int | None = None

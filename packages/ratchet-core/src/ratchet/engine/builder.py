@@ -122,6 +122,7 @@ class JobBuilder:
         self._immediate = False
         self._executor: str | None = None
         self._resource: str | None = None
+        self._stall_timeout: timedelta | None = None
         self._flow: FlowParts | None = None
         self._submitted = False
 
@@ -150,6 +151,15 @@ class JobBuilder:
     def with_timeout(self, timeout: timedelta) -> JobBuilder:
         JobOptions(timeout=timeout)
         self._timeout = timeout
+        return self
+
+    def with_stall_timeout(self, timeout: timedelta) -> JobBuilder:
+        """No progress (checkpoint or touch) for ``timeout`` makes the RUNNING job TIMED_OUT,
+        from its start on; its owner may revive it, else another node takes it over
+        (docs/clustering.md). Without it only jobs that report progress are watched."""
+        if not isinstance(timeout, timedelta) or timeout <= timedelta(0):
+            raise InvalidJobOptions(f"stall timeout must be a positive timedelta, got {timeout!r}")
+        self._stall_timeout = timeout
         return self
 
     def with_tags(self, *tags: str) -> JobBuilder:
@@ -359,6 +369,7 @@ class JobBuilder:
             params=dict(self._params),
             executor=self._executor,
             resource_name=self._resource,
+            stall_timeout=self._stall_timeout,
         )
 
     def submit(self, connection: Any = None) -> JobHandle:

@@ -18,6 +18,8 @@ from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any, Protocol
 
+from ratchet.domain.watcher import Checkpoint
+
 _current: contextvars.ContextVar[JobContext | None] = contextvars.ContextVar(
     "ratchet_job_context", default=None
 )
@@ -36,6 +38,8 @@ class JobContext:
     tags: tuple[str, ...] = ()
     cancellation: AttemptCancellation | None = field(default=None, repr=False, compare=False)
     """The attempt's cancellation request (None: not a watched attempt)."""
+    progress: ProgressReporter | None = field(default=None, repr=False, compare=False)
+    """Where progress and checkpoints go (None: not run by a worker of this process)."""
 
     @staticmethod
     def current() -> JobContext:
@@ -68,6 +72,34 @@ class JobContext:
         """``(job_id, epoch)``: pass it to side effects outside the store to fence zombies."""
         return (self.job_id, self.epoch)
 
+    # -- progress and checkpoints (docs/clustering.md, "Liveness, takeover and recovery") ------
+    def checkpoint(self, step: int, data: Any = None) -> None:
+        """Save where the job is: ``step`` (an int that never goes back within a run) and JSON
+        ``data``. A fenced write that counts as progress; a run that resumes after a takeover
+        (or a retry) starts from :meth:`last_checkpoint`.
+
+        :raises FencedOut: this node no longer owns the job; stop at once (nothing was written).
+        """
+        self._reporter().checkpoint(step, data)
+
+    def touch(self) -> None:
+        """Report progress without data (a fenced write; keeps a long step from stalling).
+
+        :raises FencedOut: this node no longer owns the job; stop at once.
+        """
+        self._reporter().touch()
+
+    def last_checkpoint(self) -> Checkpoint | None:
+        """The last checkpoint of this job (written by this run or an earlier one), or None."""
+        return self._reporter().last_checkpoint()
+
+    def _reporter(self) -> ProgressReporter:
+        if self.progress is None:
+            raise RuntimeError(
+                "progress and checkpoints need a job run by a worker in this process"
+            )
+        return self.progress
+
     def deadline(self) -> datetime | None:
         """When the watchdog interrupts this attempt; None where no watched attempt is bound."""
         return self.cancellation.deadline if self.cancellation is not None else None
@@ -86,6 +118,16 @@ class JobContext:
                 f"job {self.job_id} attempt {self.attempt}: {self.cancellation.reason}",
                 context=self,
             )
+
+
+class ProgressReporter(Protocol):
+    """Fenced progress writes of one attempt (the worker's liveness support implements it)."""
+
+    def checkpoint(self, step: int, data: Any) -> None: ...
+
+    def touch(self) -> None: ...
+
+    def last_checkpoint(self) -> Checkpoint | None: ...
 
 
 class CancellationFlag(Protocol):

@@ -14,10 +14,8 @@ import functools
 import heapq
 import inspect
 import logging
-import os
 import queue
 import signal
-import socket
 import threading
 import time
 import uuid
@@ -28,7 +26,7 @@ from typing import TYPE_CHECKING, Any, cast
 
 from ratchet.config import WorkerConfig
 from ratchet.domain.breaker import CircuitOpenError
-from ratchet.domain.errors import JobTimeoutError, StoreUnavailable
+from ratchet.domain.errors import FencedOut, JobTimeoutError, StoreUnavailable
 from ratchet.domain.model import ClaimedJob, Outcome, OutcomeKind
 from ratchet.domain.polling import AdaptivePollingStrategy, PollingConfig
 from ratchet.domain.retry import decide_retry
@@ -55,6 +53,7 @@ from ratchet.engine.watchdog import (
     cancellation_store,
     seconds_text,
 )
+from ratchet.engine.watcher import attach_liveness, new_node_id
 from ratchet.engine.workflows import after_flow_write, attach_flows
 from ratchet.events import EventKind, JobEvent
 from ratchet.ports import ExecutorProvider, InterruptibleExecutor, JobCall, WakeupHint
@@ -69,9 +68,9 @@ log = logging.getLogger("ratchet.worker")
 MAX_ERROR_CHARS = 4000
 
 
-def default_node_id() -> str:
-    """``host-pid-random``: unique per worker process incarnation."""
-    return f"{socket.gethostname()[:60]}-{os.getpid()}-{uuid.uuid4().hex[:8]}"
+def default_node_id(name: str | None = None) -> str:
+    """``name-pid-random`` (name: the host by default): unique per worker process incarnation."""
+    return new_node_id(name)
 
 
 def describe_error(exc: BaseException) -> str:
@@ -123,7 +122,7 @@ class Worker:
         self.app = app
         self.config = config
         self.store = app.store
-        self.node_id = node_id or app.config.node_name or default_node_id()
+        self.node_id = node_id or default_node_id(app.config.node_name)
         self.stats = WorkerStats()
         self._executors: dict[str, ExecutorProvider] = {}
         self._interruptible_cache: dict[int, bool] = {}
@@ -149,6 +148,8 @@ class Worker:
         if cancellation_store(self.store) is not None:
             self.periodic.append(CancellationRequestPoller(config.cancel_request_interval))
         attach_flows(self)  # signal-timeout scan; JobContext.signal() lookups
+        self.liveness = attach_liveness(self)
+        """Incarnation, heartbeats, watcher, takeovers, progress, drain (None: legacy store)."""
         self._inflight: dict[uuid.UUID, ClaimedJob] = {}
         self._lock = threading.Lock()
         self._wake = threading.Event()
@@ -180,7 +181,10 @@ class Worker:
             return
         self._started = True
         install_log_record_factory()
-        self.store.register_node(self.node_id, now=self.app.now())
+        if self.liveness is not None:
+            self.liveness.start()  # registers this incarnation, then heart-beats
+        else:
+            self.store.register_node(self.node_id, now=self.app.now())
         self.app.coordinator.add_listener(self._on_hint)
         self.watchdog.start()
         for name, target in (
@@ -218,6 +222,8 @@ class Worker:
         self._draining.set()
         self._stopping.set()
         self._wake.set()
+        if self.liveness is not None:
+            self.liveness.begin_drain()  # DRAINING; running attempts are asked to stop
         limit = (timeout if timeout is not None else self.config.drain_timeout).total_seconds()
         deadline = time.monotonic() + limit
         with self._idle:
@@ -231,7 +237,13 @@ class Worker:
         for thread in self._threads:
             thread.join(timeout=max(1.0, deadline - time.monotonic()))
         self._flush_remaining()
-        if unfinished:
+        if self.liveness is not None:
+            try:
+                self.liveness.hand_back()
+            except StoreUnavailable:
+                log.error("drain: database unavailable; the watcher will recover the jobs")
+            self.liveness.stop()
+        elif unfinished:
             try:
                 released = self.store.release_jobs(self.node_id, unfinished, now=self.app.now())
                 log.warning("drain: handed %d unfinished job(s) back to PENDING", released)
@@ -282,11 +294,19 @@ class Worker:
         """Claim as many due jobs as there are free slots (up to the batch size)."""
         free = self.free_slots()
         if free <= 0 or self._draining.is_set():
+            if free <= 0 and self.liveness is not None:
+                self.liveness.refill()  # keep the prefetch reservations topped up
             return []
         want = min(free, self.config.batch_size)
-        claimed = self.store.claim(
-            self.node_id, want, now=self.app.now(), boost_interval=self.app.config.boost_interval
-        )
+        if self.liveness is not None:  # takeovers first, then reserved jobs, then new claims
+            claimed = self.liveness.acquire(want)
+        else:
+            claimed = self.store.claim(
+                self.node_id,
+                want,
+                now=self.app.now(),
+                boost_interval=self.app.config.boost_interval,
+            )
         self.stats.polls += 1
         self.stats.claimed += len(claimed)
         with self._lock:
@@ -426,6 +446,8 @@ class Worker:
             outcome = self._attempt(job, attempt)
         finally:
             self._end_attempt(attempt)
+        if self.liveness is not None:  # fenced out, or handed back by the drain: not written
+            outcome = self.liveness.finish(job, attempt, outcome)
         if not attempt.finish():
             if outcome is not None:
                 self._discard_late(attempt, outcome)
@@ -444,6 +466,7 @@ class Worker:
             params=job.params,
             tags=job.tags,
             cancellation=attempt.cancellation,
+            progress=self.liveness.channel(job) if self.liveness is not None else None,
         )
         with bound(ctx):
             passed: list[Gate] = []
@@ -476,6 +499,8 @@ class Worker:
             except CircuitOpenError as exc:
                 finished = app.now()
                 return reschedule(job, started, finished, finished + exc.retry_delay, str(exc))
+            except FencedOut:
+                return None  # a progress write was refused: logged once, the run is over
             except (Exception, JobTimeoutError) as exc:
                 return self.failure_outcome(job, started, exc)
             finally:
@@ -723,6 +748,17 @@ class Worker:
 
     def record(self, outcomes: list[Outcome]) -> list[uuid.UUID]:
         """Write outcomes now (one transaction) and emit their events; returns fenced ids."""
+        if len({o.job_id for o in outcomes}) < len(outcomes):
+            # Two attempts of one job (a zombie's and the current one): fenced ids would be
+            # ambiguous, so a job's second outcome goes in a separate write.
+            first: dict[uuid.UUID, Outcome] = {}
+            rest: list[Outcome] = []
+            for o in outcomes:
+                if o.job_id in first:
+                    rest.append(o)
+                else:
+                    first[o.job_id] = o
+            return self.record(list(first.values())) + self.record(rest)
         fenced = self.store.record_outcomes(self.node_id, outcomes, now=self.app.now())
         self._after_write(outcomes, set(fenced))
         return fenced
@@ -810,6 +846,8 @@ class Worker:
     # ------------------------------------------------------------------ heartbeat and recovery
     def heartbeat_once(self) -> None:
         """Refresh this node's heartbeat (re-registering if its row vanished)."""
+        if self.liveness is not None:
+            return  # the liveness thread beats (and restarts a dead incarnation)
         now = self.app.now()
         if not self.store.heartbeat(self.node_id, now=now):
             log.warning(

@@ -63,6 +63,12 @@ job = Table(
     Column("signal_key", String(255), nullable=True),
     Column("signal_wait_ms", BigInteger, nullable=True),
     Column("batch_counted", Boolean(), nullable=True),  # the child is in its batch's counts
+    # migration 0008 (watcher): the stall timeout and the last checkpoint
+    Column("stall_timeout_ms", BigInteger, nullable=True),
+    Column("checkpoint_step", Integer, nullable=True),
+    Column("checkpoint_data", Text, nullable=True),
+    Column("checkpoint_epoch", Integer, nullable=True),
+    Column("checkpoint_at", UTCMicros(), nullable=True),
     Index("idx_job_terminal", "terminal_status", "terminated_at"),
     Index("idx_job_recurring_master", "recurring_master_id"),
     Index("idx_job_batch", "batch_id"),
@@ -87,6 +93,10 @@ job_queue = Table(
     Column("signal_key", String(255), nullable=True),
     Column("signal_deadline", UTCMicros(), nullable=True),
     Column("signal_payload", Text, nullable=True),
+    # migration 0008 (watcher): progress, the stall and takeovers
+    Column("last_progress_at", UTCMicros(), nullable=True),
+    Column("timed_out_at", UTCMicros(), nullable=True),
+    Column("takeovers", Integer, nullable=False, server_default="0"),
     UniqueConstraint("business_key", name="uq_queue_business_key"),
     Index("idx_queue_claim", "status", "priority", "scheduled_time", "job_id"),
     Index("idx_queue_owner", "picked_by", "status"),
@@ -131,8 +141,17 @@ node = Table(
     Column("started_at", UTCMicros(), nullable=False),
     Column("heartbeat_at", UTCMicros(), nullable=False),
     Column("state", String(16), nullable=False),
+    # migration 0008 (watcher): the incarnation's stable name, where it runs, its capacity
+    Column("node_name", String(128), nullable=True),
+    Column("host", String(255), nullable=True),
+    Column("pid", Integer, nullable=True),
+    Column("slots", Integer, nullable=True),
+    Column("prefetch", Integer, nullable=True),
     Index("idx_node_heartbeat", "heartbeat_at"),
+    Index("idx_node_name", "node_name", "host"),
 )
+"""One row per node incarnation (a worker process, or a restart of its incarnation). ``state``
+is ALIVE, DRAINING or DEAD; DEAD rows are deleted after a retention period."""
 
 # -- recurring masters and the lease lock (migration 0006, branch "recurring") -----------------
 
@@ -251,6 +270,7 @@ workflow_condition = Table(
 )
 """A branch: ``child_job_id`` (WAITING, ``waiting_for`` = the parent) is released when the
 condition holds once the parent ends, and canceled otherwise."""
+
 # -- cancellation requests (migration 0007, branch "timeouts") ---------------------------------
 
 cancel_request = Table(

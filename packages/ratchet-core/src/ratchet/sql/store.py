@@ -57,6 +57,7 @@ from ratchet.sql.dialect import ErrorKind, SqlDialect
 from ratchet.sql.permits import PermitStoreMixin
 from ratchet.sql.recurring import RecurringStoreMixin
 from ratchet.sql.types import UTCMicros
+from ratchet.sql.watcher import WatcherStoreMixin
 from ratchet.sql.workflows import WorkflowStoreMixin
 
 log = logging.getLogger("ratchet.store")
@@ -75,6 +76,8 @@ CHUNK = 500
 RETRY_ATTEMPTS = 8
 CANCELLABLE = sources_of(JobStatus.CANCELED)
 TAG_CANCELLABLE = (JobStatus.PENDING, JobStatus.PAUSED, JobStatus.WAITING)
+#: Statuses in which the owner's writes apply (fenced by owner + epoch).
+OWNED = (JobStatus.RUNNING.value, JobStatus.TIMED_OUT.value)
 
 
 OutcomeHook = Callable[[Connection, list[Outcome], datetime], None]
@@ -85,7 +88,13 @@ def _ms(value: timedelta | None) -> int | None:
     return None if value is None else int(value / timedelta(milliseconds=1))
 
 
-class SqlStore(PermitStoreMixin, CancellationStoreMixin, WorkflowStoreMixin, RecurringStoreMixin):
+class SqlStore(
+    PermitStoreMixin,
+    CancellationStoreMixin,
+    WorkflowStoreMixin,
+    RecurringStoreMixin,
+    WatcherStoreMixin,
+):
     """A :class:`~ratchet.ports.Store` over SQLAlchemy Core."""
 
     def __init__(self, url: str, dialect: SqlDialect, **engine_options: Any) -> None:
@@ -292,6 +301,7 @@ class SqlStore(PermitStoreMixin, CancellationStoreMixin, WorkflowStoreMixin, Rec
             "executor": j.executor,
             "resource_name": j.resource_name,
             "recurring_master_id": j.recurring_master_id,
+            "stall_timeout_ms": _ms(j.stall_timeout),
             "created_at": j.created_at,
             "attempts": 0,
         }
@@ -457,7 +467,7 @@ class SqlStore(PermitStoreMixin, CancellationStoreMixin, WorkflowStoreMixin, Rec
                 select(Q.c.epoch).where(
                     Q.c.job_id == job_id,
                     Q.c.picked_by == node_id,
-                    Q.c.status == JobStatus.RUNNING.value,
+                    Q.c.status.in_(OWNED),
                 )
             ).first()
             return row is not None and row.epoch == epoch
@@ -480,7 +490,7 @@ class SqlStore(PermitStoreMixin, CancellationStoreMixin, WorkflowStoreMixin, Rec
             stmt = select(Q.c.job_id, Q.c.epoch, Q.c.attempts).where(
                 Q.c.job_id.in_(chunk),
                 Q.c.picked_by == node_id,
-                Q.c.status == JobStatus.RUNNING.value,
+                Q.c.status.in_(OWNED),
             )
             owned.update({r.job_id: r for r in conn.execute(self.dialect.lock_rows(stmt))})
         fenced: list[uuid.UUID] = []
@@ -539,6 +549,7 @@ class SqlStore(PermitStoreMixin, CancellationStoreMixin, WorkflowStoreMixin, Rec
                     last_error=bindparam("b_error"),
                     picked_by=None,
                     picked_at=None,
+                    timed_out_at=None,
                 ),
                 [
                     {
@@ -918,7 +929,16 @@ class SqlStore(PermitStoreMixin, CancellationStoreMixin, WorkflowStoreMixin, Rec
     def list_nodes(self) -> list[NodeRecord]:
         def work(conn: Connection) -> list[NodeRecord]:
             return [
-                NodeRecord(r.node_id, r.started_at, r.heartbeat_at, r.state)
+                NodeRecord(
+                    r.node_id,
+                    r.started_at,
+                    r.heartbeat_at,
+                    r.state,
+                    r.node_name,
+                    r.host,
+                    r.pid,
+                    r.slots,
+                )
                 for r in conn.execute(select(NODE).order_by(NODE.c.node_id))
             ]
 

@@ -1,0 +1,892 @@
+"""Store capability: node incarnations, the stalled-job watcher, takeovers, progress, checkpoints.
+
+The rows of jef-watcher §b as conditional writes (docs/clustering.md, "Liveness, takeover and
+recovery"). Every transition re-checks its guard on rows it holds locked (``SKIP LOCKED`` on
+PostgreSQL and MySQL, the write lock on SQLite), so two watchers racing at the same moment have
+the effect of one. The rules themselves live in :mod:`ratchet.domain.watcher`; SQL only narrows
+the candidates and the domain decides.
+
+- A node is *alive* while its row is ALIVE or DRAINING; a job whose owner has no such row (DEAD,
+  deregistered or never registered) is an orphan.
+- "Has reported progress" is ``last_progress_at IS NOT NULL``; only progress writes set it.
+- Epochs grow on every grant of ownership (claim, reserve, takeover). Every write by an executing
+  node is fenced by job id + epoch + owner + status; progress writes also need the owner's node
+  row not to be DEAD.
+"""
+
+from __future__ import annotations
+
+import json
+import uuid
+from collections.abc import Callable, Collection, Sequence
+from dataclasses import replace as dc_replace
+from datetime import datetime, timedelta
+from typing import TYPE_CHECKING, Any, TypeVar
+
+from sqlalchemy import (
+    BigInteger,
+    and_,
+    bindparam,
+    case,
+    delete,
+    false,
+    func,
+    insert,
+    literal,
+    or_,
+    select,
+    true,
+    type_coerce,
+    update,
+)
+from sqlalchemy.engine import Connection, Row
+
+from ratchet.domain.errors import FencedOut
+from ratchet.domain.lifecycle import JobPriority, JobStatus, check_transition
+from ratchet.domain.model import ClaimedJob, NodeRecord, Outcome
+from ratchet.domain.options import BackoffPolicy
+from ratchet.domain.priority import claim_order_key
+from ratchet.domain.watcher import (
+    LIVE_NODE_STATES,
+    Checkpoint,
+    JobLiveness,
+    NodeInfo,
+    NodeState,
+    StalledJob,
+    WatcherAction,
+    WatcherReport,
+    WatcherSettings,
+    check_checkpoint,
+    classify,
+    orphaned_timed_out_at,
+    takeover_eligible,
+)
+from ratchet.ports import iter_chunks
+from ratchet.sql import schema
+from ratchet.sql.types import to_micros
+
+if TYPE_CHECKING:
+    from ratchet.sql.dialect import SqlDialect
+
+T = TypeVar("T")
+
+Q = schema.job_queue
+J = schema.job
+EXE = schema.job_execution
+NODE = schema.node
+PERMIT = schema.resource_permit
+
+CHUNK = 500
+#: Most jobs one watcher pass changes (the next pass continues).
+WATCH_LIMIT = 1000
+OWNED = (JobStatus.RUNNING.value, JobStatus.TIMED_OUT.value)
+LIVE = tuple(s.value for s in LIVE_NODE_STATES)
+#: Outcome of an attempt whose job was taken over (or handed back and taken over).
+ABANDONED = "ABANDONED"
+
+Decide = Callable[[StalledJob], Outcome]
+"""Turns a TIMED_OUT job nobody took over into its outcome (RETRY or DEAD), inside the watcher's
+transaction: the engine's retry policy decides."""
+
+
+def _live_nodes() -> Any:
+    return select(NODE.c.node_id).where(NODE.c.state.in_(LIVE))
+
+
+def _us(value: datetime) -> int:
+    return to_micros(value)
+
+
+class WatcherStoreMixin:
+    """Adds :class:`~ratchet.ports.WatcherStore` to :class:`~ratchet.sql.store.SqlStore`."""
+
+    if TYPE_CHECKING:
+        dialect: SqlDialect
+
+        def _run(self, work: Callable[[Connection], T], *, write: bool = True) -> T: ...
+
+        def _record(
+            self, conn: Connection, node_id: str, outcomes: Sequence[Outcome], now: datetime
+        ) -> list[uuid.UUID]: ...
+
+        def _candidates(self, now: datetime, limit: int) -> Any: ...
+
+    # ------------------------------------------------------------------ node incarnations
+    def register_incarnation(self, node: NodeInfo, *, now: datetime) -> list[NodeRecord]:
+        """Register ``node`` ALIVE; return the other live incarnations with its name and host
+        (candidates for "my previous incarnation": the engine checks their pids)."""
+
+        def work(conn: Connection) -> list[NodeRecord]:
+            values = {
+                "heartbeat_at": now,
+                "started_at": now,
+                "state": NodeState.ALIVE.value,
+                "node_name": node.node_name,
+                "host": node.host,
+                "pid": node.pid,
+                "slots": node.slots,
+                "prefetch": node.prefetch,
+            }
+            changed = conn.execute(
+                update(NODE).where(NODE.c.node_id == node.node_id).values(**values)
+            ).rowcount
+            if not changed:
+                conn.execute(insert(NODE).values(node_id=node.node_id, **values))
+            rows = conn.execute(
+                select(NODE).where(
+                    NODE.c.node_name == node.node_name,
+                    NODE.c.host == node.host,
+                    NODE.c.node_id != node.node_id,
+                    NODE.c.state.in_(LIVE),
+                )
+            ).all()
+            return [_node_record(r) for r in rows]
+
+        return self._run(work)
+
+    def beat(self, node_id: str, *, now: datetime) -> bool:
+        """Refresh the heartbeat of a live incarnation; False if it is DEAD or gone."""
+
+        def work(conn: Connection) -> bool:
+            return bool(
+                conn.execute(
+                    update(NODE)
+                    .where(NODE.c.node_id == node_id, NODE.c.state.in_(LIVE))
+                    .values(heartbeat_at=now)
+                ).rowcount
+            )
+
+        return self._run(work)
+
+    def set_draining(self, node_id: str, *, now: datetime) -> bool:
+        """ALIVE -> DRAINING (no more claims or takeovers); False unless it was ALIVE."""
+
+        def work(conn: Connection) -> bool:
+            return bool(
+                conn.execute(
+                    update(NODE)
+                    .where(NODE.c.node_id == node_id, NODE.c.state == NodeState.ALIVE.value)
+                    .values(state=NodeState.DRAINING.value, heartbeat_at=now)
+                ).rowcount
+            )
+
+        return self._run(work)
+
+    def declare_dead(
+        self, node_ids: Collection[str], *, now: datetime, silent_for: timedelta | None = None
+    ) -> list[str]:
+        """Mark live incarnations DEAD, each by one compare-and-set; return those this call
+        marked. With ``silent_for``, only those whose heartbeat is at least that old."""
+        if not node_ids:
+            return []
+        return self._run(lambda conn: self._declare_dead(conn, node_ids, now, silent_for))
+
+    def _declare_dead(
+        self,
+        conn: Connection,
+        node_ids: Collection[str],
+        now: datetime,
+        silent_for: timedelta | None,
+    ) -> list[str]:
+        marked: list[str] = []
+        for node_id in sorted(node_ids):
+            stmt = update(NODE).where(NODE.c.node_id == node_id, NODE.c.state.in_(LIVE))
+            if silent_for is not None:
+                stmt = stmt.where(NODE.c.heartbeat_at <= now - silent_for)
+            if conn.execute(stmt.values(state=NodeState.DEAD.value)).rowcount:
+                marked.append(node_id)
+        if marked:
+            # Their permits go with them (as orphan recovery always did); a zombie that comes
+            # back finds its attempts fenced and releases nothing that is not its own.
+            conn.execute(delete(PERMIT).where(PERMIT.c.node_id.in_(marked)))
+        return marked
+
+    # ------------------------------------------------------------------ the watcher
+    def watch(
+        self,
+        *,
+        now: datetime,
+        settings: WatcherSettings,
+        decide: Decide,
+        judge_silence: bool = True,
+    ) -> WatcherReport:
+        """One watcher pass: silent nodes -> DEAD, then every due job transition (T4, T6, T9,
+        T13) in one transaction. Idempotent: a second pass at the same ``now`` changes nothing.
+
+        ``judge_silence`` False skips the two judgements of silence (nodes dead, RUNNING jobs
+        stalled): the caller could not write itself lately, so the silence may be the
+        database's."""
+
+        silent_nodes = select(NODE.c.node_id).where(
+            NODE.c.state.in_(LIVE), NODE.c.heartbeat_at <= now - settings.dead_after
+        )
+        expired_rows = and_(
+            NODE.c.state == NodeState.DEAD.value,
+            NODE.c.heartbeat_at < now - settings.dead_node_retention,
+        )
+        due = self._due(now, settings, judge_silence)
+
+        def probe(conn: Connection) -> tuple[list[str], bool, bool]:
+            return (
+                list(conn.execute(silent_nodes).scalars()),
+                conn.execute(select(NODE.c.node_id).where(expired_rows).limit(1)).first()
+                is not None,
+                conn.execute(select(Q.c.job_id).where(due).limit(1)).first() is not None,
+            )
+
+        def nodes(conn: Connection) -> tuple[list[str], int]:
+            silent = list(conn.execute(silent_nodes).scalars()) if judge_silence else []
+            marked = self._declare_dead(conn, silent, now, settings.dead_after)
+            removed = conn.execute(delete(NODE).where(expired_rows)).rowcount
+            return marked, int(removed or 0)
+
+        # Reads first: the write transactions (the write lock on SQLite) only when needed.
+        silent, stale, jobs_due = self._run(probe, write=False)
+        if not judge_silence:
+            silent = []
+        dead: list[str] = []
+        removed = 0
+        if silent or stale:
+            dead, removed = self._run(nodes)
+        report = WatcherReport()
+        if jobs_due or dead:
+            report = self._run(
+                lambda conn: self._watch_jobs(conn, due, now, settings, decide, judge_silence)
+            )
+        return dc_replace(report, dead_nodes=tuple(dead), removed_nodes=removed)
+
+    def _liveness_cols(self) -> list[Any]:
+        stall = select(J.c.stall_timeout_ms).where(J.c.job_id == Q.c.job_id).scalar_subquery()
+        owner_alive = case((Q.c.picked_by.in_(_live_nodes()), 1), else_=0)
+        return [
+            Q.c.job_id,
+            Q.c.status,
+            Q.c.epoch,
+            Q.c.picked_by,
+            Q.c.picked_at,
+            Q.c.last_progress_at,
+            Q.c.timed_out_at,
+            Q.c.takeovers,
+            Q.c.attempts,
+            Q.c.priority,
+            Q.c.scheduled_time,
+            stall.label("stall_ms"),
+            owner_alive.label("owner_alive"),
+        ]
+
+    @staticmethod
+    def _due(now: datetime, settings: WatcherSettings, judge_silence: bool = True) -> Any:
+        """Live jobs some watcher transition may apply to now (the domain decides which)."""
+        now_us = literal(_us(now), BigInteger)
+        lp = type_coerce(Q.c.last_progress_at, BigInteger)
+        pa = type_coerce(Q.c.picked_at, BigInteger)
+        tmo = type_coerce(Q.c.timed_out_at, BigInteger)
+        stall_ms = select(J.c.stall_timeout_ms).where(J.c.job_id == Q.c.job_id).scalar_subquery()
+        activity = case((and_(lp.is_not(None), or_(pa.is_(None), lp > pa)), lp), else_=pa)
+        limit_ms = func.coalesce(stall_ms, settings.running_stall // timedelta(milliseconds=1))
+        orphan = Q.c.picked_by.not_in(_live_nodes())
+        grace_us = settings.timed_out_grace // timedelta(microseconds=1)
+        window_us = grace_us + settings.takeover_window // timedelta(microseconds=1)
+        due = or_(
+            and_(
+                Q.c.status == JobStatus.QUEUED.value,
+                Q.c.picked_by.is_not(None),
+                or_(orphan, Q.c.picked_at <= now - settings.queued_stall),
+            ),
+            and_(
+                Q.c.status == JobStatus.RUNNING.value,
+                or_(
+                    orphan,
+                    and_(
+                        true() if judge_silence else false(),
+                        or_(lp.is_not(None), stall_ms.is_not(None)),
+                        activity + limit_ms * 1000 <= now_us,
+                    ),
+                ),
+            ),
+            and_(
+                Q.c.status == JobStatus.TIMED_OUT.value,
+                or_(
+                    tmo + window_us <= now_us,
+                    and_(Q.c.takeovers >= settings.max_takeovers, tmo + grace_us <= now_us),
+                ),
+            ),
+        )
+        return due
+
+    def _watch_jobs(
+        self,
+        conn: Connection,
+        due: Any,
+        now: datetime,
+        settings: WatcherSettings,
+        decide: Decide,
+        judge_silence: bool,
+    ) -> WatcherReport:
+        stmt = select(*self._liveness_cols()).where(due).order_by(Q.c.job_id).limit(WATCH_LIMIT)
+        rows = conn.execute(self.dialect.lock_for_claim(stmt)).all()
+        revoke: list[Row[Any]] = []
+        stall: list[Row[Any]] = []
+        orphaned: list[Row[Any]] = []
+        expire: list[Row[Any]] = []
+        for r in rows:
+            action = classify(_liveness(r), now, settings, owner_alive=bool(r.owner_alive))
+            if action is WatcherAction.REVOKE:
+                revoke.append(r)
+            elif action is WatcherAction.STALL and judge_silence:
+                stall.append(r)
+            elif action is WatcherAction.ORPHAN:
+                orphaned.append(r)
+            elif action is WatcherAction.EXPIRE:
+                expire.append(r)
+        if revoke:
+            check_transition(JobStatus.QUEUED, JobStatus.PENDING)
+            self._guarded(
+                conn,
+                revoke,
+                JobStatus.QUEUED,
+                {"status": JobStatus.PENDING.value, "picked_by": None, "picked_at": None},
+            )
+        if stall or orphaned:
+            check_transition(JobStatus.RUNNING, JobStatus.TIMED_OUT)
+        if stall:
+            self._guarded(
+                conn, stall, JobStatus.RUNNING, {"status": "TIMED_OUT", "timed_out_at": now}
+            )
+        if orphaned:
+            self._guarded(
+                conn,
+                orphaned,
+                JobStatus.RUNNING,
+                {"status": "TIMED_OUT", "timed_out_at": orphaned_timed_out_at(now, settings)},
+            )
+        outcomes = self._expire(conn, expire, now, settings, decide) if expire else []
+        return WatcherReport(
+            revoked=len(revoke),
+            orphaned=len(orphaned),
+            stalled=len(stall),
+            expired=tuple(outcomes),
+        )
+
+    @staticmethod
+    def _guarded(
+        conn: Connection, rows: Sequence[Row[Any]], source: JobStatus, values: dict[str, Any]
+    ) -> None:
+        """Apply ``values`` to locked rows, still guarded by status and epoch."""
+        conn.execute(
+            update(Q)
+            .where(
+                Q.c.job_id == bindparam("b_id"),
+                Q.c.status == source.value,
+                Q.c.epoch == bindparam("b_epoch"),
+            )
+            .values(**values),
+            [{"b_id": r.job_id, "b_epoch": r.epoch} for r in rows],
+        )
+
+    def _expire(
+        self,
+        conn: Connection,
+        rows: Sequence[Row[Any]],
+        now: datetime,
+        settings: WatcherSettings,
+        decide: Decide,
+    ) -> list[Outcome]:
+        """T9: record the outcome the engine decides for each job, as its owner would."""
+        definitions = {
+            d.job_id: d
+            for d in conn.execute(
+                select(J.c.job_id, J.c.max_retries, J.c.backoff_policy, J.c.backoff_ms).where(
+                    J.c.job_id.in_([r.job_id for r in rows])
+                )
+            )
+        }
+        by_owner: dict[str, list[Outcome]] = {}
+        for r in rows:
+            d = definitions[r.job_id]
+            waited = now - r.timed_out_at
+            reason = (
+                f"no node took it over within {settings.takeover_window} after its grace"
+                if waited >= settings.timed_out_grace + settings.takeover_window
+                else f"it stalled again after {r.takeovers} takeover(s), the cap"
+            )
+            stalled = StalledJob(
+                job_id=r.job_id,
+                epoch=r.epoch,
+                attempt=r.attempts + 1,
+                owner=r.picked_by,
+                started_at=r.picked_at or now,
+                timed_out_at=r.timed_out_at,
+                takeovers=r.takeovers,
+                max_retries=d.max_retries,
+                backoff=d.backoff_policy,
+                backoff_ms=d.backoff_ms,
+                reason=reason,
+            )
+            by_owner.setdefault(r.picked_by, []).append(decide(stalled))
+        applied: list[Outcome] = []
+        for owner, outcomes in by_owner.items():
+            fenced = set(self._record(conn, owner, outcomes, now))
+            applied.extend(o for o in outcomes if o.job_id not in fenced)
+        return applied
+
+    # ------------------------------------------------------------------ acquiring work
+    def _node_capacity(self, conn: Connection, node_id: str) -> Any:
+        """The node's row if it is ALIVE (the only state that may take new work)."""
+        row = conn.execute(
+            select(NODE.c.state, NODE.c.slots, NODE.c.prefetch).where(NODE.c.node_id == node_id)
+        ).first()
+        return row if row is not None and row.state == NodeState.ALIVE.value else None
+
+    def _held(self, conn: Connection, node_id: str, statuses: Sequence[str]) -> int:
+        return int(
+            conn.execute(
+                select(func.count())
+                .select_from(Q)
+                .where(Q.c.picked_by == node_id, Q.c.status.in_(list(statuses)))
+            ).scalar_one()
+        )
+
+    def takeover(
+        self,
+        node_id: str,
+        limit: int,
+        *,
+        now: datetime,
+        settings: WatcherSettings,
+        exclude: Collection[uuid.UUID] = (),
+    ) -> list[ClaimedJob]:
+        """T8: take over up to ``limit`` eligible TIMED_OUT jobs of other incarnations.
+
+        Only an ALIVE node, and never beyond its registered slots (its RUNNING + TIMED_OUT jobs
+        count). Each job gets epoch + 1, this owner, one more takeover and a new attempt-history
+        row; the abandoned attempt's row is closed as ``ABANDONED``. ``exclude``: jobs this
+        process still runs locally (a restarted incarnation must not run them twice).
+        """
+        if limit <= 0:
+            return []
+        return self._run(lambda conn: self._takeover(conn, node_id, limit, now, settings, exclude))
+
+    def takeover_probe(
+        self, node_id: str, *, now: datetime, settings: WatcherSettings
+    ) -> tuple[NodeState | None, bool]:
+        """One cheap read before a poll: this node's state (None: no row) and whether any job
+        is eligible for it to take over (so that the write transaction runs only then)."""
+        eligible = self._eligible(node_id, now, settings).with_only_columns(Q.c.job_id).limit(1)
+        state = select(NODE.c.state).where(NODE.c.node_id == node_id).scalar_subquery()
+        stmt = select(state.label("state"), eligible.exists().label("eligible"))
+
+        def work(conn: Connection) -> tuple[NodeState | None, bool]:
+            row = conn.execute(stmt).one()
+            return (None if row.state is None else NodeState(row.state)), bool(row.eligible)
+
+        return self._run(work, write=False)
+
+    @staticmethod
+    def _eligible(node_id: str, now: datetime, settings: WatcherSettings) -> Any:
+        """TIMED_OUT jobs of other incarnations that ``node_id`` may take over now (T8)."""
+        return select(Q.c.job_id).where(
+            Q.c.status == JobStatus.TIMED_OUT.value,
+            Q.c.picked_by != node_id,
+            Q.c.takeovers < settings.max_takeovers,
+            Q.c.timed_out_at > now - (settings.timed_out_grace + settings.takeover_window),
+            or_(
+                Q.c.timed_out_at <= now - settings.timed_out_grace,
+                Q.c.picked_by.not_in(_live_nodes()),
+            ),
+        )
+
+    def _takeover(
+        self,
+        conn: Connection,
+        node_id: str,
+        limit: int,
+        now: datetime,
+        settings: WatcherSettings,
+        exclude: Collection[uuid.UUID],
+    ) -> list[ClaimedJob]:
+        me = self._node_capacity(conn, node_id)
+        if me is None:
+            return []
+        if me.slots is not None:
+            limit = min(limit, me.slots - self._held(conn, node_id, OWNED))
+        if limit <= 0:
+            return []
+        stmt = self._eligible(node_id, now, settings).with_only_columns(*self._liveness_cols())
+        if exclude:
+            stmt = stmt.where(Q.c.job_id.not_in(list(exclude)))
+        stmt = stmt.order_by(Q.c.priority.desc(), Q.c.timed_out_at, Q.c.job_id).limit(limit)
+        rows = [
+            r
+            for r in conn.execute(self.dialect.lock_for_claim(stmt)).all()
+            if takeover_eligible(
+                _liveness(r), now, settings, owner_alive=bool(r.owner_alive), taker=node_id
+            )
+        ]
+        if not rows:
+            return []
+        check_transition(JobStatus.TIMED_OUT, JobStatus.RUNNING)
+        conn.execute(
+            update(Q)
+            .where(
+                Q.c.job_id == bindparam("b_id"),
+                Q.c.status == JobStatus.TIMED_OUT.value,
+                Q.c.epoch == bindparam("b_epoch"),
+            )
+            .values(
+                status=JobStatus.RUNNING.value,
+                picked_by=node_id,
+                picked_at=now,
+                epoch=Q.c.epoch + 1,
+                takeovers=Q.c.takeovers + 1,
+                timed_out_at=None,
+            ),
+            [{"b_id": r.job_id, "b_epoch": r.epoch} for r in rows],
+        )
+        conn.execute(
+            update(EXE)
+            .where(
+                EXE.c.job_id == bindparam("b_id"),
+                EXE.c.epoch == bindparam("b_epoch"),
+                EXE.c.outcome == JobStatus.RUNNING.value,
+            )
+            .values(outcome=ABANDONED, finished_at=now),
+            [{"b_id": r.job_id, "b_epoch": r.epoch} for r in rows],
+        )
+        self._open_attempts(conn, rows, node_id, now)
+        return self._claimed(conn, rows, now, takeover=True)
+
+    def _open_attempts(
+        self, conn: Connection, rows: Sequence[Row[Any]], node_id: str, now: datetime
+    ) -> None:
+        conn.execute(
+            insert(EXE),
+            [
+                {
+                    "job_id": r.job_id,
+                    "attempt_no": r.attempts + 1,
+                    "epoch": r.epoch + 1,
+                    "node_id": node_id,
+                    "started_at": now,
+                    "outcome": JobStatus.RUNNING.value,
+                }
+                for r in rows
+            ],
+        )
+
+    def _claimed(
+        self, conn: Connection, rows: Sequence[Row[Any]], now: datetime, *, takeover: bool
+    ) -> list[ClaimedJob]:
+        """The jobs of ``rows``; a takeover's rows were read before its epoch + 1."""
+        ids = [r.job_id for r in rows]
+        definitions = {
+            d.job_id: d
+            for d in conn.execute(
+                select(
+                    J.c.job_id,
+                    J.c.target,
+                    J.c.payload,
+                    J.c.max_retries,
+                    J.c.backoff_policy,
+                    J.c.backoff_ms,
+                    J.c.timeout_ms,
+                    J.c.params,
+                    J.c.tags,
+                    J.c.executor,
+                    J.c.resource_name,
+                ).where(J.c.job_id.in_(ids))
+            )
+        }
+        claimed = []
+        for r in rows:
+            d = definitions[r.job_id]
+            claimed.append(
+                ClaimedJob(
+                    job_id=r.job_id,
+                    epoch=r.epoch + 1 if takeover else r.epoch,
+                    attempt=r.attempts + 1,
+                    target=d.target,
+                    payload=d.payload,
+                    priority=JobPriority(r.priority),
+                    max_retries=d.max_retries,
+                    backoff=BackoffPolicy(d.backoff_policy),
+                    backoff_delay=timedelta(milliseconds=d.backoff_ms),
+                    timeout=None if d.timeout_ms is None else timedelta(milliseconds=d.timeout_ms),
+                    scheduled_time=r.scheduled_time,
+                    claimed_at=now,
+                    params=json.loads(d.params) if d.params else {},
+                    tags=tuple(json.loads(d.tags)) if d.tags else (),
+                    executor=d.executor,
+                    resource_name=d.resource_name,
+                    takeovers=r.takeovers + 1 if takeover else r.takeovers,
+                )
+            )
+        return claimed
+
+    def reserve(
+        self, node_id: str, limit: int, *, now: datetime, boost_interval: timedelta
+    ) -> list[ClaimedJob]:
+        """T2: reserve up to ``limit`` due PENDING jobs as QUEUED for ``node_id`` (epoch + 1),
+        in claim order, never beyond the node's registered prefetch. Start them with
+        :meth:`start_reserved`; the watcher revokes what waits longer than ``queued_stall``."""
+        if limit <= 0:
+            return []
+        probe = select(Q.c.job_id).where(
+            Q.c.status == JobStatus.PENDING.value, Q.c.scheduled_time <= now
+        )
+        if self._run(lambda conn: conn.execute(probe.limit(1)).first(), write=False) is None:
+            return []
+        return self._run(lambda conn: self._reserve(conn, node_id, limit, now, boost_interval))
+
+    def _reserve(
+        self, conn: Connection, node_id: str, limit: int, now: datetime, boost: timedelta
+    ) -> list[ClaimedJob]:
+        me = self._node_capacity(conn, node_id)
+        if me is None:
+            return []
+        if me.prefetch is not None:
+            limit = min(limit, me.prefetch - self._held(conn, node_id, [JobStatus.QUEUED.value]))
+        if limit <= 0:
+            return []
+        rows = list(conn.execute(self._candidates(now, limit)).all())
+        rows.sort(
+            key=lambda r: claim_order_key(r.priority, r.scheduled_time, str(r.job_id), now, boost)
+        )
+        if self.dialect.skip_locked and rows:
+            locked = set(
+                conn.execute(
+                    self.dialect.lock_for_claim(
+                        select(Q.c.job_id).where(
+                            Q.c.job_id.in_([r.job_id for r in rows]),
+                            Q.c.status == JobStatus.PENDING.value,
+                        )
+                    )
+                ).scalars()
+            )
+            rows = [r for r in rows if r.job_id in locked]
+        chosen = rows[:limit]
+        if not chosen:
+            return []
+        check_transition(JobStatus.PENDING, JobStatus.QUEUED)
+        ids = [r.job_id for r in chosen]
+        conn.execute(
+            update(Q)
+            .where(Q.c.job_id.in_(ids), Q.c.status == JobStatus.PENDING.value)
+            .values(
+                status=JobStatus.QUEUED.value,
+                picked_by=node_id,
+                picked_at=now,
+                epoch=Q.c.epoch + 1,
+            )
+        )
+        full = list(conn.execute(select(*self._liveness_cols()).where(Q.c.job_id.in_(ids))))
+        order = {jid: i for i, jid in enumerate(ids)}
+        full.sort(key=lambda r: order[r.job_id])
+        return self._claimed(conn, full, now, takeover=False)
+
+    def start_reserved(self, node_id: str, job_id: uuid.UUID, epoch: int, *, now: datetime) -> bool:
+        """T3: QUEUED -> RUNNING for the node that reserved it (same epoch) and open its
+        attempt row; False if the reservation was revoked (queue stall, cancel)."""
+
+        def work(conn: Connection) -> bool:
+            check_transition(JobStatus.QUEUED, JobStatus.RUNNING)
+            changed = conn.execute(
+                update(Q)
+                .where(
+                    Q.c.job_id == job_id,
+                    Q.c.epoch == epoch,
+                    Q.c.picked_by == node_id,
+                    Q.c.status == JobStatus.QUEUED.value,
+                )
+                .values(status=JobStatus.RUNNING.value, picked_at=now)
+            ).rowcount
+            if not changed:
+                return False
+            attempts = conn.execute(select(Q.c.attempts).where(Q.c.job_id == job_id)).scalar_one()
+            conn.execute(
+                insert(EXE).values(
+                    job_id=job_id,
+                    attempt_no=attempts + 1,
+                    epoch=epoch,
+                    node_id=node_id,
+                    started_at=now,
+                    outcome=JobStatus.RUNNING.value,
+                )
+            )
+            return True
+
+        return self._run(work)
+
+    # ------------------------------------------------------------------ progress (fenced)
+    def record_progress(
+        self,
+        node_id: str,
+        job_id: uuid.UUID,
+        epoch: int,
+        *,
+        now: datetime,
+        step: int | None = None,
+        data: Any = None,
+    ) -> bool:
+        """T5 / T7: the owner reports progress (with a checkpoint when ``step`` is given).
+
+        One conditional update fenced by job id + epoch + owner + status (RUNNING or TIMED_OUT)
+        and the owner's node not being DEAD; a TIMED_OUT job is revived (same epoch). Returns
+        whether it was revived.
+
+        :raises FencedOut: the node no longer owns the job; nothing was written.
+        :raises ValueError: the checkpoint step went backwards in this epoch, or the data is not
+            JSON.
+        """
+
+        def work(conn: Connection) -> bool:
+            guard = and_(
+                Q.c.job_id == job_id,
+                Q.c.epoch == epoch,
+                Q.c.picked_by == node_id,
+                Q.c.status.in_(OWNED),
+                Q.c.picked_by.in_(
+                    select(NODE.c.node_id).where(
+                        NODE.c.node_id == node_id, NODE.c.state != NodeState.DEAD.value
+                    )
+                ),
+            )
+            before = conn.execute(select(Q.c.status).where(guard)).scalar()
+            changed = conn.execute(
+                update(Q)
+                .where(guard)
+                .values(status=JobStatus.RUNNING.value, timed_out_at=None, last_progress_at=now)
+            ).rowcount
+            if not changed:
+                raise FencedOut(job_id, epoch, node_id)
+            if step is not None:
+                previous = self._checkpoint(conn, job_id)
+                text = check_checkpoint(previous, epoch, step, data)
+                conn.execute(
+                    update(J)
+                    .where(J.c.job_id == job_id)
+                    .values(
+                        checkpoint_step=step,
+                        checkpoint_data=text,
+                        checkpoint_epoch=epoch,
+                        checkpoint_at=now,
+                    )
+                )
+            return before == JobStatus.TIMED_OUT.value
+
+        return self._run(work)
+
+    @staticmethod
+    def _checkpoint(conn: Connection, job_id: uuid.UUID) -> Checkpoint | None:
+        row = conn.execute(
+            select(
+                J.c.checkpoint_step, J.c.checkpoint_data, J.c.checkpoint_epoch, J.c.checkpoint_at
+            ).where(J.c.job_id == job_id)
+        ).first()
+        if row is None or row.checkpoint_step is None:
+            return None
+        return Checkpoint(
+            step=row.checkpoint_step,
+            data=json.loads(row.checkpoint_data) if row.checkpoint_data is not None else None,
+            epoch=row.checkpoint_epoch,
+            at=row.checkpoint_at,
+        )
+
+    def last_checkpoint(self, job_id: uuid.UUID) -> Checkpoint | None:
+        """The last checkpoint any run of the job wrote (None: none yet)."""
+        return self._run(lambda conn: self._checkpoint(conn, job_id), write=False)
+
+    # ------------------------------------------------------------------ drain
+    def hand_back(
+        self,
+        node_id: str,
+        job_ids: Sequence[uuid.UUID] | None,
+        *,
+        now: datetime,
+        settings: WatcherSettings,
+    ) -> tuple[int, int]:
+        """Drain: hand this node's jobs back (all of them when ``job_ids`` is None).
+
+        QUEUED -> PENDING (claimable at once); RUNNING / TIMED_OUT -> TIMED_OUT eligible for
+        takeover at once (they keep their checkpoint). Returns (queued, running) counts.
+        """
+        eligible = orphaned_timed_out_at(now, settings)
+
+        def work(conn: Connection) -> tuple[int, int]:
+            mine = Q.c.picked_by == node_id
+            chunks: list[Any] = (
+                [None] if job_ids is None else list(iter_chunks(list(job_ids), CHUNK))
+            )
+            queued = running = 0
+            for chunk in chunks:
+                scope = mine if chunk is None else and_(mine, Q.c.job_id.in_(list(chunk)))
+                queued += conn.execute(
+                    update(Q)
+                    .where(scope, Q.c.status == JobStatus.QUEUED.value)
+                    .values(status=JobStatus.PENDING.value, picked_by=None, picked_at=None)
+                ).rowcount
+                running += conn.execute(
+                    update(Q)
+                    .where(scope, Q.c.status == JobStatus.RUNNING.value)
+                    .values(status=JobStatus.TIMED_OUT.value, timed_out_at=eligible)
+                ).rowcount
+                running += conn.execute(
+                    update(Q)
+                    .where(
+                        scope,
+                        Q.c.status == JobStatus.TIMED_OUT.value,
+                        Q.c.timed_out_at > eligible,
+                    )
+                    .values(timed_out_at=eligible)
+                ).rowcount
+            return queued, running
+
+        if job_ids is not None and not job_ids:
+            return (0, 0)
+        return self._run(work)
+
+    # ------------------------------------------------------------------ reading
+    def job_liveness(self, job_ids: Sequence[uuid.UUID] | None = None) -> list[JobLiveness]:
+        """The watcher's view of live jobs (all of them, or ``job_ids``), by job id."""
+
+        def work(conn: Connection) -> list[JobLiveness]:
+            stmt = select(*self._liveness_cols()).order_by(Q.c.job_id)
+            if job_ids is not None:
+                stmt = stmt.where(Q.c.job_id.in_(list(job_ids)))
+            return [_liveness(r) for r in conn.execute(stmt)]
+
+        if job_ids is not None and not job_ids:
+            return []
+        return self._run(work, write=False)
+
+    def live_node_ids(self) -> set[str]:
+        """Incarnations that are ALIVE or DRAINING."""
+        return set(self._run(lambda conn: list(conn.execute(_live_nodes()).scalars()), write=False))
+
+
+def _liveness(r: Row[Any]) -> JobLiveness:
+    return JobLiveness(
+        job_id=r.job_id,
+        status=JobStatus(r.status),
+        epoch=r.epoch,
+        picked_by=r.picked_by,
+        picked_at=r.picked_at,
+        last_progress_at=r.last_progress_at,
+        timed_out_at=r.timed_out_at,
+        takeovers=r.takeovers,
+        attempts=r.attempts,
+        stall_timeout=None if r.stall_ms is None else timedelta(milliseconds=r.stall_ms),
+    )
+
+
+def _node_record(r: Row[Any]) -> NodeRecord:
+    return NodeRecord(
+        node_id=r.node_id,
+        started_at=r.started_at,
+        heartbeat_at=r.heartbeat_at,
+        state=r.state,
+        node_name=r.node_name,
+        host=r.host,
+        pid=r.pid,
+        slots=r.slots,
+    )

@@ -1,0 +1,229 @@
+"""Cluster liveness end to end on SQLite with real worker threads and a FakeClock.
+
+Stalls and takeovers that resume from the last checkpoint, the zombie's fenced write, a node
+that finds itself DEAD and continues as a new incarnation, recovery of a previous incarnation
+at start, the drain hand-back, expiry through the retry policy, and prefetch back-pressure.
+"""
+
+from __future__ import annotations
+
+import os
+import time
+import uuid
+from collections import Counter
+from collections.abc import Iterator
+from datetime import timedelta
+from typing import Any
+
+import liveness_jobs as lj
+import pytest
+from timeout_harness import Events, wait_for
+
+from ratchet import EventKind, JobContext, JobStatus, Ratchet
+from ratchet.domain.watcher import NodeInfo
+from ratchet.engine.watcher import host_name
+from ratchet.engine.worker import Worker
+from ratchet.testing import FakeClock
+
+FAST: dict[str, Any] = {
+    "concurrency": 2,
+    "burst_delay": timedelta(milliseconds=10),
+    "min_delay": timedelta(milliseconds=20),
+    "max_delay": timedelta(milliseconds=50),
+    "deep_idle_delay": timedelta(milliseconds=50),
+    "heartbeat_interval": timedelta(milliseconds=50),
+    "orphan_grace": timedelta(seconds=30),
+    "watcher_enabled": False,  # the tests run the watcher passes themselves
+    "drain_timeout": timedelta(seconds=2),
+    "cancel_request_interval": timedelta(milliseconds=50),
+}
+
+
+@pytest.fixture
+def app(sqlite_url: str, clock: FakeClock) -> Iterator[Ratchet]:
+    lj.reset()
+    app = Ratchet(sqlite_url, allowed_modules=["liveness_jobs"], clock=clock, node_name="box")
+    workers: list[Worker] = []
+    app.test_workers = workers  # type: ignore[attr-defined]
+    yield app
+    for g in list(lj.GATES.values()):
+        g.set()
+    for w in workers:
+        w.stop(timeout=timedelta(seconds=1))
+    app.close()
+
+
+def start(app: Ratchet, **options: Any) -> Worker:
+    worker: Worker = app.worker(**{**FAST, **options})
+    app.test_workers.append(worker)  # type: ignore[attr-defined]
+    worker.start()
+    return worker
+
+
+def tick(clock: FakeClock, delta: timedelta | float, *workers: Worker) -> None:
+    """Let ``delta`` pass in steps of at most 10 s, every worker heart-beating after each step
+    (as their threads would): a node judges silence only while its own beats are regular."""
+    left = delta if isinstance(delta, timedelta) else timedelta(seconds=delta)
+    while left > timedelta(0):
+        step = min(left, timedelta(seconds=10))
+        clock.advance(step)
+        left -= step
+        for w in workers:
+            assert w.liveness is not None and w.liveness.beat()
+
+
+def status(app: Ratchet, job_id: uuid.UUID) -> JobStatus:
+    rec = app.get_job(job_id)
+    assert rec is not None
+    return rec.status
+
+
+def view(app: Ratchet, job_id: uuid.UUID) -> Any:
+    [v] = app.store.job_liveness([job_id])  # type: ignore[attr-defined]
+    return v
+
+
+def test_stalled_job_is_taken_over_and_resumes_from_its_checkpoint(
+    app: Ratchet, clock: FakeClock
+) -> None:
+    a = start(app)
+    handle = app.enqueue(lj.steps, "s", 4, hang_after=2).submit()
+    wait_for(lambda: lj.WAITING.get("s") == 1, what="the first run to hang after step 2")
+    b = start(app)
+    assert a.liveness is not None and b.liveness is not None
+    tick(clock, a.config.running_stall - timedelta(microseconds=1), a, b)
+    assert a.liveness.watch_once().stalled == 0, "no premature stall"
+    tick(clock, timedelta(microseconds=1), a, b)
+    assert a.liveness.watch_once().stalled == 1
+    assert view(app, handle.id).status is JobStatus.TIMED_OUT
+    tick(clock, a.config.timed_out_grace - timedelta(microseconds=1), a, b)
+    time.sleep(0.3)  # several polls of b: nobody takes it during the owner's grace
+    assert view(app, handle.id).status is JobStatus.TIMED_OUT
+    tick(clock, timedelta(microseconds=1), a, b)
+    wait_for(lambda: status(app, handle.id) is JobStatus.SUCCEEDED, what="the takeover")
+    assert handle.result() == {"epoch": 2, "resumed_from": 2, "done": [1, 2, 3, 4]}
+    assert b.liveness.stats.taken_over == 1
+    lj.gate("s").set()  # the zombie wakes up and tries its next checkpoint
+    wait_for(lambda: a.liveness.stats.fenced_progress == 1, what="the zombie to be fenced")
+    assert ("s", 1, 0, "FencedOut") in lj.RUNS and ("s", 2, 2, "ok") in lj.RUNS
+    assert a.stats.fenced_out == 1
+    history = [(x.epoch, x.node_id, x.outcome) for x in app.attempts(handle.id)]
+    assert history == [(1, a.node_id, "ABANDONED"), (2, b.node_id, "SUCCEEDED")]
+
+
+def test_node_found_dead_continues_as_a_new_incarnation(app: Ratchet, clock: FakeClock) -> None:
+    events = Events(app)
+    a = start(app)
+    assert a.liveness is not None
+    handle = app.enqueue(lj.steps, "r", 3, hang_after=1).submit()
+    wait_for(lambda: lj.WAITING.get("r") == 1)
+    old = a.node_id
+    assert app.store.declare_dead([old], now=clock.now()) == [old]  # type: ignore[attr-defined]
+    wait_for(lambda: a.node_id != old, what="the next heartbeat to notice")
+    assert a.liveness.stats.restarts == 1 and a.liveness.previous_ids == [old]
+    quick = app.enqueue(lj.quick, 5).submit()
+    wait_for(lambda: status(app, quick.id) is JobStatus.SUCCEEDED, what="work under the new id")
+    assert app.attempts(quick.id)[0].node_id == a.node_id
+    # Its hung run belongs to the dead incarnation: orphaned, and not taken by this process.
+    assert a.liveness.watch_once().orphaned == 1
+    time.sleep(0.3)
+    assert view(app, handle.id).status is JobStatus.TIMED_OUT
+    b = start(app)
+    wait_for(lambda: status(app, handle.id) is JobStatus.SUCCEEDED, what="b's takeover")
+    assert handle.result()["resumed_from"] == 1
+    lj.gate("r").set()
+    wait_for(lambda: a.liveness.stats.fenced_progress == 1)
+    assert [e.job_id for e in events.of(EventKind.FENCED_OUT)] == [handle.id]
+    assert b.liveness is not None and b.liveness.stats.taken_over == 1
+
+
+def test_previous_incarnation_is_recovered_at_start(app: Ratchet, clock: FakeClock) -> None:
+    store: Any = app.store
+    previous = NodeInfo("box-old", "box", host_name(), os.getpid(), 2)
+    store.register_incarnation(previous, now=clock.now())
+    handle = app.enqueue(lj.quick, 7).submit()
+    [claimed] = store.claim("box-old", 1, now=clock.now(), boost_interval=timedelta(0))
+    assert claimed.job_id == handle.id
+    a = start(app)  # same name, same host, same pid: box-old is this process's past
+    assert a.liveness is not None and a.liveness.stats.nodes_declared_dead == 1
+    wait_for(lambda: status(app, handle.id) is JobStatus.SUCCEEDED, what="recovery at once")
+    assert {n.node_id: n.state for n in app.store.list_nodes()}["box-old"] == "DEAD"
+    assert [x.outcome for x in app.attempts(handle.id)] == ["ABANDONED", "SUCCEEDED"]
+
+
+def test_drain_stops_at_a_safe_point_and_hands_the_job_back(app: Ratchet, clock: FakeClock) -> None:
+    a = start(app)
+    assert a.liveness is not None
+    handle = app.enqueue(lj.cooperative, "d", 5).submit()  # no retries to spare
+    wait_for(lambda: lj.WAITING.get("d") == 1)
+    assert a.liveness.readiness()["ready"] is True
+    b = start(app)
+    a.stop(timeout=timedelta(seconds=2))
+    assert a.liveness.readiness() == {"ready": False, "state": "DRAINING", "node_id": a.node_id}
+    assert a.liveness.stats.drain_stops == 1 and a.liveness.stats.handed_back == 1
+    assert a.node_id not in {n.node_id for n in app.store.list_nodes()}, "deregistered"
+    wait_for(lambda: status(app, handle.id) is JobStatus.SUCCEEDED, what="b's takeover")
+    rec = handle.record()
+    assert rec is not None and rec.attempts == 0, "a drain consumes no retry"
+    assert handle.result() == {"epoch": 2, "resumed_from": 2}
+    assert b.liveness is not None and b.liveness.stats.taken_over == 1
+
+
+def test_drain_hands_back_a_job_that_ignores_the_request(app: Ratchet, clock: FakeClock) -> None:
+    a = start(app)
+    handle = app.enqueue(lj.stubborn, "x").submit()
+    wait_for(lambda: lj.WAITING.get("x") == 1)
+    start(app)
+    a.stop(timeout=timedelta(milliseconds=300))
+    wait_for(lambda: status(app, handle.id) is JobStatus.SUCCEEDED, what="b's takeover")
+    assert handle.result() == 2
+    lj.gate("x").set()
+    wait_for(lambda: ("x", 1, 0, "ok") in lj.RUNS, what="the zombie to return")
+    time.sleep(0.1)
+    assert handle.result() == 2 and a.stats.succeeded == 0, "the late result was discarded"
+
+
+def test_expiry_goes_through_the_retry_policy(app: Ratchet, clock: FakeClock) -> None:
+    events = Events(app)
+    a = start(app)
+    assert a.liveness is not None
+    handle = (
+        app.enqueue(lj.hang, "t").with_stall_timeout(timedelta(seconds=10)).with_max_retries(1)
+    ).submit()
+    wait_for(lambda: lj.WAITING.get("t") == 1)
+    tick(clock, 10, a)
+    assert a.liveness.watch_once().stalled == 0, "not judging yet: healthy for less than Dn"
+    tick(clock, a.config.orphan_grace, a)
+    assert a.liveness.watch_once().stalled == 1
+    tick(clock, a.config.timed_out_grace + a.config.takeover_window, a)
+    [expired] = a.liveness.watch_once().expired
+    assert expired.kind.value == "RETRY"
+    wait_for(lambda: lj.WAITING.get("t") == 2, what="attempt 2 on the same node")
+    rec = handle.record()
+    assert rec is not None and rec.attempts == 1 and "JobStalledError" in (rec.last_error or "")
+    kinds = events.kinds(handle.id)
+    assert EventKind.RETRYING in kinds and EventKind.FAILED in kinds
+    assert [e.data["stalled"] for e in events.of(EventKind.STALLED)] == [1]
+    lj.gate("t").set()
+    wait_for(lambda: status(app, handle.id) is JobStatus.SUCCEEDED)
+    assert handle.result() == 2
+    wait_for(lambda: a.stats.fenced_out == 1, what="attempt 1's late result to be refused")
+
+
+def test_prefetch_reserves_within_its_bound(app: Ratchet, clock: FakeClock) -> None:
+    a = start(app, concurrency=1, prefetch=2)
+    handles = [app.enqueue(lj.hang, "p").submit() for _ in range(4)]
+    wait_for(lambda: lj.WAITING.get("p") == 1)
+    time.sleep(0.3)
+    held = Counter(v.status for v in app.store.job_liveness() if v.picked_by == a.node_id)  # type: ignore[attr-defined]
+    assert held == {JobStatus.RUNNING: 1, JobStatus.QUEUED: 2}
+    lj.gate("p").set()
+    wait_for(lambda: all(status(app, h.id) is JobStatus.SUCCEEDED for h in handles))
+
+
+def test_progress_needs_a_worker_run_context(clock: FakeClock) -> None:
+    ctx = JobContext(uuid.uuid4(), 1, 1, "n", clock.now())
+    with pytest.raises(RuntimeError, match="worker"):
+        ctx.checkpoint(1, None)
+    with pytest.raises(RuntimeError, match="worker"):
+        ctx.touch()
