@@ -19,9 +19,9 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-import bench_jobs  # noqa: E402
+import bench_jobs
 
-from ratchet import Ratchet  # noqa: E402
+from ratchet import Ratchet
 
 
 def fresh_app(workdir: str, name: str) -> Ratchet:
@@ -76,7 +76,9 @@ def median_of(label: str, fn: Callable[[str, int, int], float], n: int, runs: in
         with tempfile.TemporaryDirectory(prefix="ratchet-bench-") as workdir:
             values.append(fn(workdir, n, run))
     med = statistics.median(values)
-    print(f"{label:<28} median {med:>9,.0f} jobs/s   runs: {', '.join(f'{v:,.0f}' for v in values)}")
+    print(
+        f"{label:<28} median {med:>9,.0f} jobs/s   runs: {', '.join(f'{v:,.0f}' for v in values)}"
+    )
     return med
 
 
@@ -85,7 +87,9 @@ def main() -> None:
     parser.add_argument("--runs", type=int, default=5)
     parser.add_argument("--jobs", type=int, default=20_000)
     args = parser.parse_args()
-    print(f"machine: {platform.machine()}, {os.cpu_count()} cores, Python {platform.python_version()}")
+    print(
+        f"machine: {platform.machine()}, {os.cpu_count()} cores, Python {platform.python_version()}"
+    )
     median_of("bulk enqueue", bulk_enqueue, args.jobs, args.runs)
     median_of("single enqueue", single_enqueue, min(args.jobs, 5000), args.runs)
     median_of("no-op processing (1 proc)", process, args.jobs, args.runs)
