@@ -9,7 +9,7 @@ from typing import Any
 
 import psycopg
 import pytest
-from sqlalchemy import create_engine, text
+from sqlalchemy import create_engine, event, text
 from sqlalchemy.engine import Engine
 from sqlalchemy.exc import DBAPIError
 
@@ -17,6 +17,7 @@ from ratchet import DuplicateBusinessKeyError, Ratchet, StoreUnavailable
 from ratchet.domain.lifecycle import JobStatus
 from ratchet.plugins import Plugins, make_plugin_manager
 from ratchet.sql.dialect import ErrorKind
+from ratchet.sql.pool import ping_when_idle
 from ratchet.testing.clock import FakeClock
 from ratchet.testing.servers import free_port
 from ratchet.testing.store_contract import new_job
@@ -214,8 +215,10 @@ def test_migration_lock_is_an_advisory_transaction_lock(store: PostgresStore) ->
 def test_capabilities(store: PostgresStore) -> None:
     caps = store.capabilities
     assert (caps.dialect, caps.skip_locked, caps.multi_host) == ("postgresql", True, True)
-    assert store.engine.pool.status()  # a real pool (pre-pinged), not a NullPool
-    assert store.engine.pool._pre_ping  # type: ignore[attr-defined]
+    assert store.engine.pool.status()  # a real pool, not a NullPool
+    # Idle connections are pinged before use (see the idle-ping tests below), not every one.
+    assert not store.engine.pool._pre_ping  # type: ignore[attr-defined]
+    assert event.contains(store.engine, "checkout", _ping_listener(store.engine))
 
 
 # ---------------------------------------------------------------------- URLs and plugins
@@ -277,3 +280,53 @@ def test_store_options_merge_connect_args(postgres_store_url: str) -> None:
         assert store.engine.pool.size() == 3  # type: ignore[attr-defined]
     finally:
         store.close()
+
+
+# ---------------------------------------------------------------------- idle pings
+def _ping_listener(engine: Engine) -> Any:
+    listeners = [fn for fn in engine.pool.dispatch.checkout if fn.__name__ == "_checkout"]
+    assert listeners, "no idle-ping listener on the pool"
+    return listeners[0]
+
+
+def _pooled_engine(url: str, idle_seconds: float) -> Engine:
+    kwargs = {**DIALECT.engine_kwargs(url), "pool_size": 1, "max_overflow": 0}
+    eng = create_engine(url, **kwargs)
+    ping_when_idle(eng, idle_seconds)
+    return eng
+
+
+def _terminate_pooled_backend(eng: Engine, admin_url: str) -> None:
+    with eng.connect() as conn:
+        pid = conn.execute(text("SELECT pg_backend_pid()")).scalar_one()
+    admin = create_engine(admin_url)
+    try:
+        with admin.connect() as conn:
+            conn.execute(text("SELECT pg_terminate_backend(:pid)"), {"pid": pid})
+    finally:
+        admin.dispose()
+
+
+def test_an_idle_pooled_connection_that_died_is_replaced_before_use(
+    postgres_store_url: str,
+) -> None:
+    eng = _pooled_engine(postgres_store_url, idle_seconds=0.0)  # every reuse counts as idle
+    try:
+        _terminate_pooled_backend(eng, postgres_store_url)
+        with eng.begin() as conn:  # the ping notices, the pool opens a new connection
+            assert conn.execute(text("SELECT 1")).scalar_one() == 1
+    finally:
+        eng.dispose()
+
+
+def test_a_connection_used_a_moment_ago_is_not_pinged(postgres_store_url: str) -> None:
+    eng = _pooled_engine(postgres_store_url, idle_seconds=3600.0)
+    try:
+        _terminate_pooled_backend(eng, postgres_store_url)
+        with pytest.raises(DBAPIError) as info, eng.begin() as conn:
+            conn.execute(text("SELECT 1"))
+        assert info.value.connection_invalidated, "a lost connection must be recognised"
+        with eng.begin() as conn:  # the pool was invalidated: a fresh connection works
+            assert conn.execute(text("SELECT 1")).scalar_one() == 1
+    finally:
+        eng.dispose()

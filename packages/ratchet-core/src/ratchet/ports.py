@@ -35,6 +35,7 @@ from ratchet.domain.recurring import (
 )
 from ratchet.domain.resources import PermitDecision, PermitRecord, ResourceLimit
 from ratchet.domain.watcher import (
+    AcquiredWork,
     Checkpoint,
     JobLiveness,
     NodeInfo,
@@ -400,6 +401,20 @@ class WatcherStore(Protocol):
         exclude: Collection[uuid.UUID] = (),
     ) -> list[ClaimedJob]:
         """Take over eligible TIMED_OUT jobs (epoch + 1), within the node's slots."""
+
+    def acquire_work(
+        self,
+        node_id: str,
+        want: int,
+        *,
+        now: datetime,
+        settings: WatcherSettings,
+        boost_interval: timedelta,
+        reserved: Sequence[ClaimedJob] = (),
+        exclude: Collection[uuid.UUID] = (),
+        without_row: bool = False,
+    ) -> AcquiredWork:
+        """One poll in one transaction: takeovers, then reserved jobs started, then claims."""
 
     def takeover_probe(
         self, node_id: str, *, now: datetime, settings: WatcherSettings

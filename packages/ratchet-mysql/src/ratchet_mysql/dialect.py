@@ -19,6 +19,7 @@ from sqlalchemy.engine import Connection, Engine, make_url
 from sqlalchemy.exc import DBAPIError
 
 from ratchet.sql.dialect import ErrorKind, SqlDialect
+from ratchet.sql.pool import DEFAULT_IDLE_PING_SECONDS
 
 log = logging.getLogger("ratchet.mysql")
 
@@ -74,9 +75,11 @@ class MySQLDialect(SqlDialect):
     name = "mysql"
     skip_locked = True
     multi_host = True
+    ping_idle_after = DEFAULT_IDLE_PING_SECONDS
 
     def engine_kwargs(self, url: str) -> dict[str, Any]:
-        """READ COMMITTED, utf8mb4, UTC session time zone, pre-pinged pooled connections."""
+        """READ COMMITTED, utf8mb4, UTC session time zone, recycled pooled connections (idle ones
+        are pinged before use, see ``ping_idle_after``)."""
         connect_args: dict[str, Any] = {
             "charset": "utf8mb4",
             "connect_timeout": 5,
@@ -88,7 +91,6 @@ class MySQLDialect(SqlDialect):
             # PyMySQL would take the string "false" as true.
             connect_args["ssl_disabled"] = flag.strip().lower() in ("1", "true", "yes", "on")
         return {
-            "pool_pre_ping": True,
             "pool_recycle": POOL_RECYCLE_SECONDS,
             "pool_size": DEFAULT_POOL_SIZE,
             "max_overflow": DEFAULT_MAX_OVERFLOW,

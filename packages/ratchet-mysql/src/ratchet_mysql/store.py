@@ -57,21 +57,23 @@ class MySQLStore(SqlStore):
         """Whether the server accepts the per-level locking UNION (else: the generic claim)."""
         super().__init__(url, dialect, **engine_options)
 
-    def claim(
-        self, node_id: str, limit: int, *, now: datetime, boost_interval: timedelta
+    def _claim(
+        self, conn: Connection, node_id: str, limit: int, now: datetime, boost: timedelta
     ) -> list[ClaimedJob]:
         try:
-            return super().claim(node_id, limit, now=now, boost_interval=boost_interval)
+            return super()._claim(conn, node_id, limit, now, boost)
         except ProgrammingError as exc:
             if not self._locking_union or error_code(exc) not in SYNTAX_ERRORS:
                 raise
+            # A statement the server refuses to parse leaves the transaction usable.
             log.warning(
                 "the server rejects locking clauses in UNION branches (%s); claiming with "
                 "separate candidate and lock queries",
                 exc.orig,
             )
             self._locking_union = False
-            return super().claim(node_id, limit, now=now, boost_interval=boost_interval)
+            self._candidate_cache.clear()
+            return super()._claim(conn, node_id, limit, now, boost)
 
     def database_time(self) -> datetime:
         """The server's UTC clock with microseconds (``CURRENT_TIMESTAMP`` has whole seconds)."""

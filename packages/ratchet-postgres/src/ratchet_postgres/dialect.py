@@ -11,6 +11,7 @@ from sqlalchemy.engine import Connection
 from sqlalchemy.exc import DBAPIError
 
 from ratchet.sql.dialect import ErrorKind, SqlDialect
+from ratchet.sql.pool import DEFAULT_IDLE_PING_SECONDS
 
 #: Key of the transaction-level advisory lock held while migrations run (ASCII "ratchetM").
 MIGRATION_LOCK_KEY = 0x7261746368657444
@@ -37,11 +38,12 @@ class PostgresDialect(SqlDialect):
     name = "postgresql"
     skip_locked = True
     multi_host = True
+    ping_idle_after = DEFAULT_IDLE_PING_SECONDS
 
     def engine_kwargs(self, url: str) -> dict[str, Any]:
-        """Pre-ping pooled connections so a worker reconnects after the server restarts."""
+        """Pool sizes, timeouts and TCP keepalives (idle pooled connections are pinged before use,
+        see ``ping_idle_after``, so a worker reconnects after the server restarts)."""
         return {
-            "pool_pre_ping": True,
             "pool_size": DEFAULT_POOL_SIZE,
             "max_overflow": DEFAULT_MAX_OVERFLOW,
             "pool_timeout": 30,

@@ -17,9 +17,15 @@ class PackagePrefixClassPolicy:
 
     def __init__(self, prefixes: Iterable[str]) -> None:
         self.prefixes = tuple(p.strip().rstrip(".") for p in prefixes if p and p.strip())
+        self._modules: dict[str, bool] = {}  # the answer per module (the prefixes never change)
 
     def is_allowed(self, module: str, qualname: str) -> bool:
-        return any(module == p or module.startswith(p + ".") for p in self.prefixes)
+        allowed = self._modules.get(module)
+        if allowed is None:
+            allowed = any(module == p or module.startswith(p + ".") for p in self.prefixes)
+            if len(self._modules) < 10_000:
+                self._modules[module] = allowed
+        return allowed
 
 
 class DenyAllClassPolicy:

@@ -270,6 +270,24 @@ def heartbeat_delay(base: timedelta, dead_after: timedelta, utilisation: float) 
 
 
 @dataclass(frozen=True)
+class AcquiredWork:
+    """What one poll of a node obtained, in the order it must start them."""
+
+    state: NodeState | None
+    """The node's state when it polled (None: it has no row); only ALIVE obtains work."""
+    taken: tuple[Any, ...] = ()
+    """TIMED_OUT jobs of other incarnations taken over (T8), epoch + 1."""
+    started: tuple[Any, ...] = ()
+    """This node's reserved QUEUED jobs now RUNNING (T3)."""
+    claimed: tuple[Any, ...] = ()
+    """New PENDING jobs claimed straight to RUNNING (T1)."""
+
+    @property
+    def jobs(self) -> list[Any]:
+        return [*self.taken, *self.started, *self.claimed]
+
+
+@dataclass(frozen=True)
 class WatcherReport:
     """What one watcher pass did (every count is what *this* pass changed)."""
 

@@ -69,6 +69,16 @@ def breaker_service(worker: Worker, ref: TargetRef) -> str:
     default name and is dead-lettered by the policy check). Its spec is handed to the resilience
     strategy, so the breaker gets the target's profile and exception filters.
     """
+    key = str(ref)
+    service = worker._services.get(key)
+    if service is None:
+        service = _breaker_service(worker, ref)
+        if key in worker._targets:  # resolved: the answer cannot change any more
+            worker._services[key] = service
+    return service
+
+
+def _breaker_service(worker: Worker, ref: TargetRef) -> str:
     app = worker.app
     if not app.class_policy.is_allowed(ref.module, ref.qualname):
         return ref.service_name
@@ -91,10 +101,9 @@ class CircuitBreakerGate:
     name = "circuit-breaker"
 
     def enter(self, worker: Worker, job: ClaimedJob, now: datetime) -> Outcome | None:
-        from ratchet.targets import TargetRef
 
         resilience = worker.app.resilience
-        service = breaker_service(worker, TargetRef.parse(job.target))
+        service = breaker_service(worker, worker.target_ref(job.target))
         if resilience.is_available(service):
             return None
         at = now + resilience.retry_delay(service)

@@ -463,18 +463,25 @@ class Liveness:
                 return []
             node = worker.node_id
             now = worker.app.now()
-            state, eligible = self.store.takeover_probe(node, now=now, settings=self.settings)
-            if state is None and not self._registered:
-                state = NodeState.ALIVE  # a worker polled without start(): it claims as before
-            if state is not NodeState.ALIVE:
-                return []  # declared dead (or draining): no claims; the next beat restarts it
             with worker._lock:
                 local = set(worker._inflight) | {key[0] for key in worker._expired}
-            taken = (
-                self.store.takeover(node, want, now=now, settings=self.settings, exclude=local)
-                if eligible
-                else []
+            reserved = [self._reserved.popleft() for _ in range(min(want, len(self._reserved)))]
+            work = self.store.acquire_work(
+                node,
+                want,
+                now=now,
+                settings=self.settings,
+                boost_interval=worker.app.config.boost_interval,
+                reserved=reserved,
+                exclude=local,
+                without_row=not self._registered,  # a worker polled without start()
             )
+            if work.state is not NodeState.ALIVE and not (
+                work.state is None and not self._registered
+            ):
+                self._reserved.extendleft(reversed(reserved))
+                return []  # declared dead (or draining): no claims; the next beat restarts it
+            taken, started, claimed = list(work.taken), list(work.started), list(work.claimed)
             for job in taken:
                 self.stats.taken_over += 1
                 log.warning(
@@ -492,20 +499,7 @@ class Liveness:
                         {"epoch": job.epoch, "takeovers": job.takeovers},
                     )
                 )
-            rest = want - len(taken)
-            started: list[ClaimedJob] = []
-            while rest > 0 and self._reserved:
-                job = self._reserved.popleft()
-                if self.store.start_reserved(node, job.job_id, job.epoch, now=now):
-                    started.append(dc_replace(job, claimed_at=now))
-                    rest -= 1
-            claimed = (
-                worker.store.claim(
-                    node, rest, now=now, boost_interval=worker.app.config.boost_interval
-                )
-                if rest > 0
-                else []
-            )
+            rest = want - len(taken) - len(started)
             if len(claimed) == rest:
                 self._refill(node, now)
             jobs = taken + started + claimed

@@ -162,6 +162,9 @@ class Worker:
         self._saturated = False
         self._threads: list[threading.Thread] = []
         self._targets: dict[str, Callable[..., Any]] = {}
+        self._refs: dict[str, TargetRef] = {}
+        self._services: dict[str, str] = {}
+        """Circuit-breaker service per target (the breaker is configured on first use)."""
         self._started = False
         self._outage_logged = False
         self.strategy = AdaptivePollingStrategy(
@@ -258,6 +261,7 @@ class Worker:
             executor.shutdown(wait=False)
         self.app.beans.clear()
         self._targets.clear()
+        self._services.clear()
         log.info("worker %s stopped", self.node_id)
 
     def wait_until(self, predicate: Callable[[], bool], timeout: float) -> bool:
@@ -420,6 +424,15 @@ class Worker:
         with self._idle:
             self._idle.notify_all()
 
+    def target_ref(self, target: str) -> TargetRef:
+        """The parsed form of a stored target (cached)."""
+        ref = self._refs.get(target)
+        if ref is None:
+            ref = TargetRef.parse(target)
+            if len(self._refs) < 10_000:
+                self._refs[target] = ref
+        return ref
+
     def _resolve(self, ref: TargetRef) -> Callable[..., Any]:
         key = str(ref)
         fn = self._targets.get(key)
@@ -481,7 +494,7 @@ class Worker:
                     if stop is not None:
                         return stop
                     passed.append(gate)
-                ref = TargetRef.parse(job.target)
+                ref = self.target_ref(job.target)
                 app.enforce_policy(ref)
                 fn = self._resolve(ref)
                 args, kwargs = decode_payload(job.payload)

@@ -31,6 +31,9 @@ class SqlDialect:
     name = "generic"
     skip_locked = False
     multi_host = True
+    ping_idle_after: float | None = None
+    """Ping a pooled connection before use once it sat idle this long (seconds); None: never
+    (an embedded database cannot go away under a connection)."""
 
     def engine_kwargs(self, url: str) -> dict[str, Any]:
         """Extra keyword arguments for ``create_engine``."""

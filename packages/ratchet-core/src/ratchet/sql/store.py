@@ -55,6 +55,7 @@ from ratchet.sql import schema
 from ratchet.sql.cancellation import CancellationStoreMixin
 from ratchet.sql.dialect import ErrorKind, SqlDialect
 from ratchet.sql.permits import PermitStoreMixin
+from ratchet.sql.pool import ping_when_idle
 from ratchet.sql.recurring import RecurringStoreMixin
 from ratchet.sql.types import UTCMicros
 from ratchet.sql.watcher import WatcherStoreMixin
@@ -80,6 +81,87 @@ TAG_CANCELLABLE = (JobStatus.PENDING, JobStatus.PAUSED, JobStatus.WAITING)
 OWNED = (JobStatus.RUNNING.value, JobStatus.TIMED_OUT.value)
 
 
+# Statements of the hot paths (claim, outcome batch), built once: their values are bound
+# parameters, and constructing a statement costs more than executing it.
+
+
+def _ids() -> Any:
+    """The ``:ids`` list parameter of an ``IN``."""
+    return bindparam("ids", expanding=True)
+
+
+_CLAIM_MARK = (
+    update(Q)
+    .where(Q.c.job_id.in_(_ids()), Q.c.status == JobStatus.PENDING.value)
+    .values(
+        status=JobStatus.RUNNING.value,
+        picked_by=bindparam("node"),
+        picked_at=bindparam("now"),
+        epoch=Q.c.epoch + 1,
+    )
+)
+_DEFINITIONS = select(
+    J.c.job_id,
+    J.c.target,
+    J.c.payload,
+    J.c.max_retries,
+    J.c.backoff_policy,
+    J.c.backoff_ms,
+    J.c.timeout_ms,
+    J.c.params,
+    J.c.tags,
+    J.c.executor,
+    J.c.resource_name,
+).where(J.c.job_id.in_(_ids()))
+_OPEN_ATTEMPT = insert(EXE)
+_STILL_PENDING = select(Q.c.job_id).where(
+    Q.c.job_id.in_(_ids()), Q.c.status == JobStatus.PENDING.value
+)
+_OWNED = select(Q.c.job_id, Q.c.epoch, Q.c.attempts).where(
+    Q.c.job_id.in_(_ids()),
+    Q.c.picked_by == bindparam("node"),
+    Q.c.status.in_(OWNED),
+)
+_DELETE_LIVE = delete(Q).where(Q.c.job_id.in_(_ids()))
+_END_JOB = (
+    update(J)
+    .where(J.c.job_id == bindparam("b_id"))
+    .values(
+        terminal_status=bindparam("b_status"),
+        terminal_error=bindparam("b_error"),
+        result=bindparam("b_result"),
+        terminated_at=bindparam("b_at"),
+        attempts=bindparam("b_attempts"),
+    )
+)
+_BACK_TO_PENDING = (
+    update(Q)
+    .where(Q.c.job_id == bindparam("b_id"))
+    .values(
+        status=JobStatus.PENDING.value,
+        scheduled_time=bindparam("b_time"),
+        attempts=bindparam("b_attempts"),
+        last_error=bindparam("b_error"),
+        picked_by=None,
+        picked_at=None,
+        timed_out_at=None,
+    )
+)
+_CLOSE_ATTEMPT = (
+    update(EXE)
+    .where(
+        EXE.c.job_id == bindparam("b_id"),
+        EXE.c.attempt_no == bindparam("b_attempt"),
+        EXE.c.epoch == bindparam("b_epoch"),
+    )
+    .values(
+        finished_at=bindparam("b_at"),
+        outcome=bindparam("b_outcome"),
+        error=bindparam("b_error"),
+    )
+)
+
+
 OutcomeHook = Callable[[Connection, list[Outcome], datetime], None]
 TerminalHook = Callable[[Connection, list[uuid.UUID], JobStatus, datetime], None]
 
@@ -103,15 +185,20 @@ class SqlStore(
         kwargs = {**dialect.engine_kwargs(url), **engine_options}
         self.engine: Engine = create_engine(url, **kwargs)
         dialect.configure_engine(self.engine, write=True)
+        if dialect.ping_idle_after is not None:
+            ping_when_idle(self.engine, dialect.ping_idle_after)
         if dialect.separate_write_engine():
             self.read_engine: Engine = create_engine(url, **kwargs)
             dialect.configure_engine(self.read_engine, write=False)
+            if dialect.ping_idle_after is not None:
+                ping_when_idle(self.read_engine, dialect.ping_idle_after)
         else:
             self.read_engine = self.engine
         self.capabilities = StoreCapabilities(
             dialect=dialect.name, skip_locked=dialect.skip_locked, multi_host=dialect.multi_host
         )
         self._candidate_cache: dict[int, Select[Any]] = {}
+        self._locked_cache: dict[tuple[int, bool], Select[Any]] = {}
         self.outcome_hooks: list[OutcomeHook] = []
         """Called inside the outcome transaction with the outcomes that applied (not fenced):
         features that must react exactly once (batch counters, chains) hook in here."""
@@ -145,6 +232,16 @@ class SqlStore(
                     raise StoreUnavailable(f"database unavailable: {exc.orig}") from exc
                 raise
         raise AssertionError("unreachable")
+
+    def _locked(self, stmt: Select[Any], *, skip_locked: bool = False) -> Select[Any]:
+        """A module-level ``stmt`` made to lock its rows by the dialect (waiting, or skipping
+        rows others hold), built once."""
+        key = (id(stmt), skip_locked)
+        locked = self._locked_cache.get(key)
+        if locked is None:
+            lock = self.dialect.lock_for_claim if skip_locked else self.dialect.lock_rows
+            locked = self._locked_cache[key] = lock(stmt)
+        return locked
 
     def capability(self, kind: type[T]) -> T | None:
         return self if isinstance(self, kind) else None
@@ -378,52 +475,19 @@ class SqlStore(
         if self.dialect.skip_locked:
             # Lock what nobody else holds; others' claims skip ours and vice versa.
             ids = [r.job_id for r in rows]
-            locked = set(
-                conn.execute(
-                    self.dialect.lock_for_claim(
-                        select(Q.c.job_id).where(
-                            Q.c.job_id.in_(ids), Q.c.status == JobStatus.PENDING.value
-                        )
-                    )
-                ).scalars()
-            )
+            lock = self._locked(_STILL_PENDING, skip_locked=True)
+            locked = set(conn.execute(lock, {"ids": ids}).scalars())
             rows = [r for r in rows if r.job_id in locked]
         chosen = rows[:limit]
         if not chosen:
             return []
         ids = [r.job_id for r in chosen]
-        result = conn.execute(
-            update(Q)
-            .where(Q.c.job_id.in_(ids), Q.c.status == JobStatus.PENDING.value)
-            .values(
-                status=JobStatus.RUNNING.value,
-                picked_by=node_id,
-                picked_at=now,
-                epoch=Q.c.epoch + 1,
-            )
-        )
+        result = conn.execute(_CLAIM_MARK, {"ids": ids, "node": node_id, "now": now})
         if result.rowcount != len(ids):
             raise AssertionError("claimed rows changed under the claim lock")
-        definitions = {
-            r.job_id: r
-            for r in conn.execute(
-                select(
-                    J.c.job_id,
-                    J.c.target,
-                    J.c.payload,
-                    J.c.max_retries,
-                    J.c.backoff_policy,
-                    J.c.backoff_ms,
-                    J.c.timeout_ms,
-                    J.c.params,
-                    J.c.tags,
-                    J.c.executor,
-                    J.c.resource_name,
-                ).where(J.c.job_id.in_(ids))
-            )
-        }
+        definitions = {r.job_id: r for r in conn.execute(_DEFINITIONS, {"ids": ids})}
         conn.execute(
-            insert(EXE),
+            _OPEN_ATTEMPT,
             [
                 {
                     "job_id": r.job_id,
@@ -486,13 +550,10 @@ class SqlStore(
         self, conn: Connection, node_id: str, outcomes: Sequence[Outcome], now: datetime
     ) -> list[uuid.UUID]:
         owned: dict[uuid.UUID, Row[Any]] = {}
+        owned_stmt = self._locked(_OWNED)
         for chunk in iter_chunks([o.job_id for o in outcomes], CHUNK):
-            stmt = select(Q.c.job_id, Q.c.epoch, Q.c.attempts).where(
-                Q.c.job_id.in_(chunk),
-                Q.c.picked_by == node_id,
-                Q.c.status.in_(OWNED),
-            )
-            owned.update({r.job_id: r for r in conn.execute(self.dialect.lock_rows(stmt))})
+            rows = conn.execute(owned_stmt, {"ids": chunk, "node": node_id})
+            owned.update({r.job_id: r for r in rows})
         fenced: list[uuid.UUID] = []
         accepted: list[tuple[Outcome, Row[Any]]] = []
         for o in outcomes:
@@ -511,17 +572,9 @@ class SqlStore(
         ]
         if terminal:
             for chunk in iter_chunks([o.job_id for o, _ in terminal], CHUNK):
-                conn.execute(delete(Q).where(Q.c.job_id.in_(chunk)))
+                conn.execute(_DELETE_LIVE, {"ids": chunk})
             conn.execute(
-                update(J)
-                .where(J.c.job_id == bindparam("b_id"))
-                .values(
-                    terminal_status=bindparam("b_status"),
-                    terminal_error=bindparam("b_error"),
-                    result=bindparam("b_result"),
-                    terminated_at=bindparam("b_at"),
-                    attempts=bindparam("b_attempts"),
-                ),
+                _END_JOB,
                 [
                     {
                         "b_id": o.job_id,
@@ -540,17 +593,7 @@ class SqlStore(
             )
         if back:
             conn.execute(
-                update(Q)
-                .where(Q.c.job_id == bindparam("b_id"))
-                .values(
-                    status=JobStatus.PENDING.value,
-                    scheduled_time=bindparam("b_time"),
-                    attempts=bindparam("b_attempts"),
-                    last_error=bindparam("b_error"),
-                    picked_by=None,
-                    picked_at=None,
-                    timed_out_at=None,
-                ),
+                _BACK_TO_PENDING,
                 [
                     {
                         "b_id": o.job_id,
@@ -562,17 +605,7 @@ class SqlStore(
                 ],
             )
         conn.execute(
-            update(EXE)
-            .where(
-                EXE.c.job_id == bindparam("b_id"),
-                EXE.c.attempt_no == bindparam("b_attempt"),
-                EXE.c.epoch == bindparam("b_epoch"),
-            )
-            .values(
-                finished_at=bindparam("b_at"),
-                outcome=bindparam("b_outcome"),
-                error=bindparam("b_error"),
-            ),
+            _CLOSE_ATTEMPT,
             [
                 {
                     "b_id": o.job_id,

@@ -48,6 +48,7 @@ from ratchet.domain.options import BackoffPolicy
 from ratchet.domain.priority import claim_order_key
 from ratchet.domain.watcher import (
     LIVE_NODE_STATES,
+    AcquiredWork,
     Checkpoint,
     JobLiveness,
     NodeInfo,
@@ -89,6 +90,47 @@ Decide = Callable[[StalledJob], Outcome]
 transaction: the engine's retry policy decides."""
 
 
+class _Reserved:
+    """The identity of a reservation (what starting it needs)."""
+
+    __slots__ = ("epoch", "job_id")
+
+    def __init__(self, job_id: uuid.UUID, epoch: int) -> None:
+        self.job_id = job_id
+        self.epoch = epoch
+
+
+def _started(job: Any, now: datetime) -> Any:
+    return dc_replace(job, claimed_at=now) if isinstance(job, ClaimedJob) else job
+
+
+_PROBE: list[Any] = []
+
+
+def _probe() -> Any:
+    """The statement of :meth:`WatcherStoreMixin._probe_statement`, built once (its values are
+    bound parameters; constructing it costs more than running it)."""
+    if not _PROBE:
+        node = bindparam("p_node", type_=NODE.c.node_id.type)
+        eligible = (
+            select(Q.c.job_id)
+            .where(
+                Q.c.status == JobStatus.TIMED_OUT.value,
+                Q.c.picked_by != node,
+                Q.c.takeovers < bindparam("p_takeovers", type_=Q.c.takeovers.type),
+                Q.c.timed_out_at > bindparam("p_window", type_=BigInteger()),
+                or_(
+                    Q.c.timed_out_at <= bindparam("p_grace", type_=BigInteger()),
+                    Q.c.picked_by.not_in(_live_nodes()),
+                ),
+            )
+            .limit(1)
+        )
+        state = select(NODE.c.state).where(NODE.c.node_id == node).scalar_subquery()
+        _PROBE.append(select(state.label("state"), eligible.exists().label("eligible")))
+    return _PROBE[0]
+
+
 def _live_nodes() -> Any:
     return select(NODE.c.node_id).where(NODE.c.state.in_(LIVE))
 
@@ -110,6 +152,10 @@ class WatcherStoreMixin:
         ) -> list[uuid.UUID]: ...
 
         def _candidates(self, now: datetime, limit: int) -> Any: ...
+
+        def _claim(
+            self, conn: Connection, node_id: str, limit: int, now: datetime, boost: timedelta
+        ) -> list[ClaimedJob]: ...
 
     # ------------------------------------------------------------------ node incarnations
     def register_incarnation(self, node: NodeInfo, *, now: datetime) -> list[NodeRecord]:
@@ -467,24 +513,77 @@ class WatcherStoreMixin:
             return []
         return self._run(lambda conn: self._takeover(conn, node_id, limit, now, settings, exclude))
 
+    def acquire_work(
+        self,
+        node_id: str,
+        want: int,
+        *,
+        now: datetime,
+        settings: WatcherSettings,
+        boost_interval: timedelta,
+        reserved: Sequence[ClaimedJob] = (),
+        exclude: Collection[uuid.UUID] = (),
+        without_row: bool = False,
+    ) -> AcquiredWork:
+        """One poll in one transaction: the node's state, then up to ``want`` jobs: takeovers
+        first (T8), then ``reserved`` jobs started (T3), then new claims (T1).
+
+        Only an ALIVE node obtains work (``without_row``: also a node that never registered,
+        e.g. a worker driven by hand). ``reserved`` jobs that did not start were revoked.
+        """
+        if want <= 0:
+            return AcquiredWork(None)
+        probe, params = self._probe_statement(node_id, now, settings)
+
+        def work(conn: Connection) -> AcquiredWork:
+            row = conn.execute(probe, params).one()
+            state = None if row.state is None else NodeState(row.state)
+            if state is not NodeState.ALIVE and not (state is None and without_row):
+                return AcquiredWork(state)
+            taken = (
+                self._takeover(conn, node_id, want, now, settings, exclude)
+                if row.eligible and state is NodeState.ALIVE
+                else []
+            )
+            rest = want - len(taken)
+            started = self._start_reserved(conn, node_id, reserved[:rest], now) if rest else []
+            rest -= len(started)
+            claimed = self._claim(conn, node_id, rest, now, boost_interval) if rest > 0 else []
+            return AcquiredWork(state, tuple(taken), tuple(started), tuple(claimed))
+
+        return self._run(work)
+
+    @staticmethod
+    def _probe_statement(
+        node_id: str, now: datetime, settings: WatcherSettings
+    ) -> tuple[Any, dict[str, Any]]:
+        """The poll's first read (statement, parameters): the node's state and whether a
+        takeover is possible."""
+        params = {
+            "p_node": node_id,
+            "p_takeovers": settings.max_takeovers,
+            "p_window": to_micros(now - (settings.timed_out_grace + settings.takeover_window)),
+            "p_grace": to_micros(now - settings.timed_out_grace),
+        }
+        return _probe(), params
+
     def takeover_probe(
         self, node_id: str, *, now: datetime, settings: WatcherSettings
     ) -> tuple[NodeState | None, bool]:
-        """One cheap read before a poll: this node's state (None: no row) and whether any job
-        is eligible for it to take over (so that the write transaction runs only then)."""
-        eligible = self._eligible(node_id, now, settings).with_only_columns(Q.c.job_id).limit(1)
-        state = select(NODE.c.state).where(NODE.c.node_id == node_id).scalar_subquery()
-        stmt = select(state.label("state"), eligible.exists().label("eligible"))
+        """One read: this node's state (None: no row) and whether any job is eligible for it
+        to take over."""
+        stmt, params = self._probe_statement(node_id, now, settings)
 
         def work(conn: Connection) -> tuple[NodeState | None, bool]:
-            row = conn.execute(stmt).one()
+            row = conn.execute(stmt, params).one()
             return (None if row.state is None else NodeState(row.state)), bool(row.eligible)
 
         return self._run(work, write=False)
 
     @staticmethod
     def _eligible(node_id: str, now: datetime, settings: WatcherSettings) -> Any:
-        """TIMED_OUT jobs of other incarnations that ``node_id`` may take over now (T8)."""
+        """TIMED_OUT jobs of other incarnations that ``node_id`` may take over now (T8; the
+        probe of :func:`_probe` has the same condition with bound parameters)."""
         return select(Q.c.job_id).where(
             Q.c.status == JobStatus.TIMED_OUT.value,
             Q.c.picked_by != node_id,
@@ -687,35 +786,50 @@ class WatcherStoreMixin:
     def start_reserved(self, node_id: str, job_id: uuid.UUID, epoch: int, *, now: datetime) -> bool:
         """T3: QUEUED -> RUNNING for the node that reserved it (same epoch) and open its
         attempt row; False if the reservation was revoked (queue stall, cancel)."""
+        probe = _Reserved(job_id, epoch)
+        return bool(self._run(lambda conn: self._start_reserved(conn, node_id, [probe], now)))
 
-        def work(conn: Connection) -> bool:
-            check_transition(JobStatus.QUEUED, JobStatus.RUNNING)
-            changed = conn.execute(
-                update(Q)
-                .where(
-                    Q.c.job_id == job_id,
-                    Q.c.epoch == epoch,
+    def _start_reserved(
+        self, conn: Connection, node_id: str, jobs: Sequence[Any], now: datetime
+    ) -> list[Any]:
+        """T3 for several reservations at once; returns those that started (the others were
+        revoked), each with ``claimed_at`` set to ``now``."""
+        if not jobs:
+            return []
+        check_transition(JobStatus.QUEUED, JobStatus.RUNNING)
+        epochs = {job.job_id: job.epoch for job in jobs}
+        rows = conn.execute(
+            self.dialect.lock_rows(
+                select(Q.c.job_id, Q.c.epoch, Q.c.attempts).where(
+                    Q.c.job_id.in_(list(epochs)),
                     Q.c.picked_by == node_id,
                     Q.c.status == JobStatus.QUEUED.value,
                 )
-                .values(status=JobStatus.RUNNING.value, picked_at=now)
-            ).rowcount
-            if not changed:
-                return False
-            attempts = conn.execute(select(Q.c.attempts).where(Q.c.job_id == job_id)).scalar_one()
-            conn.execute(
-                insert(EXE).values(
-                    job_id=job_id,
-                    attempt_no=attempts + 1,
-                    epoch=epoch,
-                    node_id=node_id,
-                    started_at=now,
-                    outcome=JobStatus.RUNNING.value,
-                )
             )
-            return True
-
-        return self._run(work)
+        ).all()
+        held = {r.job_id: r for r in rows if r.epoch == epochs[r.job_id]}
+        if not held:
+            return []
+        conn.execute(
+            update(Q)
+            .where(Q.c.job_id.in_(list(held)), Q.c.status == JobStatus.QUEUED.value)
+            .values(status=JobStatus.RUNNING.value, picked_at=now)
+        )
+        conn.execute(
+            insert(EXE),
+            [
+                {
+                    "job_id": r.job_id,
+                    "attempt_no": r.attempts + 1,
+                    "epoch": r.epoch,
+                    "node_id": node_id,
+                    "started_at": now,
+                    "outcome": JobStatus.RUNNING.value,
+                }
+                for r in held.values()
+            ],
+        )
+        return [_started(job, now) for job in jobs if job.job_id in held]
 
     # ------------------------------------------------------------------ progress (fenced)
     def record_progress(
