@@ -537,6 +537,18 @@ class ExecutorProvider(Protocol):
         """Stop accepting work; wait for running work if asked."""
 
 
+@runtime_checkable
+class Dispatcher(Protocol):
+    """Optional extra of an :class:`ExecutorProvider`: start work without a future.
+
+    The worker never reads an attempt's future (the attempt reports its own outcome), so a
+    provider that can skip creating one saves that cost on every job.
+    """
+
+    def dispatch(self, fn: Callable[[], object]) -> None:
+        """Start ``fn``; an exception it raises is logged, not returned."""
+
+
 @dataclass(frozen=True)
 class JobCall:
     """One invocation of a job's target, handed to an :class:`InterruptibleExecutor`.

@@ -108,7 +108,7 @@ class InterruptiblePool:
             raise ValueError("max_workers must be at least 1")
         self.max_workers = max_workers
         self.name = name
-        self._queue: queue.SimpleQueue[tuple[Future[Any], Callable[[], Any]] | None] = (
+        self._queue: queue.SimpleQueue[tuple[Future[Any] | None, Callable[[], Any]] | None] = (
             queue.SimpleQueue()
         )
         self._lock = threading.Lock()
@@ -118,6 +118,14 @@ class InterruptiblePool:
 
     def submit(self, fn: Callable[[], T]) -> Future[T]:
         future: Future[T] = Future()
+        self._put(future, fn)
+        return future
+
+    def dispatch(self, fn: Callable[[], object]) -> None:
+        """Run ``fn`` on a pool thread with no future (its errors are logged)."""
+        self._put(None, fn)
+
+    def _put(self, future: Future[Any] | None, fn: Callable[[], Any]) -> None:
         with self._lock:
             if self._shutdown:
                 raise RuntimeError(f"{self.name} pool is shut down")
@@ -130,7 +138,6 @@ class InterruptiblePool:
                 thread.start()
             else:
                 self._idle = max(0, self._idle - 1)
-        return future
 
     def _work(self) -> None:
         while True:
@@ -139,7 +146,12 @@ class InterruptiblePool:
                 if item is None:
                     return
                 future, fn = item
-                if future.set_running_or_notify_cancel():
+                if future is None:
+                    try:
+                        fn()
+                    except BaseException:
+                        log.exception("a dispatched task failed")
+                elif future.set_running_or_notify_cancel():
                     try:
                         result = fn()
                     except BaseException as exc:
@@ -163,7 +175,7 @@ class InterruptiblePool:
                 item = self._queue.get_nowait()
             except queue.Empty:
                 break
-            if item is not None:
+            if item is not None and item[0] is not None:
                 item[0].cancel()
         for _ in threads:
             self._queue.put(None)
@@ -184,6 +196,10 @@ class ThreadExecutorProvider:
 
     def submit(self, fn: Callable[[], T]) -> Future[T]:
         return self._pool.submit(fn)
+
+    def dispatch(self, fn: Callable[[], object]) -> None:
+        """Start ``fn`` without a future (the worker's path: it never reads the result)."""
+        self._pool.dispatch(fn)
 
     def run(self, call: JobCall, control: AttemptControl) -> Any:
         return run_interruptibly(call.invoke, control)

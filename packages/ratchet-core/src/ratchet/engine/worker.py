@@ -56,7 +56,7 @@ from ratchet.engine.watchdog import (
 from ratchet.engine.watcher import attach_liveness, new_node_id
 from ratchet.engine.workflows import after_flow_write, attach_flows
 from ratchet.events import EventKind, JobEvent
-from ratchet.ports import ExecutorProvider, InterruptibleExecutor, JobCall, WakeupHint
+from ratchet.ports import Dispatcher, ExecutorProvider, InterruptibleExecutor, JobCall, WakeupHint
 from ratchet.serialization import decode_payload, encode_result
 from ratchet.targets import TargetRef, owner_class, resolve_attribute
 
@@ -126,6 +126,7 @@ class Worker:
         self.stats = WorkerStats()
         self._executors: dict[str, ExecutorProvider] = {}
         self._interruptible_cache: dict[int, bool] = {}
+        self._starters: dict[int, Callable[[Callable[[], Any]], object]] = {}
         self.gates: list[Gate] = [CircuitBreakerGate(), PermitGate()]
         """Checked in order before every attempt; features append theirs."""
         self.periodic: list[PeriodicTask] = [
@@ -329,6 +330,15 @@ class Worker:
             )
         return claimed
 
+    def _start(self, job: ClaimedJob) -> None:
+        """Hand ``job`` to its executor (without a future where the provider allows)."""
+        provider = self.executor_for(job)
+        start = self._starters.get(id(provider))
+        if start is None:
+            start = provider.dispatch if isinstance(provider, Dispatcher) else provider.submit
+            self._starters[id(provider)] = start
+        start(functools.partial(self._run_and_queue, job))
+
     def executor_for(self, job: ClaimedJob) -> ExecutorProvider:
         """The executor provider that runs ``job``: its ``executor`` option, else ``asyncio``
         for an ``async def`` target, else ``threads``."""
@@ -364,7 +374,7 @@ class Worker:
             try:
                 claimed = self.poll_once()
                 for job in claimed:
-                    self.executor_for(job).submit(functools.partial(self._run_and_queue, job))
+                    self._start(job)
                 utilisation = 1 - self.free_slots() / self.config.concurrency
                 decision = self.strategy.on_poll(
                     self.app.now(), len(claimed), self.config.batch_size, utilisation
