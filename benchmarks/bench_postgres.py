@@ -49,6 +49,7 @@ def mark_start(i: int) -> None:
     if _start_conn is None:
         _start_conn = psycopg.connect(_libpq(os.environ[URL_ENV]), autocommit=True)
     _start_conn.execute("INSERT INTO bench_start (n, at) VALUES (%s, %s)", (i, started))
+    _start_conn.execute("SELECT pg_notify('bench_start', %s)", (str(i),))
 
 
 def __getattr__(name: str) -> Any:
@@ -308,14 +309,23 @@ def latency(bench: Bench, samples: int) -> tuple[float, float]:
                     raise TimeoutError("worker did not start listening")
                 time.sleep(0.1)
             time.sleep(1.0)  # let the worker's first (empty) poll pass
+            import psycopg
+
             values = []
-            for i in range(samples):
-                submitted = time.time()
-                app.enqueue(fn("mark_start"), i).submit()
-                while (at := scalar(url, "SELECT at FROM bench_start WHERE n = %s", i)) is None:
-                    time.sleep(0.001)
-                values.append((at - submitted) * 1000)
-                time.sleep(0.01)  # the worker is idle again before the next submission
+            # Wait for each start on one LISTENing connection (blocking in libpq, no polling:
+            # a polling loop would compete with the measured processes for the CPU and the GIL).
+            with psycopg.connect(_libpq(url), autocommit=True) as waiter:
+                waiter.execute("LISTEN bench_start")
+                for i in range(samples):
+                    submitted = time.time()
+                    app.enqueue(fn("mark_start"), i).submit()
+                    heard = [n.payload for n in waiter.notifies(timeout=30, stop_after=1)]
+                    if heard != [str(i)]:
+                        raise TimeoutError(f"job {i} did not start within 30 s (heard {heard})")
+                    row = waiter.execute("SELECT at FROM bench_start WHERE n = %s", (i,)).fetchone()
+                    assert row is not None
+                    values.append((row[0] - submitted) * 1000)
+                    time.sleep(0.01)  # the worker is idle again before the next submission
         finally:
             app.close()
             stop_workers(procs)

@@ -23,7 +23,6 @@ import bench_jobs
 
 from ratchet import Ratchet
 
-
 #: The worker settings of every processing benchmark (the PostgreSQL and MySQL ones use the same):
 #: no-op jobs finish at once, so throughput is set by how many jobs each claim and each outcome
 #: transaction carries, which is bounded by the free slots.
