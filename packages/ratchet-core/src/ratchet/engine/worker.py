@@ -112,7 +112,23 @@ class WorkerStats:
     """Results of attempts that had already been recorded as timed out (or handed back)."""
     cancellations_delivered: int = 0
     """``cancel_job(id, interrupt=True)`` requests that reached a running attempt here."""
-    by_job: dict[uuid.UUID, str] = field(default_factory=dict)
+    by_job: dict[uuid.UUID, str] = field(default_factory=lambda: RecentOutcomes(10_000))
+    """How the most recent jobs ended here (the last 10,000; older ones are forgotten)."""
+
+
+class RecentOutcomes(dict[uuid.UUID, str]):
+    """A dict that keeps only its ``limit`` most recently added keys (bounded memory)."""
+
+    def __init__(self, limit: int) -> None:
+        super().__init__()
+        self.limit = limit
+
+    def __setitem__(self, key: uuid.UUID, value: str) -> None:
+        if key in self:
+            del self[key]  # re-inserted: now the most recent
+        elif len(self) >= self.limit:
+            del self[next(iter(self))]
+        super().__setitem__(key, value)
 
 
 class Worker:
@@ -431,8 +447,10 @@ class Worker:
             self._outcomes.put(outcome)
         if wake:
             self._wake.set()
-        with self._idle:
-            self._idle.notify_all()
+        if outcome is None or self._draining.is_set():
+            # stop() waits for the last running job; wait_until() hears from the writer.
+            with self._idle:
+                self._idle.notify_all()
 
     def target_ref(self, target: str) -> TargetRef:
         """The parsed form of a stored target (cached)."""
