@@ -24,9 +24,9 @@ from sqlalchemy.engine import Connection, make_url
 from ratchet.domain.errors import DuplicateIdempotencyKeyError
 from ratchet.domain.lifecycle import JobPriority, JobStatus
 from ratchet.domain.model import ClaimedJob, NewJob, Outcome, OutcomeKind
-from ratchet.domain.options import BackoffPolicy
 from ratchet.ports import InsertResult
 from ratchet.sql import schema
+from ratchet.sql.claimed import claimed_job
 from ratchet.sql.store import SqlStore
 from ratchet.sql.types import UTCMicros, from_micros, to_micros
 from ratchet_postgres.dialect import PostgresDialect
@@ -336,23 +336,6 @@ class PostgresStore(SqlStore):
             params["boost"] = boost_us
         rows = conn.execute(claim_statement(boost_us > 0), params).all()
         return [
-            ClaimedJob(
-                job_id=r.job_id,
-                epoch=r.epoch,
-                attempt=r.attempts + 1,
-                target=r.target,
-                payload=r.payload,
-                priority=JobPriority(r.priority),
-                max_retries=r.max_retries,
-                backoff=BackoffPolicy(r.backoff_policy),
-                backoff_delay=timedelta(milliseconds=r.backoff_ms),
-                timeout=None if r.timeout_ms is None else timedelta(milliseconds=r.timeout_ms),
-                scheduled_time=from_micros(r.scheduled_time),
-                claimed_at=now,
-                params=json.loads(r.params) if r.params else {},
-                tags=tuple(json.loads(r.tags)) if r.tags else (),
-                executor=r.executor,
-                resource_name=r.resource_name,
-            )
+            claimed_job(r, r, now, epoch=r.epoch, scheduled_time=from_micros(r.scheduled_time))
             for r in rows
         ]

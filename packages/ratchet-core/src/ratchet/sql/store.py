@@ -53,6 +53,7 @@ from ratchet.domain.priority import claim_order_key
 from ratchet.ports import InsertResult, StoreCapabilities, iter_chunks
 from ratchet.sql import schema
 from ratchet.sql.cancellation import CancellationStoreMixin
+from ratchet.sql.claimed import DEFINITIONS, claimed_job
 from ratchet.sql.dialect import ErrorKind, SqlDialect
 from ratchet.sql.permits import PermitStoreMixin
 from ratchet.sql.pool import ping_when_idle
@@ -100,19 +101,6 @@ _CLAIM_MARK = (
         epoch=Q.c.epoch + 1,
     )
 )
-_DEFINITIONS = select(
-    J.c.job_id,
-    J.c.target,
-    J.c.payload,
-    J.c.max_retries,
-    J.c.backoff_policy,
-    J.c.backoff_ms,
-    J.c.timeout_ms,
-    J.c.params,
-    J.c.tags,
-    J.c.executor,
-    J.c.resource_name,
-).where(J.c.job_id.in_(_ids()))
 _OPEN_ATTEMPT = insert(EXE)
 _STILL_PENDING = select(Q.c.job_id).where(
     Q.c.job_id.in_(_ids()), Q.c.status == JobStatus.PENDING.value
@@ -485,7 +473,7 @@ class SqlStore(
         result = conn.execute(_CLAIM_MARK, {"ids": ids, "node": node_id, "now": now})
         if result.rowcount != len(ids):
             raise AssertionError("claimed rows changed under the claim lock")
-        definitions = {r.job_id: r for r in conn.execute(_DEFINITIONS, {"ids": ids})}
+        definitions = {r.job_id: r for r in conn.execute(DEFINITIONS, {"ids": ids})}
         conn.execute(
             _OPEN_ATTEMPT,
             [
@@ -500,30 +488,7 @@ class SqlStore(
                 for r in chosen
             ],
         )
-        claimed = []
-        for r in chosen:
-            d = definitions[r.job_id]
-            claimed.append(
-                ClaimedJob(
-                    job_id=r.job_id,
-                    epoch=r.epoch + 1,
-                    attempt=r.attempts + 1,
-                    target=d.target,
-                    payload=d.payload,
-                    priority=JobPriority(r.priority),
-                    max_retries=d.max_retries,
-                    backoff=BackoffPolicy(d.backoff_policy),
-                    backoff_delay=timedelta(milliseconds=d.backoff_ms),
-                    timeout=None if d.timeout_ms is None else timedelta(milliseconds=d.timeout_ms),
-                    scheduled_time=r.scheduled_time,
-                    claimed_at=now,
-                    params=json.loads(d.params) if d.params else {},
-                    tags=tuple(json.loads(d.tags)) if d.tags else (),
-                    executor=d.executor,
-                    resource_name=d.resource_name,
-                )
-            )
-        return claimed
+        return [claimed_job(r, definitions[r.job_id], now, epoch=r.epoch + 1) for r in chosen]
 
     def is_owned(self, job_id: uuid.UUID, epoch: int, node_id: str) -> bool:
         def work(conn: Connection) -> bool:

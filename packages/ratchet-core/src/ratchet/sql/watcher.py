@@ -42,9 +42,8 @@ from sqlalchemy import (
 from sqlalchemy.engine import Connection, Row
 
 from ratchet.domain.errors import FencedOut
-from ratchet.domain.lifecycle import JobPriority, JobStatus, check_transition
+from ratchet.domain.lifecycle import JobStatus, check_transition
 from ratchet.domain.model import ClaimedJob, NodeRecord, Outcome
-from ratchet.domain.options import BackoffPolicy
 from ratchet.domain.priority import claim_order_key
 from ratchet.domain.watcher import (
     LIVE_NODE_STATES,
@@ -64,6 +63,7 @@ from ratchet.domain.watcher import (
 )
 from ratchet.ports import iter_chunks
 from ratchet.sql import schema
+from ratchet.sql.claimed import DEFINITIONS, claimed_job
 from ratchet.sql.types import to_micros
 
 if TYPE_CHECKING:
@@ -678,49 +678,17 @@ class WatcherStoreMixin:
     ) -> list[ClaimedJob]:
         """The jobs of ``rows``; a takeover's rows were read before its epoch + 1."""
         ids = [r.job_id for r in rows]
-        definitions = {
-            d.job_id: d
-            for d in conn.execute(
-                select(
-                    J.c.job_id,
-                    J.c.target,
-                    J.c.payload,
-                    J.c.max_retries,
-                    J.c.backoff_policy,
-                    J.c.backoff_ms,
-                    J.c.timeout_ms,
-                    J.c.params,
-                    J.c.tags,
-                    J.c.executor,
-                    J.c.resource_name,
-                ).where(J.c.job_id.in_(ids))
+        definitions = {d.job_id: d for d in conn.execute(DEFINITIONS, {"ids": ids})}
+        return [
+            claimed_job(
+                r,
+                definitions[r.job_id],
+                now,
+                epoch=r.epoch + 1 if takeover else r.epoch,
+                takeovers=r.takeovers + 1 if takeover else r.takeovers,
             )
-        }
-        claimed = []
-        for r in rows:
-            d = definitions[r.job_id]
-            claimed.append(
-                ClaimedJob(
-                    job_id=r.job_id,
-                    epoch=r.epoch + 1 if takeover else r.epoch,
-                    attempt=r.attempts + 1,
-                    target=d.target,
-                    payload=d.payload,
-                    priority=JobPriority(r.priority),
-                    max_retries=d.max_retries,
-                    backoff=BackoffPolicy(d.backoff_policy),
-                    backoff_delay=timedelta(milliseconds=d.backoff_ms),
-                    timeout=None if d.timeout_ms is None else timedelta(milliseconds=d.timeout_ms),
-                    scheduled_time=r.scheduled_time,
-                    claimed_at=now,
-                    params=json.loads(d.params) if d.params else {},
-                    tags=tuple(json.loads(d.tags)) if d.tags else (),
-                    executor=d.executor,
-                    resource_name=d.resource_name,
-                    takeovers=r.takeovers + 1 if takeover else r.takeovers,
-                )
-            )
-        return claimed
+            for r in rows
+        ]
 
     def reserve(
         self, node_id: str, limit: int, *, now: datetime, boost_interval: timedelta

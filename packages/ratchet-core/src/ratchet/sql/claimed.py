@@ -1,0 +1,66 @@
+"""Turning claimed rows into :class:`~ratchet.domain.model.ClaimedJob` (one place for every
+path that grants ownership: claim, reservation, takeover, and the dialects' own claims)."""
+
+from __future__ import annotations
+
+import json
+from datetime import datetime, timedelta
+from typing import Any
+
+from sqlalchemy import bindparam, select
+
+from ratchet.domain.lifecycle import JobPriority
+from ratchet.domain.model import ClaimedJob
+from ratchet.domain.options import BackoffPolicy
+from ratchet.sql import schema
+
+J = schema.job
+
+#: What running a job needs from its cold row, for the ``:ids`` given (built once).
+DEFINITIONS = select(
+    J.c.job_id,
+    J.c.target,
+    J.c.payload,
+    J.c.max_retries,
+    J.c.backoff_policy,
+    J.c.backoff_ms,
+    J.c.timeout_ms,
+    J.c.params,
+    J.c.tags,
+    J.c.executor,
+    J.c.resource_name,
+).where(J.c.job_id.in_(bindparam("ids", expanding=True)))
+
+
+def claimed_job(
+    live: Any,
+    definition: Any,
+    now: datetime,
+    *,
+    epoch: int,
+    takeovers: int = 0,
+    scheduled_time: datetime | None = None,
+) -> ClaimedJob:
+    """The job of a live row (``job_id``, ``attempts``, ``priority``, ``scheduled_time``) and
+    its definition (a row of :data:`DEFINITIONS`; the same row where one query returns both),
+    owned under ``epoch`` since ``now``."""
+    d = definition
+    return ClaimedJob(
+        job_id=live.job_id,
+        epoch=epoch,
+        attempt=live.attempts + 1,
+        target=d.target,
+        payload=d.payload,
+        priority=JobPriority(live.priority),
+        max_retries=d.max_retries,
+        backoff=BackoffPolicy(d.backoff_policy),
+        backoff_delay=timedelta(milliseconds=d.backoff_ms),
+        timeout=None if d.timeout_ms is None else timedelta(milliseconds=d.timeout_ms),
+        scheduled_time=live.scheduled_time if scheduled_time is None else scheduled_time,
+        claimed_at=now,
+        params=json.loads(d.params) if d.params else {},
+        tags=tuple(json.loads(d.tags)) if d.tags else (),
+        executor=d.executor,
+        resource_name=d.resource_name,
+        takeovers=takeovers,
+    )
