@@ -17,16 +17,12 @@ Create Date: 2026-11-29
 
 from __future__ import annotations
 
-import sqlalchemy as sa
-from alembic import op
+from ratchet.sql.migrations.mysql_collation import binary_collation, is_mysql, set_collation
 
 revision = "0003"
 down_revision = "0001"
 branch_labels = ("mysql",)
 depends_on = None
-
-#: Preferred binary collations, best first (the first one the server has is used).
-COLLATIONS = ("utf8mb4_nopad_bin", "utf8mb4_0900_bin", "utf8mb4_bin")
 
 #: (table, column, SQL type, nullable) of every column that must compare exactly.
 COLUMNS = (
@@ -42,40 +38,11 @@ COLUMNS = (
 )
 
 
-def _is_mysql() -> bool:
-    return op.get_context().dialect.name in ("mysql", "mariadb")
-
-
-def _binary_collation() -> str:
-    names = ", ".join(f"'{c}'" for c in COLLATIONS)
-    found = {
-        row[0]
-        for row in op.get_bind().execute(
-            sa.text(
-                f"SELECT COLLATION_NAME FROM information_schema.COLLATIONS WHERE COLLATION_NAME IN ({names})"
-            )
-        )
-    }
-    return next(c for c in COLLATIONS if c in found or c == COLLATIONS[-1])
-
-
-def _modify(collate: str | None) -> None:
-    by_table: dict[str, list[str]] = {}
-    for table, column, sql_type, nullable in COLUMNS:
-        charset = f" CHARACTER SET utf8mb4 COLLATE {collate}" if collate else ""
-        null = "NULL" if nullable else "NOT NULL"
-        by_table.setdefault(table, []).append(f"MODIFY `{column}` {sql_type}{charset} {null}")
-    for table, clauses in by_table.items():
-        op.execute(f"ALTER TABLE `{table}` " + ", ".join(clauses))
-
-
 def upgrade() -> None:
-    if not _is_mysql():
-        return
-    _modify(_binary_collation())
+    if is_mysql():
+        set_collation(COLUMNS, binary_collation())
 
 
 def downgrade() -> None:
-    if not _is_mysql():
-        return
-    _modify(None)  # back to the table's default collation
+    if is_mysql():
+        set_collation(COLUMNS, None)  # back to the table's default collation

@@ -20,15 +20,13 @@ from __future__ import annotations
 import sqlalchemy as sa
 from alembic import op
 
+from ratchet.sql.migrations.mysql_collation import binary_collation, is_mysql, set_collation
 from ratchet.sql.types import UTCMicros, UUIDType
 
 revision = "0006"
 down_revision = "0001"
 branch_labels = ("recurring",)
 depends_on = None
-
-#: Preferred binary collations on MySQL / MariaDB, best first (as in migration 0003).
-COLLATIONS = ("utf8mb4_nopad_bin", "utf8mb4_0900_bin", "utf8mb4_bin")
 
 #: (table, column, SQL type, nullable) of every new column that must compare exactly on MySQL.
 EXACT_COLUMNS = (
@@ -39,24 +37,6 @@ EXACT_COLUMNS = (
     ("scheduler_lock", "lock_name", "VARCHAR(128)", False),
     ("scheduler_lock", "owner_node", "VARCHAR(128)", False),
 )
-
-
-def _is_mysql() -> bool:
-    return op.get_context().dialect.name in ("mysql", "mariadb")
-
-
-def _binary_collation() -> str:
-    names = ", ".join(f"'{c}'" for c in COLLATIONS)
-    found = {
-        row[0]
-        for row in op.get_bind().execute(
-            sa.text(
-                "SELECT COLLATION_NAME FROM information_schema.COLLATIONS"
-                f" WHERE COLLATION_NAME IN ({names})"
-            )
-        )
-    }
-    return next(c for c in COLLATIONS if c in found or c == COLLATIONS[-1])
 
 
 def upgrade() -> None:
@@ -106,16 +86,8 @@ def upgrade() -> None:
         sa.Column("locked_at", UTCMicros(), nullable=False),
         sa.Column("expires_at", UTCMicros(), nullable=False),
     )
-    if _is_mysql():
-        collation = _binary_collation()
-        by_table: dict[str, list[str]] = {}
-        for table, column, sql_type, nullable in EXACT_COLUMNS:
-            null = "NULL" if nullable else "NOT NULL"
-            by_table.setdefault(table, []).append(
-                f"MODIFY `{column}` {sql_type} CHARACTER SET utf8mb4 COLLATE {collation} {null}"
-            )
-        for table, clauses in by_table.items():
-            op.execute(f"ALTER TABLE `{table}` " + ", ".join(clauses))
+    if is_mysql():
+        set_collation(EXACT_COLUMNS, binary_collation())
 
 
 def downgrade() -> None:
