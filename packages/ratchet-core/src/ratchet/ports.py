@@ -398,8 +398,10 @@ class WatcherStore(Protocol):
         now: datetime,
         settings: WatcherSettings,
         exclude: Collection[uuid.UUID] = (),
+        supports: Callable[[str, str | None], bool] | None = None,
     ) -> list[ClaimedJob]:
-        """Take over eligible TIMED_OUT jobs (epoch + 1), within the node's slots."""
+        """Take over eligible TIMED_OUT jobs (epoch + 1), within the node's slots, and only
+        those ``supports(target, executor)`` accepts (None: any)."""
 
     def takeover_probe(
         self, node_id: str, *, now: datetime, settings: WatcherSettings

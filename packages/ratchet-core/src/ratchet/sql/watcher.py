@@ -21,6 +21,7 @@ import uuid
 from collections.abc import Callable, Collection, Sequence
 from dataclasses import replace as dc_replace
 from datetime import datetime, timedelta
+from types import SimpleNamespace
 from typing import TYPE_CHECKING, Any, TypeVar
 
 from sqlalchemy import (
@@ -43,7 +44,7 @@ from sqlalchemy.engine import Connection, Row
 
 from ratchet.domain.errors import FencedOut
 from ratchet.domain.lifecycle import JobPriority, JobStatus, check_transition
-from ratchet.domain.model import ClaimedJob, NodeRecord, Outcome
+from ratchet.domain.model import ClaimedJob, NodeRecord, Outcome, OutcomeKind
 from ratchet.domain.options import BackoffPolicy
 from ratchet.domain.priority import claim_order_key
 from ratchet.domain.watcher import (
@@ -80,9 +81,27 @@ CHUNK = 500
 #: Most jobs one watcher pass changes (the next pass continues).
 WATCH_LIMIT = 1000
 OWNED = (JobStatus.RUNNING.value, JobStatus.TIMED_OUT.value)
+#: The queue columns the watcher and the takers lock and re-check (no subqueries: a locking
+#: read on MySQL/MariaDB would lock the rows of every table it reads).
+QUEUE_COLS = (
+    Q.c.job_id,
+    Q.c.status,
+    Q.c.epoch,
+    Q.c.picked_by,
+    Q.c.picked_at,
+    Q.c.last_progress_at,
+    Q.c.timed_out_at,
+    Q.c.takeovers,
+    Q.c.attempts,
+    Q.c.priority,
+    Q.c.scheduled_time,
+)
 LIVE = tuple(s.value for s in LIVE_NODE_STATES)
 #: Outcome of an attempt whose job was taken over (or handed back and taken over).
 ABANDONED = "ABANDONED"
+
+Supports = Callable[[str, "str | None"], bool]
+"""Whether a node can run a job, given its target and its executor option (None: the default)."""
 
 Decide = Callable[[StalledJob], Outcome]
 """Turns a TIMED_OUT job nobody took over into its outcome (RETRY or DEAD), inside the watcher's
@@ -324,11 +343,14 @@ class WatcherStoreMixin:
         judge_silence: bool,
     ) -> WatcherReport:
         stmt = select(*self._liveness_cols()).where(due).order_by(Q.c.job_id).limit(WATCH_LIMIT)
-        rows = conn.execute(self.dialect.lock_for_claim(stmt)).all()
-        revoke: list[Row[Any]] = []
-        stall: list[Row[Any]] = []
-        orphaned: list[Row[Any]] = []
-        expire: list[Row[Any]] = []
+        # A plain read finds the candidates (no lock: on MySQL/MariaDB a locking scan would lock
+        # every row it passes and deadlock with claims and completions); then only those rows
+        # are locked, by primary key, and classified again on their fresh values.
+        rows = self._relock(conn, conn.execute(stmt).all())
+        revoke: list[Any] = []
+        stall: list[Any] = []
+        orphaned: list[Any] = []
+        expire: list[Any] = []
         for r in rows:
             action = classify(_liveness(r), now, settings, owner_alive=bool(r.owner_alive))
             if action is WatcherAction.REVOKE:
@@ -345,7 +367,12 @@ class WatcherStoreMixin:
                 conn,
                 revoke,
                 JobStatus.QUEUED,
-                {"status": JobStatus.PENDING.value, "picked_by": None, "picked_at": None},
+                {
+                    "status": JobStatus.PENDING.value,
+                    "picked_by": None,
+                    "picked_at": None,
+                    "epoch": Q.c.epoch + 1,  # T4: the revoked reservation is fenced out
+                },
             )
         if stall or orphaned:
             check_transition(JobStatus.RUNNING, JobStatus.TIMED_OUT)
@@ -368,9 +395,36 @@ class WatcherStoreMixin:
             expired=tuple(outcomes),
         )
 
+    def _relock(self, conn: Connection, candidates: Sequence[Row[Any]]) -> list[Any]:
+        """Lock the queue rows of ``candidates`` (read without locks) by primary key, skipping
+        rows another transaction holds, and return them with their values as of now (in the
+        candidates' order). Rows that left the queue meanwhile are dropped; whether each owner
+        is alive is read again (without a lock) after the rows are locked. Each returned row
+        has the attributes of :meth:`_liveness_cols`, plus those of the candidates."""
+        if not candidates:
+            return []
+        ids = [c.job_id for c in candidates]
+        fresh: dict[uuid.UUID, dict[str, Any]] = {}
+        for chunk in iter_chunks(ids, CHUNK):
+            stmt = select(*QUEUE_COLS).where(Q.c.job_id.in_(list(chunk)))
+            for r in conn.execute(self.dialect.lock_for_claim(stmt)):
+                fresh[r.job_id] = dict(r._mapping)
+        if not fresh:
+            return []
+        alive = set(conn.execute(_live_nodes()).scalars())
+        rows: list[Any] = []
+        for c in candidates:
+            values = fresh.get(c.job_id)
+            if values is None:
+                continue  # gone (ended) or locked by someone else: the next pass sees it
+            merged = {**dict(c._mapping), **values}
+            merged["owner_alive"] = int(values["picked_by"] in alive)
+            rows.append(SimpleNamespace(**merged))
+        return rows
+
     @staticmethod
     def _guarded(
-        conn: Connection, rows: Sequence[Row[Any]], source: JobStatus, values: dict[str, Any]
+        conn: Connection, rows: Sequence[Any], source: JobStatus, values: dict[str, Any]
     ) -> None:
         """Apply ``values`` to locked rows, still guarded by status and epoch."""
         conn.execute(
@@ -387,7 +441,7 @@ class WatcherStoreMixin:
     def _expire(
         self,
         conn: Connection,
-        rows: Sequence[Row[Any]],
+        rows: Sequence[Any],
         now: datetime,
         settings: WatcherSettings,
         decide: Decide,
@@ -428,6 +482,13 @@ class WatcherStoreMixin:
         for owner, outcomes in by_owner.items():
             fenced = set(self._record(conn, owner, outcomes, now))
             applied.extend(o for o in outcomes if o.job_id not in fenced)
+        retried = [o.job_id for o in applied if o.kind is not OutcomeKind.DEAD]
+        if retried:  # T9: the forced end of the stalled attempt bumps the epoch
+            conn.execute(
+                update(Q)
+                .where(Q.c.job_id.in_(retried), Q.c.status == JobStatus.PENDING.value)
+                .values(epoch=Q.c.epoch + 1)
+            )
         return applied
 
     # ------------------------------------------------------------------ acquiring work
@@ -455,6 +516,7 @@ class WatcherStoreMixin:
         now: datetime,
         settings: WatcherSettings,
         exclude: Collection[uuid.UUID] = (),
+        supports: Supports | None = None,
     ) -> list[ClaimedJob]:
         """T8: take over up to ``limit`` eligible TIMED_OUT jobs of other incarnations.
 
@@ -462,10 +524,39 @@ class WatcherStoreMixin:
         count). Each job gets epoch + 1, this owner, one more takeover and a new attempt-history
         row; the abandoned attempt's row is closed as ``ABANDONED``. ``exclude``: jobs this
         process still runs locally (a restarted incarnation must not run them twice).
+        ``supports(target, executor)``: whether this node can run a job (its class policy allows
+        the target and it has the executor); jobs it cannot run are left to other nodes.
+
+        The candidates are read without locks; only the chosen rows are then locked (by primary
+        key, skipping rows others hold) and their eligibility checked again on fresh values.
         """
         if limit <= 0:
             return []
-        return self._run(lambda conn: self._takeover(conn, node_id, limit, now, settings, exclude))
+
+        def read(conn: Connection) -> list[Row[Any]]:
+            definition = J.alias("definition")  # J itself would correlate the subqueries
+            stmt = (
+                self._eligible(node_id, now, settings)
+                .with_only_columns(
+                    *self._liveness_cols(), definition.c.target, definition.c.executor
+                )
+                .where(definition.c.job_id == Q.c.job_id)
+            )
+            if exclude:
+                stmt = stmt.where(Q.c.job_id.not_in(list(exclude)))
+            stmt = stmt.order_by(Q.c.priority.desc(), Q.c.timed_out_at, Q.c.job_id)
+            return list(conn.execute(stmt.limit(max(4 * limit, 32))).all())
+
+        candidates = [
+            c
+            for c in self._run(read, write=False)
+            if supports is None or supports(c.target, c.executor)
+        ][: 2 * limit]
+        if not candidates:
+            return []
+        return self._run(
+            lambda conn: self._takeover(conn, node_id, limit, now, settings, candidates)
+        )
 
     def takeover_probe(
         self, node_id: str, *, now: datetime, settings: WatcherSettings
@@ -503,7 +594,7 @@ class WatcherStoreMixin:
         limit: int,
         now: datetime,
         settings: WatcherSettings,
-        exclude: Collection[uuid.UUID],
+        candidates: Sequence[Row[Any]],
     ) -> list[ClaimedJob]:
         me = self._node_capacity(conn, node_id)
         if me is None:
@@ -512,17 +603,13 @@ class WatcherStoreMixin:
             limit = min(limit, me.slots - self._held(conn, node_id, OWNED))
         if limit <= 0:
             return []
-        stmt = self._eligible(node_id, now, settings).with_only_columns(*self._liveness_cols())
-        if exclude:
-            stmt = stmt.where(Q.c.job_id.not_in(list(exclude)))
-        stmt = stmt.order_by(Q.c.priority.desc(), Q.c.timed_out_at, Q.c.job_id).limit(limit)
         rows = [
             r
-            for r in conn.execute(self.dialect.lock_for_claim(stmt)).all()
+            for r in self._relock(conn, candidates)
             if takeover_eligible(
                 _liveness(r), now, settings, owner_alive=bool(r.owner_alive), taker=node_id
             )
-        ]
+        ][:limit]
         if not rows:
             return []
         check_transition(JobStatus.TIMED_OUT, JobStatus.RUNNING)
@@ -557,7 +644,7 @@ class WatcherStoreMixin:
         return self._claimed(conn, rows, now, takeover=True)
 
     def _open_attempts(
-        self, conn: Connection, rows: Sequence[Row[Any]], node_id: str, now: datetime
+        self, conn: Connection, rows: Sequence[Any], node_id: str, now: datetime
     ) -> None:
         conn.execute(
             insert(EXE),
@@ -575,7 +662,7 @@ class WatcherStoreMixin:
         )
 
     def _claimed(
-        self, conn: Connection, rows: Sequence[Row[Any]], now: datetime, *, takeover: bool
+        self, conn: Connection, rows: Sequence[Any], now: datetime, *, takeover: bool
     ) -> list[ClaimedJob]:
         """The jobs of ``rows``; a takeover's rows were read before its epoch + 1."""
         ids = [r.job_id for r in rows]
@@ -823,7 +910,12 @@ class WatcherStoreMixin:
                 queued += conn.execute(
                     update(Q)
                     .where(scope, Q.c.status == JobStatus.QUEUED.value)
-                    .values(status=JobStatus.PENDING.value, picked_by=None, picked_at=None)
+                    .values(
+                        status=JobStatus.PENDING.value,
+                        picked_by=None,
+                        picked_at=None,
+                        epoch=Q.c.epoch + 1,
+                    )
                 ).rowcount
                 running += conn.execute(
                     update(Q)
@@ -864,7 +956,7 @@ class WatcherStoreMixin:
         return set(self._run(lambda conn: list(conn.execute(_live_nodes()).scalars()), write=False))
 
 
-def _liveness(r: Row[Any]) -> JobLiveness:
+def _liveness(r: Any) -> JobLiveness:
     return JobLiveness(
         job_id=r.job_id,
         status=JobStatus(r.status),
