@@ -7,8 +7,8 @@ at start, the drain hand-back, expiry through the retry policy, and prefetch bac
 
 from __future__ import annotations
 
+import logging
 import os
-import time
 import uuid
 from collections import Counter
 from collections.abc import Iterator
@@ -83,8 +83,24 @@ def view(app: Ratchet, job_id: uuid.UUID) -> Any:
     return v
 
 
+def polled(worker: Worker, times: int = 3) -> None:
+    """Wait until ``worker`` polled ``times`` more times (each poll could have taken the job)."""
+    start = worker.stats.polls
+    wait_for(lambda: worker.stats.polls >= start + times, what=f"{times} polls")
+
+
+def fatal_fenced_logs(caplog: pytest.LogCaptureFixture, job_id: uuid.UUID) -> list[str]:
+    return [
+        r.getMessage()
+        for r in caplog.records
+        if r.levelno == logging.ERROR
+        and "fatal: FencedOut" in r.getMessage()
+        and str(job_id) in r.getMessage()
+    ]
+
+
 def test_stalled_job_is_taken_over_and_resumes_from_its_checkpoint(
-    app: Ratchet, clock: FakeClock
+    app: Ratchet, clock: FakeClock, caplog: pytest.LogCaptureFixture
 ) -> None:
     a = start(app)
     handle = app.enqueue(lj.steps, "s", 4, hang_after=2).submit()
@@ -97,7 +113,7 @@ def test_stalled_job_is_taken_over_and_resumes_from_its_checkpoint(
     assert a.liveness.watch_once().stalled == 1
     assert view(app, handle.id).status is JobStatus.TIMED_OUT
     tick(clock, a.config.timed_out_grace - timedelta(microseconds=1), a, b)
-    time.sleep(0.3)  # several polls of b: nobody takes it during the owner's grace
+    polled(b)  # nobody takes it during the owner's grace
     assert view(app, handle.id).status is JobStatus.TIMED_OUT
     tick(clock, timedelta(microseconds=1), a, b)
     wait_for(lambda: status(app, handle.id) is JobStatus.SUCCEEDED, what="the takeover")
@@ -107,6 +123,7 @@ def test_stalled_job_is_taken_over_and_resumes_from_its_checkpoint(
     wait_for(lambda: a.liveness.stats.fenced_progress == 1, what="the zombie to be fenced")
     assert ("s", 1, 0, "FencedOut") in lj.RUNS and ("s", 2, 2, "ok") in lj.RUNS
     assert a.stats.fenced_out == 1
+    assert len(fatal_fenced_logs(caplog, handle.id)) == 1, "logged as fatal, once"
     history = [(x.epoch, x.node_id, x.outcome) for x in app.attempts(handle.id)]
     assert history == [(1, a.node_id, "ABANDONED"), (2, b.node_id, "SUCCEEDED")]
 
@@ -126,7 +143,7 @@ def test_node_found_dead_continues_as_a_new_incarnation(app: Ratchet, clock: Fak
     assert app.attempts(quick.id)[0].node_id == a.node_id
     # Its hung run belongs to the dead incarnation: orphaned, and not taken by this process.
     assert a.liveness.watch_once().orphaned == 1
-    time.sleep(0.3)
+    polled(a)  # its own polls do not take its own hung run over
     assert view(app, handle.id).status is JobStatus.TIMED_OUT
     b = start(app)
     wait_for(lambda: status(app, handle.id) is JobStatus.SUCCEEDED, what="b's takeover")
@@ -179,11 +196,16 @@ def test_drain_hands_back_a_job_that_ignores_the_request(app: Ratchet, clock: Fa
     assert handle.result() == 2
     lj.gate("x").set()
     wait_for(lambda: ("x", 1, 0, "ok") in lj.RUNS, what="the zombie to return")
-    time.sleep(0.1)
+    wait_for(
+        lambda: a.stats.late_results_discarded + a.stats.fenced_out == 1,
+        what="the zombie's outcome to be discarded",
+    )
     assert handle.result() == 2 and a.stats.succeeded == 0, "the late result was discarded"
 
 
-def test_expiry_goes_through_the_retry_policy(app: Ratchet, clock: FakeClock) -> None:
+def test_expiry_goes_through_the_retry_policy(
+    app: Ratchet, clock: FakeClock, caplog: pytest.LogCaptureFixture
+) -> None:
     events = Events(app)
     a = start(app)
     assert a.liveness is not None
@@ -206,17 +228,26 @@ def test_expiry_goes_through_the_retry_policy(app: Ratchet, clock: FakeClock) ->
     assert [e.data["stalled"] for e in events.of(EventKind.STALLED)] == [1]
     lj.gate("t").set()
     wait_for(lambda: status(app, handle.id) is JobStatus.SUCCEEDED)
-    assert handle.result() == 2
+    assert handle.result() == 3, "epoch 1, + 1 by the expiry (T9), + 1 by the claim"
     wait_for(lambda: a.stats.fenced_out == 1, what="attempt 1's late result to be refused")
+    assert len(fatal_fenced_logs(caplog, handle.id)) == 1, "logged as fatal, once"
 
 
 def test_prefetch_reserves_within_its_bound(app: Ratchet, clock: FakeClock) -> None:
     a = start(app, concurrency=1, prefetch=2)
     handles = [app.enqueue(lj.hang, "p").submit() for _ in range(4)]
     wait_for(lambda: lj.WAITING.get("p") == 1)
-    time.sleep(0.3)
-    held = Counter(v.status for v in app.store.job_liveness() if v.picked_by == a.node_id)  # type: ignore[attr-defined]
-    assert held == {JobStatus.RUNNING: 1, JobStatus.QUEUED: 2}
+    assert a.liveness is not None
+
+    def held() -> Counter[JobStatus]:
+        views = app.store.job_liveness()  # type: ignore[attr-defined]
+        return Counter(v.status for v in views if v.picked_by == a.node_id)
+
+    full = {JobStatus.RUNNING: 1, JobStatus.QUEUED: 2}
+    wait_for(lambda: held() == full, what="the prefetch to fill")
+    for _ in range(3):  # what the poller does while every slot is busy: never beyond the bound
+        a.liveness.refill()
+        assert held() == full
     lj.gate("p").set()
     wait_for(lambda: all(status(app, h.id) is JobStatus.SUCCEEDED for h in handles))
 

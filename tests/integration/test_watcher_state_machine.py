@@ -414,7 +414,11 @@ def make_machine(app: Ratchet, clock: FakeClock) -> type[RuleBasedStateMachine]:
                         old.timed_out_at,
                     ), ("premature or spurious watcher move", old, new)
                 elif action is WatcherAction.REVOKE:
-                    assert (new.status, new.picked_by) == (JobStatus.PENDING, None)
+                    assert (new.status, new.picked_by, new.epoch) == (
+                        JobStatus.PENDING,
+                        None,
+                        old.epoch + 1,
+                    ), "T4: the revoke fences the reservation out (epoch + 1)"
                 elif action is WatcherAction.STALL:
                     assert (new.status, new.timed_out_at, new.epoch) == (
                         JobStatus.TIMED_OUT,
@@ -431,6 +435,8 @@ def make_machine(app: Ratchet, clock: FakeClock) -> type[RuleBasedStateMachine]:
                     retry = old.attempts + 1 <= self.jobs[job_id]
                     assert new.status is (JobStatus.PENDING if retry else JobStatus.FAILED)
                     assert new.attempts == old.attempts + 1
+                    if retry:
+                        assert new.epoch == old.epoch + 1, "T9: the forced end bumps the epoch"
             for action, n in counts.items():
                 if n and action is not WatcherAction.NONE:
                     event(f"watcher: {action.value}")
@@ -687,9 +693,10 @@ def make_machine(app: Ratchet, clock: FakeClock) -> type[RuleBasedStateMachine]:
             after = self.after("write")
             for job_id, old in before.items():
                 if old.picked_by == worker.node_id and old.status is JobStatus.QUEUED:
-                    assert (after[job_id].status, after[job_id].picked_by) == (
+                    assert (after[job_id].status, after[job_id].picked_by, after[job_id].epoch) == (
                         JobStatus.PENDING,
                         None,
+                        old.epoch + 1,
                     )
                 if old.picked_by == worker.node_id and old.status in OWNED:
                     new = after[job_id]

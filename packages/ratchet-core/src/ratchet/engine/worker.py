@@ -792,9 +792,9 @@ class Worker:
             if o.job_id in fenced:
                 stats.fenced_out += 1
                 stats.by_job[o.job_id] = "FENCED_OUT"
-                log.warning(
-                    "job %s epoch %d: this node no longer owns it (canceled, recovered or taken "
-                    "over); its outcome %s was discarded",
+                log.error(  # fatal for this run, logged once (its write is never retried)
+                    "fatal: FencedOut: job %s epoch %d: this node no longer owns it (canceled, "
+                    "recovered or taken over); its outcome %s was discarded",
                     o.job_id,
                     o.epoch,
                     o.kind.value,
