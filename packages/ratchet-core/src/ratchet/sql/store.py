@@ -511,8 +511,13 @@ class SqlStore(
             (o, r) for o, r in accepted if o.kind in (OutcomeKind.RETRY, OutcomeKind.RESCHEDULE)
         ]
         if terminal:
-            for chunk in iter_chunks([o.job_id for o, _ in terminal], CHUNK):
-                conn.execute(delete(Q).where(Q.c.job_id.in_(chunk)))
+            # One statement per job (the dialects batch them into one round trip): with an IN
+            # list MySQL/MariaDB may scan the table (a small one by its statistics) and wait on,
+            # then deadlock with, other workers' rows.
+            conn.execute(
+                delete(Q).where(Q.c.job_id == bindparam("b_id")),
+                [{"b_id": o.job_id} for o, _ in terminal],
+            )
             conn.execute(
                 update(J)
                 .where(J.c.job_id == bindparam("b_id"))
