@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import logging
 import os
+import threading
 import uuid
 from collections import Counter
 from collections.abc import Iterator
@@ -250,6 +251,36 @@ def test_prefetch_reserves_within_its_bound(app: Ratchet, clock: FakeClock) -> N
         assert held() == full
     lj.gate("p").set()
     wait_for(lambda: all(status(app, h.id) is JobStatus.SUCCEEDED for h in handles))
+
+
+def test_a_slot_stays_taken_until_its_outcome_is_written(
+    app: Ratchet, clock: FakeClock, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Back-pressure counts what the store sees: a finished run is still RUNNING there until
+    its (batched) outcome is written, so its slot takes no new job meanwhile."""
+    store: Any = app.store
+    real = store.record_outcomes
+    writing, release = threading.Event(), threading.Event()
+
+    def held_write(node_id: str, outcomes: Any, *, now: Any) -> Any:
+        writing.set()
+        assert release.wait(10), "the test never released the write"
+        return real(node_id, outcomes, now=now)
+
+    monkeypatch.setattr(store, "record_outcomes", held_write)
+    first = app.enqueue(lj.quick, 1).submit()
+    a = start(app, concurrency=1)
+    try:
+        wait_for(writing.is_set, what="the first outcome write")
+        second = app.enqueue(lj.quick, 2).submit()
+        assert a.free_slots() == 0
+        assert a.poll_once() == [], "a poll now would exceed the slots in the store"
+        owned = [v for v in store.job_liveness() if v.picked_by == a.node_id]
+        assert [(v.job_id, v.status) for v in owned] == [(first.id, JobStatus.RUNNING)]
+    finally:
+        release.set()
+    wait_for(lambda: status(app, second.id) is JobStatus.SUCCEEDED, what="the second job")
+    assert status(app, first.id) is JobStatus.SUCCEEDED
 
 
 def test_progress_needs_a_worker_run_context(clock: FakeClock) -> None:

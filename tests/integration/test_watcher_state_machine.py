@@ -492,6 +492,16 @@ def make_machine(app: Ratchet, clock: FakeClock) -> type[RuleBasedStateMachine]:
                 assert job.job_id in eligible, "takeover of a job that was not eligible"
                 assert job.epoch == before[job.job_id].epoch + 1
                 assert job.takeovers <= SETTINGS.max_takeovers
+            for job in fresh:
+                old = before[job.job_id]
+                if old.status is JobStatus.PENDING:  # a claim grants a new epoch
+                    assert job.epoch == old.epoch + 1, "a claim bumps the epoch"
+                else:  # starting its own reservation: the epoch the reservation granted
+                    assert (old.status, old.picked_by, job.epoch) == (
+                        JobStatus.QUEUED,
+                        worker.node_id,
+                        old.epoch,
+                    )
             if me is None or me.state != "ALIVE":
                 assert jobs == []
             room = min(free, SLOTS - held) if me is not None else 0

@@ -287,8 +287,11 @@ class Worker:
 
     # ------------------------------------------------------------------ polling
     def free_slots(self) -> int:
+        """Slots neither running a job nor waiting for a finished run's outcome to be written:
+        until that write lands the job is still RUNNING here in the store (back-pressure)."""
         with self._lock:
-            return self.config.concurrency - len(self._inflight) - len(self._expired)
+            busy = len(self._inflight) + len(self._expired) + self._pending_writes
+            return max(0, self.config.concurrency - busy)
 
     def poll_once(self) -> list[ClaimedJob]:
         """Claim as many due jobs as there are free slots (up to the batch size)."""
@@ -783,6 +786,9 @@ class Worker:
         with self._idle:
             self._pending_writes -= len(batch)
             self._idle.notify_all()
+            wake = self._saturated
+        if wake:
+            self._wake.set()  # the written runs' slots are free now
 
     def _after_write(self, outcomes: list[Outcome], fenced: set[uuid.UUID]) -> None:
         stats = self.stats
