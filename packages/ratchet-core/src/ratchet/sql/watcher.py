@@ -1,15 +1,19 @@
 """Store capability: node incarnations, the stalled-job watcher, takeovers, progress, checkpoints.
 
 The rows of jef-watcher §b as conditional writes (docs/clustering.md, "Liveness, takeover and
-recovery"). Every transition re-checks its guard on rows it holds locked (``SKIP LOCKED`` on
-PostgreSQL and MySQL, the write lock on SQLite), so two watchers racing at the same moment have
-the effect of one. The rules themselves live in :mod:`ratchet.domain.watcher`; SQL only narrows
-the candidates and the domain decides.
+recovery"). Candidates are found by plain reads (no locks: a locking scan on MySQL/MariaDB
+locks every row it passes and deadlocks with claims and completions); then only those rows are
+locked by primary key (``SKIP LOCKED`` on PostgreSQL and MySQL, the write lock on SQLite), the
+guard is checked again on their fresh values, and each transition is one conditional update
+guarded by status and epoch, so two watchers racing at the same moment have the effect of one.
+The rules themselves live in :mod:`ratchet.domain.watcher`; SQL only narrows the candidates and
+the domain decides.
 
 - A node is *alive* while its row is ALIVE or DRAINING; a job whose owner has no such row (DEAD,
   deregistered or never registered) is an orphan.
 - "Has reported progress" is ``last_progress_at IS NOT NULL``; only progress writes set it.
-- Epochs grow on every grant of ownership (claim, reserve, takeover). Every write by an executing
+- Epochs grow on every grant of ownership (claim, reserve, takeover), on a revoked reservation
+  (T4) and on a stalled job re-queued for retry (T9). Every write by an executing
   node is fenced by job id + epoch + owner + status; progress writes also need the owner's node
   row not to be DEAD.
 """
