@@ -21,10 +21,12 @@ import pytest
 from timeout_harness import Events, wait_for
 
 from ratchet import EventKind, JobContext, JobStatus, Ratchet
+from ratchet.domain.model import Outcome, OutcomeKind
 from ratchet.domain.watcher import NodeInfo
 from ratchet.engine.watcher import host_name
 from ratchet.engine.worker import Worker
 from ratchet.testing import FakeClock
+from ratchet.testing.store_contract import new_job
 
 FAST: dict[str, Any] = {
     "concurrency": 2,
@@ -281,6 +283,55 @@ def test_a_slot_stays_taken_until_its_outcome_is_written(
         release.set()
     wait_for(lambda: status(app, second.id) is JobStatus.SUCCEEDED, what="the second job")
     assert status(app, first.id) is JobStatus.SUCCEEDED
+
+
+def test_a_node_takes_over_only_jobs_it_can_run(app: Ratchet, clock: FakeClock) -> None:
+    a = app.worker(**FAST)
+    assert a.liveness is not None
+    supports = a.liveness.supports
+    assert supports("liveness_jobs:quick", None)
+    assert supports("liveness_jobs:quick", "threads")
+    assert not supports("elsewhere:quick", None), "its class policy refuses the target"
+    assert not supports("liveness_jobs:quick", "no-such-executor"), "no such executor here"
+    assert not supports("not a target", None)
+
+
+def test_a_job_this_node_cannot_run_is_left_to_others(app: Ratchet, clock: FakeClock) -> None:
+    store: Any = app.store
+    gone = NodeInfo("gone-1", "gone", "other-host", 1, 4)
+    store.register_incarnation(gone, now=clock.now())
+    payload = '{"args":[3],"kwargs":{}}'
+    plain = new_job(clock, target="liveness_jobs:quick", payload=payload)
+    special = new_job(clock, target="liveness_jobs:quick", payload=payload, executor="gpu")
+    store.insert_jobs([plain, special], now=clock.now())
+    assert len(store.claim("gone-1", 2, now=clock.now(), boost_interval=timedelta(0))) == 2
+    assert store.declare_dead(["gone-1"], now=clock.now()) == ["gone-1"]
+    b = app.worker(**FAST)  # not started: this test polls it
+    assert b.liveness is not None
+    b.liveness.register()
+    assert b.liveness.watch_once().orphaned == 2  # takeover-eligible at once: their node is dead
+    assert {v.job_id: v.status for v in store.job_liveness()} == {
+        plain.job_id: JobStatus.TIMED_OUT,
+        special.job_id: JobStatus.TIMED_OUT,
+    }
+    taken = b.poll_once()
+    assert [j.job_id for j in taken] == [plain.job_id], "no 'gpu' executor on this node"
+    assert view(app, special.job_id).picked_by == "gone-1"
+    for job in taken:  # the poll claimed it; nothing runs it here
+        b.record(
+            [
+                Outcome(
+                    job.job_id,
+                    job.epoch,
+                    job.attempt,
+                    OutcomeKind.SUCCEEDED,
+                    clock.now(),
+                    clock.now(),
+                    result="3",
+                )
+            ]
+        )
+    b.liveness.stop()
 
 
 def test_progress_needs_a_worker_run_context(clock: FakeClock) -> None:
