@@ -16,14 +16,16 @@ from chaos import run_chaos
 
 from ratchet import Ratchet
 
-#: Deadlines in seconds. Dn is wide: three processes share one SQLite write lock on two cores,
-#: and a heartbeat may wait seconds for it (a false death would fence a live node).
+#: Deadlines in seconds. Dn is wide: the processes share one SQLite write lock on two cores,
+#: and a heartbeat may wait seconds for it (a false death would fence a live node). D1 + D2 is
+#: wide too: while a process frozen inside a write holds the lock (the freeze then retries,
+#: after up to 3 s) nobody's checkpoint lands, and a live node's runs must not be taken over.
 ARGS = (
     "--heartbeat", "0.5",
     "--orphan-grace", "6",
     "--watcher-interval", "0.5",
-    "--running-stall", "3",
-    "--timed-out-grace", "3",
+    "--running-stall", "5",
+    "--timed-out-grace", "5",
     "--takeover-window", "60",
     "--max-takeovers", "10",
     "--prefetch", "1",
@@ -47,7 +49,7 @@ def test_chaos_sqlite_processes(app: Ratchet, sqlite_url: str, tmp_path: Path) -
         kills=1,
         freezes=1,
         worker_args=("--concurrency", "3", *ARGS),
-        freeze_seconds=10,
+        freeze_seconds=12,  # past Dn and D1 + D2
         step_ms=30,
     )
     assert figures["takeovers"] > 0
@@ -64,7 +66,7 @@ def test_chaos_sqlite_processes_full(app: Ratchet, sqlite_url: str, tmp_path: Pa
         kills=3,
         freezes=3,
         worker_args=("--concurrency", "4", *ARGS),
-        freeze_seconds=10,
+        freeze_seconds=12,  # past Dn and D1 + D2
         timeout=900,
     )
     assert figures["takeovers"] > 0

@@ -7,8 +7,9 @@ at start, the drain hand-back, expiry through the retry policy, and prefetch bac
 
 from __future__ import annotations
 
+import logging
 import os
-import time
+import threading
 import uuid
 from collections import Counter
 from collections.abc import Iterator
@@ -20,10 +21,12 @@ import pytest
 from timeout_harness import Events, wait_for
 
 from ratchet import EventKind, JobContext, JobStatus, Ratchet
+from ratchet.domain.model import Outcome, OutcomeKind
 from ratchet.domain.watcher import NodeInfo
 from ratchet.engine.watcher import host_name
 from ratchet.engine.worker import Worker
 from ratchet.testing import FakeClock
+from ratchet.testing.store_contract import new_job
 
 FAST: dict[str, Any] = {
     "concurrency": 2,
@@ -83,8 +86,24 @@ def view(app: Ratchet, job_id: uuid.UUID) -> Any:
     return v
 
 
+def polled(worker: Worker, times: int = 3) -> None:
+    """Wait until ``worker`` polled ``times`` more times (each poll could have taken the job)."""
+    start = worker.stats.polls
+    wait_for(lambda: worker.stats.polls >= start + times, what=f"{times} polls")
+
+
+def fatal_fenced_logs(caplog: pytest.LogCaptureFixture, job_id: uuid.UUID) -> list[str]:
+    return [
+        r.getMessage()
+        for r in caplog.records
+        if r.levelno == logging.ERROR
+        and "fatal: FencedOut" in r.getMessage()
+        and str(job_id) in r.getMessage()
+    ]
+
+
 def test_stalled_job_is_taken_over_and_resumes_from_its_checkpoint(
-    app: Ratchet, clock: FakeClock
+    app: Ratchet, clock: FakeClock, caplog: pytest.LogCaptureFixture
 ) -> None:
     a = start(app)
     handle = app.enqueue(lj.steps, "s", 4, hang_after=2).submit()
@@ -97,7 +116,7 @@ def test_stalled_job_is_taken_over_and_resumes_from_its_checkpoint(
     assert a.liveness.watch_once().stalled == 1
     assert view(app, handle.id).status is JobStatus.TIMED_OUT
     tick(clock, a.config.timed_out_grace - timedelta(microseconds=1), a, b)
-    time.sleep(0.3)  # several polls of b: nobody takes it during the owner's grace
+    polled(b)  # nobody takes it during the owner's grace
     assert view(app, handle.id).status is JobStatus.TIMED_OUT
     tick(clock, timedelta(microseconds=1), a, b)
     wait_for(lambda: status(app, handle.id) is JobStatus.SUCCEEDED, what="the takeover")
@@ -107,6 +126,7 @@ def test_stalled_job_is_taken_over_and_resumes_from_its_checkpoint(
     wait_for(lambda: a.liveness.stats.fenced_progress == 1, what="the zombie to be fenced")
     assert ("s", 1, 0, "FencedOut") in lj.RUNS and ("s", 2, 2, "ok") in lj.RUNS
     assert a.stats.fenced_out == 1
+    assert len(fatal_fenced_logs(caplog, handle.id)) == 1, "logged as fatal, once"
     history = [(x.epoch, x.node_id, x.outcome) for x in app.attempts(handle.id)]
     assert history == [(1, a.node_id, "ABANDONED"), (2, b.node_id, "SUCCEEDED")]
 
@@ -126,7 +146,7 @@ def test_node_found_dead_continues_as_a_new_incarnation(app: Ratchet, clock: Fak
     assert app.attempts(quick.id)[0].node_id == a.node_id
     # Its hung run belongs to the dead incarnation: orphaned, and not taken by this process.
     assert a.liveness.watch_once().orphaned == 1
-    time.sleep(0.3)
+    polled(a)  # its own polls do not take its own hung run over
     assert view(app, handle.id).status is JobStatus.TIMED_OUT
     b = start(app)
     wait_for(lambda: status(app, handle.id) is JobStatus.SUCCEEDED, what="b's takeover")
@@ -179,11 +199,16 @@ def test_drain_hands_back_a_job_that_ignores_the_request(app: Ratchet, clock: Fa
     assert handle.result() == 2
     lj.gate("x").set()
     wait_for(lambda: ("x", 1, 0, "ok") in lj.RUNS, what="the zombie to return")
-    time.sleep(0.1)
+    wait_for(
+        lambda: a.stats.late_results_discarded + a.stats.fenced_out == 1,
+        what="the zombie's outcome to be discarded",
+    )
     assert handle.result() == 2 and a.stats.succeeded == 0, "the late result was discarded"
 
 
-def test_expiry_goes_through_the_retry_policy(app: Ratchet, clock: FakeClock) -> None:
+def test_expiry_goes_through_the_retry_policy(
+    app: Ratchet, clock: FakeClock, caplog: pytest.LogCaptureFixture
+) -> None:
     events = Events(app)
     a = start(app)
     assert a.liveness is not None
@@ -206,19 +231,107 @@ def test_expiry_goes_through_the_retry_policy(app: Ratchet, clock: FakeClock) ->
     assert [e.data["stalled"] for e in events.of(EventKind.STALLED)] == [1]
     lj.gate("t").set()
     wait_for(lambda: status(app, handle.id) is JobStatus.SUCCEEDED)
-    assert handle.result() == 2
+    assert handle.result() == 3, "epoch 1, + 1 by the expiry (T9), + 1 by the claim"
     wait_for(lambda: a.stats.fenced_out == 1, what="attempt 1's late result to be refused")
+    assert len(fatal_fenced_logs(caplog, handle.id)) == 1, "logged as fatal, once"
 
 
 def test_prefetch_reserves_within_its_bound(app: Ratchet, clock: FakeClock) -> None:
     a = start(app, concurrency=1, prefetch=2)
     handles = [app.enqueue(lj.hang, "p").submit() for _ in range(4)]
     wait_for(lambda: lj.WAITING.get("p") == 1)
-    time.sleep(0.3)
-    held = Counter(v.status for v in app.store.job_liveness() if v.picked_by == a.node_id)  # type: ignore[attr-defined]
-    assert held == {JobStatus.RUNNING: 1, JobStatus.QUEUED: 2}
+    assert a.liveness is not None
+
+    def held() -> Counter[JobStatus]:
+        views = app.store.job_liveness()  # type: ignore[attr-defined]
+        return Counter(v.status for v in views if v.picked_by == a.node_id)
+
+    full = {JobStatus.RUNNING: 1, JobStatus.QUEUED: 2}
+    wait_for(lambda: held() == full, what="the prefetch to fill")
+    for _ in range(3):  # what the poller does while every slot is busy: never beyond the bound
+        a.liveness.refill()
+        assert held() == full
     lj.gate("p").set()
     wait_for(lambda: all(status(app, h.id) is JobStatus.SUCCEEDED for h in handles))
+
+
+def test_a_slot_stays_taken_until_its_outcome_is_written(
+    app: Ratchet, clock: FakeClock, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Back-pressure counts what the store sees: a finished run is still RUNNING there until
+    its (batched) outcome is written, so its slot takes no new job meanwhile."""
+    store: Any = app.store
+    real = store.record_outcomes
+    writing, release = threading.Event(), threading.Event()
+
+    def held_write(node_id: str, outcomes: Any, *, now: Any) -> Any:
+        writing.set()
+        assert release.wait(10), "the test never released the write"
+        return real(node_id, outcomes, now=now)
+
+    monkeypatch.setattr(store, "record_outcomes", held_write)
+    first = app.enqueue(lj.quick, 1).submit()
+    a = start(app, concurrency=1)
+    try:
+        wait_for(writing.is_set, what="the first outcome write")
+        second = app.enqueue(lj.quick, 2).submit()
+        assert a.free_slots() == 0
+        assert a.poll_once() == [], "a poll now would exceed the slots in the store"
+        owned = [v for v in store.job_liveness() if v.picked_by == a.node_id]
+        assert [(v.job_id, v.status) for v in owned] == [(first.id, JobStatus.RUNNING)]
+    finally:
+        release.set()
+    wait_for(lambda: status(app, second.id) is JobStatus.SUCCEEDED, what="the second job")
+    assert status(app, first.id) is JobStatus.SUCCEEDED
+
+
+def test_a_node_takes_over_only_jobs_it_can_run(app: Ratchet, clock: FakeClock) -> None:
+    a = app.worker(**FAST)
+    assert a.liveness is not None
+    supports = a.liveness.supports
+    assert supports("liveness_jobs:quick", None)
+    assert supports("liveness_jobs:quick", "threads")
+    assert not supports("elsewhere:quick", None), "its class policy refuses the target"
+    assert not supports("liveness_jobs:quick", "no-such-executor"), "no such executor here"
+    assert not supports("not a target", None)
+
+
+def test_a_job_this_node_cannot_run_is_left_to_others(app: Ratchet, clock: FakeClock) -> None:
+    store: Any = app.store
+    gone = NodeInfo("gone-1", "gone", "other-host", 1, 4)
+    store.register_incarnation(gone, now=clock.now())
+    payload = '{"args":[3],"kwargs":{}}'
+    plain = new_job(clock, target="liveness_jobs:quick", payload=payload)
+    special = new_job(clock, target="liveness_jobs:quick", payload=payload, executor="gpu")
+    store.insert_jobs([plain, special], now=clock.now())
+    assert len(store.claim("gone-1", 2, now=clock.now(), boost_interval=timedelta(0))) == 2
+    assert store.declare_dead(["gone-1"], now=clock.now()) == ["gone-1"]
+    b = app.worker(**FAST)  # not started: this test polls it
+    assert b.liveness is not None
+    b.liveness.register()
+    assert b.liveness.watch_once().orphaned == 2  # takeover-eligible at once: their node is dead
+    assert {v.job_id: v.status for v in store.job_liveness()} == {
+        plain.job_id: JobStatus.TIMED_OUT,
+        special.job_id: JobStatus.TIMED_OUT,
+    }
+    taken = b.poll_once()
+    assert [j.job_id for j in taken] == [plain.job_id], "no 'gpu' executor on this node"
+    assert view(app, special.job_id).picked_by == "gone-1"
+    for job in taken:  # the poll claimed it; nothing runs it here
+        b.record(
+            [
+                Outcome(
+                    job.job_id,
+                    job.epoch,
+                    job.attempt,
+                    OutcomeKind.SUCCEEDED,
+                    clock.now(),
+                    clock.now(),
+                    result="3",
+                )
+            ]
+        )
+    b.liveness.stop()
 
 
 def test_progress_needs_a_worker_run_context(clock: FakeClock) -> None:

@@ -414,7 +414,11 @@ def make_machine(app: Ratchet, clock: FakeClock) -> type[RuleBasedStateMachine]:
                         old.timed_out_at,
                     ), ("premature or spurious watcher move", old, new)
                 elif action is WatcherAction.REVOKE:
-                    assert (new.status, new.picked_by) == (JobStatus.PENDING, None)
+                    assert (new.status, new.picked_by, new.epoch) == (
+                        JobStatus.PENDING,
+                        None,
+                        old.epoch + 1,
+                    ), "T4: the revoke fences the reservation out (epoch + 1)"
                 elif action is WatcherAction.STALL:
                     assert (new.status, new.timed_out_at, new.epoch) == (
                         JobStatus.TIMED_OUT,
@@ -431,6 +435,8 @@ def make_machine(app: Ratchet, clock: FakeClock) -> type[RuleBasedStateMachine]:
                     retry = old.attempts + 1 <= self.jobs[job_id]
                     assert new.status is (JobStatus.PENDING if retry else JobStatus.FAILED)
                     assert new.attempts == old.attempts + 1
+                    if retry:
+                        assert new.epoch == old.epoch + 1, "T9: the forced end bumps the epoch"
             for action, n in counts.items():
                 if n and action is not WatcherAction.NONE:
                     event(f"watcher: {action.value}")
@@ -486,6 +492,16 @@ def make_machine(app: Ratchet, clock: FakeClock) -> type[RuleBasedStateMachine]:
                 assert job.job_id in eligible, "takeover of a job that was not eligible"
                 assert job.epoch == before[job.job_id].epoch + 1
                 assert job.takeovers <= SETTINGS.max_takeovers
+            for job in fresh:
+                old = before[job.job_id]
+                if old.status is JobStatus.PENDING:  # a claim grants a new epoch
+                    assert job.epoch == old.epoch + 1, "a claim bumps the epoch"
+                else:  # starting its own reservation: the epoch the reservation granted
+                    assert (old.status, old.picked_by, job.epoch) == (
+                        JobStatus.QUEUED,
+                        worker.node_id,
+                        old.epoch,
+                    )
             if me is None or me.state != "ALIVE":
                 assert jobs == []
             room = min(free, SLOTS - held) if me is not None else 0
@@ -687,9 +703,10 @@ def make_machine(app: Ratchet, clock: FakeClock) -> type[RuleBasedStateMachine]:
             after = self.after("write")
             for job_id, old in before.items():
                 if old.picked_by == worker.node_id and old.status is JobStatus.QUEUED:
-                    assert (after[job_id].status, after[job_id].picked_by) == (
+                    assert (after[job_id].status, after[job_id].picked_by, after[job_id].epoch) == (
                         JobStatus.PENDING,
                         None,
+                        old.epoch + 1,
                     )
                 if old.picked_by == worker.node_id and old.status in OWNED:
                     new = after[job_id]

@@ -19,7 +19,7 @@ from typing import Any
 import chaos_jobs
 import procs
 
-from ratchet import JobFilter, Ratchet
+from ratchet import JobFilter, JobStatus, Ratchet
 
 #: Log lines of a refused write: a progress write (FencedOut, fatal) or an outcome.
 FENCE_MARKERS = ("FencedOut", "no longer owns it")
@@ -33,6 +33,7 @@ class Proc:
     log: Path
     zombie: bool = False
     """Frozen past the deadlines and resumed: the only kind allowed to be fenced out."""
+    killed: bool = False
 
 
 @dataclass
@@ -48,6 +49,8 @@ class Chaos:
     worker_args: tuple[str, ...]
     freeze_seconds: float
     seed: int = 7
+    kills: int = 0
+    freezes: int = 0
     steps: int = 3
     step_ms: int = 15
     procs: list[Proc] = field(default_factory=list)
@@ -93,24 +96,45 @@ class Chaos:
             ]
             self.app.submit_many(builders)
 
-    def kill(self, rng: random.Random) -> None:
+    def owns_running(self, victim: Proc) -> bool:
+        """Whether one of ``victim``'s incarnations (``name-pid-…``) owns a RUNNING job."""
+        mark = f"{victim.name}-{victim.popen.pid}-"
+        views = self.app.store.job_liveness()  # type: ignore[attr-defined]
+        return any(
+            v.status is JobStatus.RUNNING and (v.picked_by or "").startswith(mark) for v in views
+        )
+
+    def busy_victim(self, rng: random.Random) -> Proc:
+        """A running worker that owns a RUNNING job now (so the chaos hits a run in flight)."""
         victim = rng.choice(self.running())
+        assert procs.wait_for(lambda: self.owns_running(victim), timeout=30, interval=0.01), (
+            f"{victim.name}-{victim.index} never ran a job",
+            self.logs(),
+        )
+        return victim
+
+    def kill(self, rng: random.Random) -> None:
+        victim = self.busy_victim(rng)
         victim.popen.send_signal(signal.SIGKILL)
         victim.popen.wait()
+        victim.killed = True
         self.actions.append(f"SIGKILL {victim.name}-{victim.index}")
         self.start(victim.name)  # the replacement recovers its previous incarnation at once
 
     def freeze(self, rng: random.Random) -> None:
-        victim = rng.choice(self.running())
+        victim = self.busy_victim(rng)
         victim.popen.send_signal(signal.SIGSTOP)
-        # The others must keep finishing jobs meanwhile: a process frozen inside a write (the
+        # It must be frozen with a run in flight (that run is the zombie to be fenced out), and
+        # the others must keep finishing jobs meanwhile: a process frozen inside a write (the
         # SQLite write lock, a row lock) would freeze everybody, not just itself.
         while True:
             started, base = time.monotonic(), self.done()
-            if procs.wait_for(lambda b=base: self.done() > b, timeout=3, interval=0.1):
+            if self.owns_running(victim) and procs.wait_for(
+                lambda b=base: self.done() > b, timeout=3, interval=0.1
+            ):
                 break
             victim.popen.send_signal(signal.SIGCONT)
-            time.sleep(0.05)
+            assert procs.wait_for(lambda: self.owns_running(victim), timeout=30, interval=0.01)
             victim.popen.send_signal(signal.SIGSTOP)
         time.sleep(max(0.0, started + self.freeze_seconds - time.monotonic()))
         victim.popen.send_signal(signal.SIGCONT)  # past Dn, D1 and D2: a zombie now
@@ -118,6 +142,7 @@ class Chaos:
         self.actions.append(f"SIGSTOP {victim.name}-{victim.index} {self.freeze_seconds}s")
 
     def run(self, kills: int, freezes: int, timeout: float) -> None:
+        self.kills, self.freezes = kills, freezes
         rng = random.Random(self.seed)
         self.submit()
         for i in range(self.workers):
@@ -131,8 +156,10 @@ class Chaos:
                 (self.kill if action == "kill" else self.freeze)(rng)
             self.wait_done(self.jobs, timeout)
         finally:
-            codes = procs.stop([p.popen for p in self.running()], timeout=60)
-        assert codes == [0] * len(codes), self.logs()
+            stopping = self.running()
+            codes = procs.stop([p.popen for p in stopping], timeout=60)
+        named = {f"{p.name}-{p.index}": code for p, code in zip(stopping, codes, strict=True)}
+        assert codes == [0] * len(codes), (named, self.actions, self.logs())
 
     # ------------------------------------------------------------------ what must hold
     def verify(self) -> dict[str, Any]:
@@ -142,6 +169,7 @@ class Chaos:
         # Every SUCCEEDED job's result comes from its final epoch, and no stale epoch won.
         final: dict[str, int] = {}
         takeovers = 0
+        abandoned: set[str] = set()
         records = app.list_jobs(JobFilter(), limit=self.jobs + 10)
         assert len(records) == self.jobs
         for rec in records:
@@ -155,6 +183,7 @@ class Chaos:
             assert result["accepted"] is True
             final[str(rec.job_id)] = last
             takeovers += sum(1 for a in history if a.outcome == "ABANDONED")
+            abandoned.update(a.node_id for a in history if a.outcome == "ABANDONED")
         # The side-effect resource accepted epochs in order only, the final one last.
         highest: dict[str, int] = defaultdict(int)
         last_accepted: dict[str, int] = {}
@@ -168,8 +197,8 @@ class Chaos:
                 assert epoch < highest[job]
                 refused += 1
         assert last_accepted == final, "every job's last accepted effect is its final epoch"
-        # Only resumed zombies were ever fenced out (and the freezes did fence some out: a
-        # zombie that was idle when frozen, or whose runs ended first, has nothing to fence).
+        # Only resumed zombies were ever fenced out, and every one of them was: each was frozen
+        # with a run in flight, which was taken over (or its node declared dead) meanwhile.
         fenced = Counter()
         for p in self.procs:
             text = p.log.read_text(errors="replace")
@@ -178,11 +207,24 @@ class Chaos:
                 assert hits == 0, (p.log.name, self.actions, text[-4000:])
             fenced[p.log.name] = hits
         zombies = [p for p in self.procs if p.zombie]
-        assert not zombies or any(fenced[p.log.name] > 0 for p in zombies), (
+        assert all(fenced[p.log.name] > 0 for p in zombies), (
             fenced,
             self.actions,
             self.logs(),
         )
+        # The chaos really happened: every killed and every frozen process had running jobs
+        # taken over (attempts closed as ABANDONED under one of its incarnations: name-pid-…).
+        for p in self.procs:
+            if p.killed or p.zombie:
+                mark = f"{p.name}-{p.popen.pid}-"
+                assert any(node.startswith(mark) for node in abandoned), (
+                    f"{p.name}-{p.index} was {'killed' if p.killed else 'frozen'} but none of "
+                    "its jobs was taken over",
+                    self.actions,
+                    sorted(abandoned),
+                )
+        done = Counter(action.split()[0] for action in self.actions)
+        assert (done["SIGKILL"], done["SIGSTOP"]) == (self.kills, self.freezes), self.actions
         return {"takeovers": takeovers, "refused_effects": refused, "fenced": dict(fenced)}
 
 

@@ -399,8 +399,10 @@ class WatcherStore(Protocol):
         now: datetime,
         settings: WatcherSettings,
         exclude: Collection[uuid.UUID] = (),
+        supports: Callable[[str, str | None], bool] | None = None,
     ) -> list[ClaimedJob]:
-        """Take over eligible TIMED_OUT jobs (epoch + 1), within the node's slots."""
+        """Take over eligible TIMED_OUT jobs (epoch + 1), within the node's slots, and only
+        those ``supports(target, executor)`` accepts (None: any)."""
 
     def acquire_work(
         self,
@@ -412,9 +414,11 @@ class WatcherStore(Protocol):
         boost_interval: timedelta,
         reserved: Sequence[ClaimedJob] = (),
         exclude: Collection[uuid.UUID] = (),
+        supports: Callable[[str, str | None], bool] | None = None,
         without_row: bool = False,
     ) -> AcquiredWork:
-        """One poll in one transaction: takeovers, then reserved jobs started, then claims."""
+        """One poll in one transaction: takeovers (of jobs ``supports`` accepts), then reserved
+        jobs started, then claims."""
 
     def takeover_probe(
         self, node_id: str, *, now: datetime, settings: WatcherSettings

@@ -92,7 +92,11 @@ class FencedOut(RatchetError):
     """This node no longer owns the job (another epoch or owner): the write was refused."""
 
     def __init__(self, job_id: object, epoch: int, node_id: str) -> None:
-        super().__init__(f"job {job_id} epoch {epoch} is no longer owned by node {node_id}")
+        super().__init__(
+            f"job {job_id} epoch {epoch} is no longer owned by node {node_id} (taken over, "
+            "canceled or ended; nothing was written): stop this run and do not retry the write "
+            "(re-raise this error if a job catches it)"
+        )
         self.job_id = job_id
         self.epoch = epoch
         self.node_id = node_id

@@ -37,7 +37,7 @@ from dataclasses import replace as dc_replace
 from datetime import datetime, timedelta
 from typing import TYPE_CHECKING, Any
 
-from ratchet.domain.errors import FencedOut
+from ratchet.domain.errors import FencedOut, UnknownPluginError
 from ratchet.domain.model import ClaimedJob, Outcome, OutcomeKind
 from ratchet.domain.options import BackoffPolicy
 from ratchet.domain.retry import decide_retry
@@ -52,6 +52,7 @@ from ratchet.domain.watcher import (
 )
 from ratchet.events import EventKind, JobEvent
 from ratchet.ports import WatcherStore
+from ratchet.targets import TargetRef
 
 if TYPE_CHECKING:
     from ratchet.engine.watchdog import Attempt
@@ -454,6 +455,25 @@ class Liveness:
         return report
 
     # ------------------------------------------------------------------ acquiring work
+    def supports(self, target: str, executor: str | None) -> bool:
+        """Whether this node can run a job (T8's ``supports(Y)``): its class policy allows the
+        target and, if the job names an executor, that executor's plugin is installed here.
+        Jobs this node cannot run are left to the nodes that can."""
+        app = self.worker.app
+        try:
+            ref = TargetRef.parse(target)
+        except Exception:
+            return False
+        if not app.class_policy.is_allowed(ref.module, ref.qualname):
+            return False
+        if executor is None:
+            return True
+        try:
+            app.plugins.executor_factory(executor)
+        except UnknownPluginError:
+            return False
+        return True
+
     def acquire(self, want: int) -> list[ClaimedJob]:
         """Up to ``want`` jobs to start now: takeovers first, then reserved jobs, then new
         claims; then refill the reservations up to ``prefetch``."""
@@ -474,6 +494,7 @@ class Liveness:
                 boost_interval=worker.app.config.boost_interval,
                 reserved=reserved,
                 exclude=local,
+                supports=self.supports,
                 without_row=not self._registered,  # a worker polled without start()
             )
             if work.state is not NodeState.ALIVE and not (

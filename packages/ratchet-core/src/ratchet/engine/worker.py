@@ -308,8 +308,11 @@ class Worker:
 
     # ------------------------------------------------------------------ polling
     def free_slots(self) -> int:
+        """Slots neither running a job nor waiting for a finished run's outcome to be written:
+        until that write lands the job is still RUNNING here in the store (back-pressure)."""
         with self._lock:
-            return self.config.concurrency - len(self._inflight) - len(self._expired)
+            busy = len(self._inflight) + len(self._expired) + self._pending_writes
+            return max(0, self.config.concurrency - busy)
 
     def poll_once(self) -> list[ClaimedJob]:
         """Claim as many due jobs as there are free slots (up to the batch size)."""
@@ -824,6 +827,9 @@ class Worker:
         with self._idle:
             self._pending_writes -= len(batch)
             self._idle.notify_all()
+            wake = self._saturated
+        if wake:
+            self._wake.set()  # the written runs' slots are free now
 
     def _after_write(self, outcomes: list[Outcome], fenced: set[uuid.UUID]) -> None:
         stats = self.stats
@@ -833,9 +839,9 @@ class Worker:
             if o.job_id in fenced:
                 stats.fenced_out += 1
                 stats.by_job[o.job_id] = "FENCED_OUT"
-                log.warning(
-                    "job %s epoch %d: this node no longer owns it (canceled, recovered or taken "
-                    "over); its outcome %s was discarded",
+                log.error(  # fatal for this run, logged once (its write is never retried)
+                    "fatal: FencedOut: job %s epoch %d: this node no longer owns it (canceled, "
+                    "recovered or taken over); its outcome %s was discarded",
                     o.job_id,
                     o.epoch,
                     o.kind.value,

@@ -17,6 +17,7 @@ from typing import Any, TypeVar
 
 from sqlalchemy import (
     Select,
+    and_,
     bindparam,
     create_engine,
     delete,
@@ -110,7 +111,7 @@ _OWNED = select(Q.c.job_id, Q.c.epoch, Q.c.attempts).where(
     Q.c.picked_by == bindparam("node"),
     Q.c.status.in_(OWNED),
 )
-_DELETE_LIVE = delete(Q).where(Q.c.job_id.in_(_ids()))
+_DELETE_LIVE = delete(Q).where(Q.c.job_id == bindparam("b_id"))
 _END_JOB = (
     update(J)
     .where(J.c.job_id == bindparam("b_id"))
@@ -536,8 +537,10 @@ class SqlStore(
             (o, r) for o, r in accepted if o.kind in (OutcomeKind.RETRY, OutcomeKind.RESCHEDULE)
         ]
         if terminal:
-            for chunk in iter_chunks([o.job_id for o, _ in terminal], CHUNK):
-                conn.execute(_DELETE_LIVE, {"ids": chunk})
+            # One statement per job (the dialects batch them into one round trip): with an IN
+            # list MySQL/MariaDB may scan the table (a small one by its statistics) and wait on,
+            # then deadlock with, other workers' rows.
+            conn.execute(_DELETE_LIVE, [{"b_id": o.job_id} for o, _ in terminal])
             conn.execute(
                 _END_JOB,
                 [
@@ -947,16 +950,28 @@ class SqlStore(
 
         def work(conn: Connection) -> int:
             alive = select(NODE.c.node_id).where(NODE.c.heartbeat_at >= cutoff)
-            stmt = select(Q.c.job_id, Q.c.epoch).where(
+            orphaned = and_(
                 Q.c.status == JobStatus.RUNNING.value,
                 Q.c.picked_at < cutoff,
                 or_(Q.c.picked_by.is_(None), Q.c.picked_by.not_in(alive)),
             )
-            rows = conn.execute(self.dialect.lock_rows(stmt)).all()
-            self._back_to_pending(conn, rows, now, "ABANDONED")
+            # Candidates by a plain read: a locking scan (FOR UPDATE over every matching row)
+            # deadlocks with other workers' claims and completions on MySQL/MariaDB. Then one
+            # conditional update per job, by primary key, with the condition checked again.
+            candidates = conn.execute(select(Q.c.job_id, Q.c.epoch).where(orphaned)).all()
+            recovered: list[Any] = [
+                r
+                for r in candidates
+                if conn.execute(
+                    update(Q)
+                    .where(Q.c.job_id == r.job_id, Q.c.epoch == r.epoch, orphaned)
+                    .values(status=JobStatus.PENDING.value, picked_by=None, picked_at=None)
+                ).rowcount
+            ]
+            self._back_to_pending(conn, recovered, now, "ABANDONED")  # closes their attempts
             self._reclaim_dead_permits(conn, cutoff)
             conn.execute(delete(NODE).where(NODE.c.heartbeat_at < cutoff))
-            return len(rows)
+            return len(recovered)
 
         return self._run(work)
 

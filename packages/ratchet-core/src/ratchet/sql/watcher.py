@@ -1,15 +1,19 @@
 """Store capability: node incarnations, the stalled-job watcher, takeovers, progress, checkpoints.
 
 The rows of jef-watcher §b as conditional writes (docs/clustering.md, "Liveness, takeover and
-recovery"). Every transition re-checks its guard on rows it holds locked (``SKIP LOCKED`` on
-PostgreSQL and MySQL, the write lock on SQLite), so two watchers racing at the same moment have
-the effect of one. The rules themselves live in :mod:`ratchet.domain.watcher`; SQL only narrows
-the candidates and the domain decides.
+recovery"). Candidates are found by plain reads (no locks: a locking scan on MySQL/MariaDB
+locks every row it passes and deadlocks with claims and completions); then only those rows are
+locked by primary key (``SKIP LOCKED`` on PostgreSQL and MySQL, the write lock on SQLite), the
+guard is checked again on their fresh values, and each transition is one conditional update
+guarded by status and epoch, so two watchers racing at the same moment have the effect of one.
+The rules themselves live in :mod:`ratchet.domain.watcher`; SQL only narrows the candidates and
+the domain decides.
 
 - A node is *alive* while its row is ALIVE or DRAINING; a job whose owner has no such row (DEAD,
   deregistered or never registered) is an orphan.
 - "Has reported progress" is ``last_progress_at IS NOT NULL``; only progress writes set it.
-- Epochs grow on every grant of ownership (claim, reserve, takeover). Every write by an executing
+- Epochs grow on every grant of ownership (claim, reserve, takeover), on a revoked reservation
+  (T4) and on a stalled job re-queued for retry (T9). Every write by an executing
   node is fenced by job id + epoch + owner + status; progress writes also need the owner's node
   row not to be DEAD.
 """
@@ -21,6 +25,7 @@ import uuid
 from collections.abc import Callable, Collection, Sequence
 from dataclasses import replace as dc_replace
 from datetime import datetime, timedelta
+from types import SimpleNamespace
 from typing import TYPE_CHECKING, Any, TypeVar
 
 from sqlalchemy import (
@@ -43,7 +48,7 @@ from sqlalchemy.engine import Connection, Row
 
 from ratchet.domain.errors import FencedOut
 from ratchet.domain.lifecycle import JobStatus, check_transition
-from ratchet.domain.model import ClaimedJob, NodeRecord, Outcome
+from ratchet.domain.model import ClaimedJob, NodeRecord, Outcome, OutcomeKind
 from ratchet.domain.priority import claim_order_key
 from ratchet.domain.watcher import (
     LIVE_NODE_STATES,
@@ -81,9 +86,27 @@ CHUNK = 500
 #: Most jobs one watcher pass changes (the next pass continues).
 WATCH_LIMIT = 1000
 OWNED = (JobStatus.RUNNING.value, JobStatus.TIMED_OUT.value)
+#: The queue columns the watcher and the takers lock and re-check (no subqueries: a locking
+#: read on MySQL/MariaDB would lock the rows of every table it reads).
+QUEUE_COLS = (
+    Q.c.job_id,
+    Q.c.status,
+    Q.c.epoch,
+    Q.c.picked_by,
+    Q.c.picked_at,
+    Q.c.last_progress_at,
+    Q.c.timed_out_at,
+    Q.c.takeovers,
+    Q.c.attempts,
+    Q.c.priority,
+    Q.c.scheduled_time,
+)
 LIVE = tuple(s.value for s in LIVE_NODE_STATES)
 #: Outcome of an attempt whose job was taken over (or handed back and taken over).
 ABANDONED = "ABANDONED"
+
+Supports = Callable[[str, "str | None"], bool]
+"""Whether a node can run a job, given its target and its executor option (None: the default)."""
 
 Decide = Callable[[StalledJob], Outcome]
 """Turns a TIMED_OUT job nobody took over into its outcome (RETRY or DEAD), inside the watcher's
@@ -370,11 +393,14 @@ class WatcherStoreMixin:
         judge_silence: bool,
     ) -> WatcherReport:
         stmt = select(*self._liveness_cols()).where(due).order_by(Q.c.job_id).limit(WATCH_LIMIT)
-        rows = conn.execute(self.dialect.lock_for_claim(stmt)).all()
-        revoke: list[Row[Any]] = []
-        stall: list[Row[Any]] = []
-        orphaned: list[Row[Any]] = []
-        expire: list[Row[Any]] = []
+        # A plain read finds the candidates (no lock: on MySQL/MariaDB a locking scan would lock
+        # every row it passes and deadlock with claims and completions); then only those rows
+        # are locked, by primary key, and classified again on their fresh values.
+        rows = self._relock(conn, conn.execute(stmt).all())
+        revoke: list[Any] = []
+        stall: list[Any] = []
+        orphaned: list[Any] = []
+        expire: list[Any] = []
         for r in rows:
             action = classify(_liveness(r), now, settings, owner_alive=bool(r.owner_alive))
             if action is WatcherAction.REVOKE:
@@ -391,7 +417,12 @@ class WatcherStoreMixin:
                 conn,
                 revoke,
                 JobStatus.QUEUED,
-                {"status": JobStatus.PENDING.value, "picked_by": None, "picked_at": None},
+                {
+                    "status": JobStatus.PENDING.value,
+                    "picked_by": None,
+                    "picked_at": None,
+                    "epoch": Q.c.epoch + 1,  # T4: the revoked reservation is fenced out
+                },
             )
         if stall or orphaned:
             check_transition(JobStatus.RUNNING, JobStatus.TIMED_OUT)
@@ -414,9 +445,36 @@ class WatcherStoreMixin:
             expired=tuple(outcomes),
         )
 
+    def _relock(self, conn: Connection, candidates: Sequence[Row[Any]]) -> list[Any]:
+        """Lock the queue rows of ``candidates`` (read without locks) by primary key, skipping
+        rows another transaction holds, and return them with their values as of now (in the
+        candidates' order). Rows that left the queue meanwhile are dropped; whether each owner
+        is alive is read again (without a lock) after the rows are locked. Each returned row
+        has the attributes of :meth:`_liveness_cols`, plus those of the candidates."""
+        if not candidates:
+            return []
+        ids = [c.job_id for c in candidates]
+        fresh: dict[uuid.UUID, dict[str, Any]] = {}
+        for chunk in iter_chunks(ids, CHUNK):
+            stmt = select(*QUEUE_COLS).where(Q.c.job_id.in_(list(chunk)))
+            for r in conn.execute(self.dialect.lock_for_claim(stmt)):
+                fresh[r.job_id] = dict(r._mapping)
+        if not fresh:
+            return []
+        alive = set(conn.execute(_live_nodes()).scalars())
+        rows: list[Any] = []
+        for c in candidates:
+            values = fresh.get(c.job_id)
+            if values is None:
+                continue  # gone (ended) or locked by someone else: the next pass sees it
+            merged = {**dict(c._mapping), **values}
+            merged["owner_alive"] = int(values["picked_by"] in alive)
+            rows.append(SimpleNamespace(**merged))
+        return rows
+
     @staticmethod
     def _guarded(
-        conn: Connection, rows: Sequence[Row[Any]], source: JobStatus, values: dict[str, Any]
+        conn: Connection, rows: Sequence[Any], source: JobStatus, values: dict[str, Any]
     ) -> None:
         """Apply ``values`` to locked rows, still guarded by status and epoch."""
         conn.execute(
@@ -433,7 +491,7 @@ class WatcherStoreMixin:
     def _expire(
         self,
         conn: Connection,
-        rows: Sequence[Row[Any]],
+        rows: Sequence[Any],
         now: datetime,
         settings: WatcherSettings,
         decide: Decide,
@@ -474,6 +532,13 @@ class WatcherStoreMixin:
         for owner, outcomes in by_owner.items():
             fenced = set(self._record(conn, owner, outcomes, now))
             applied.extend(o for o in outcomes if o.job_id not in fenced)
+        retried = [o.job_id for o in applied if o.kind is not OutcomeKind.DEAD]
+        if retried:  # T9: the forced end of the stalled attempt bumps the epoch
+            conn.execute(
+                update(Q)
+                .where(Q.c.job_id.in_(retried), Q.c.status == JobStatus.PENDING.value)
+                .values(epoch=Q.c.epoch + 1)
+            )
         return applied
 
     # ------------------------------------------------------------------ acquiring work
@@ -501,6 +566,7 @@ class WatcherStoreMixin:
         now: datetime,
         settings: WatcherSettings,
         exclude: Collection[uuid.UUID] = (),
+        supports: Supports | None = None,
     ) -> list[ClaimedJob]:
         """T8: take over up to ``limit`` eligible TIMED_OUT jobs of other incarnations.
 
@@ -508,10 +574,50 @@ class WatcherStoreMixin:
         count). Each job gets epoch + 1, this owner, one more takeover and a new attempt-history
         row; the abandoned attempt's row is closed as ``ABANDONED``. ``exclude``: jobs this
         process still runs locally (a restarted incarnation must not run them twice).
+        ``supports(target, executor)``: whether this node can run a job (its class policy allows
+        the target and it has the executor); jobs it cannot run are left to other nodes.
+
+        The candidates are read without locks; only the chosen rows are then locked (by primary
+        key, skipping rows others hold) and their eligibility checked again on fresh values.
         """
         if limit <= 0:
             return []
-        return self._run(lambda conn: self._takeover(conn, node_id, limit, now, settings, exclude))
+
+        candidates = self._run(
+            lambda conn: self._takeover_candidates(
+                conn, node_id, limit, now, settings, exclude, supports
+            ),
+            write=False,
+        )
+        if not candidates:
+            return []
+        return self._run(
+            lambda conn: self._takeover(conn, node_id, limit, now, settings, candidates)
+        )
+
+    def _takeover_candidates(
+        self,
+        conn: Connection,
+        node_id: str,
+        limit: int,
+        now: datetime,
+        settings: WatcherSettings,
+        exclude: Collection[uuid.UUID],
+        supports: Supports | None,
+    ) -> list[Row[Any]]:
+        """Eligible jobs this node can run, read without locks (:meth:`_takeover` locks and
+        checks them again)."""
+        definition = J.alias("definition")  # J itself would correlate the subqueries
+        stmt = (
+            self._eligible(node_id, now, settings)
+            .with_only_columns(*self._liveness_cols(), definition.c.target, definition.c.executor)
+            .where(definition.c.job_id == Q.c.job_id)
+        )
+        if exclude:
+            stmt = stmt.where(Q.c.job_id.not_in(list(exclude)))
+        stmt = stmt.order_by(Q.c.priority.desc(), Q.c.timed_out_at, Q.c.job_id)
+        rows = conn.execute(stmt.limit(max(4 * limit, 32))).all()
+        return [r for r in rows if supports is None or supports(r.target, r.executor)][: 2 * limit]
 
     def acquire_work(
         self,
@@ -523,10 +629,12 @@ class WatcherStoreMixin:
         boost_interval: timedelta,
         reserved: Sequence[ClaimedJob] = (),
         exclude: Collection[uuid.UUID] = (),
+        supports: Supports | None = None,
         without_row: bool = False,
     ) -> AcquiredWork:
         """One poll in one transaction: the node's state, then up to ``want`` jobs: takeovers
-        first (T8), then ``reserved`` jobs started (T3), then new claims (T1).
+        first (T8, as :meth:`takeover`), then ``reserved`` jobs started (T3), then new claims
+        (T1).
 
         Only an ALIVE node obtains work (``without_row``: also a node that never registered,
         e.g. a worker driven by hand). ``reserved`` jobs that did not start were revoked.
@@ -540,11 +648,13 @@ class WatcherStoreMixin:
             state = None if row.state is None else NodeState(row.state)
             if state is not NodeState.ALIVE and not (state is None and without_row):
                 return AcquiredWork(state)
-            taken = (
-                self._takeover(conn, node_id, want, now, settings, exclude)
-                if row.eligible and state is NodeState.ALIVE
-                else []
-            )
+            taken: list[ClaimedJob] = []
+            if row.eligible and state is NodeState.ALIVE:
+                candidates = self._takeover_candidates(
+                    conn, node_id, want, now, settings, exclude, supports
+                )
+                if candidates:
+                    taken = self._takeover(conn, node_id, want, now, settings, candidates)
             rest = want - len(taken)
             started = self._start_reserved(conn, node_id, reserved[:rest], now) if rest else []
             rest -= len(started)
@@ -602,7 +712,7 @@ class WatcherStoreMixin:
         limit: int,
         now: datetime,
         settings: WatcherSettings,
-        exclude: Collection[uuid.UUID],
+        candidates: Sequence[Row[Any]],
     ) -> list[ClaimedJob]:
         me = self._node_capacity(conn, node_id)
         if me is None:
@@ -611,17 +721,13 @@ class WatcherStoreMixin:
             limit = min(limit, me.slots - self._held(conn, node_id, OWNED))
         if limit <= 0:
             return []
-        stmt = self._eligible(node_id, now, settings).with_only_columns(*self._liveness_cols())
-        if exclude:
-            stmt = stmt.where(Q.c.job_id.not_in(list(exclude)))
-        stmt = stmt.order_by(Q.c.priority.desc(), Q.c.timed_out_at, Q.c.job_id).limit(limit)
         rows = [
             r
-            for r in conn.execute(self.dialect.lock_for_claim(stmt)).all()
+            for r in self._relock(conn, candidates)
             if takeover_eligible(
                 _liveness(r), now, settings, owner_alive=bool(r.owner_alive), taker=node_id
             )
-        ]
+        ][:limit]
         if not rows:
             return []
         check_transition(JobStatus.TIMED_OUT, JobStatus.RUNNING)
@@ -656,7 +762,7 @@ class WatcherStoreMixin:
         return self._claimed(conn, rows, now, takeover=True)
 
     def _open_attempts(
-        self, conn: Connection, rows: Sequence[Row[Any]], node_id: str, now: datetime
+        self, conn: Connection, rows: Sequence[Any], node_id: str, now: datetime
     ) -> None:
         conn.execute(
             insert(EXE),
@@ -674,7 +780,7 @@ class WatcherStoreMixin:
         )
 
     def _claimed(
-        self, conn: Connection, rows: Sequence[Row[Any]], now: datetime, *, takeover: bool
+        self, conn: Connection, rows: Sequence[Any], now: datetime, *, takeover: bool
     ) -> list[ClaimedJob]:
         """The jobs of ``rows``; a takeover's rows were read before its epoch + 1."""
         ids = [r.job_id for r in rows]
@@ -905,7 +1011,12 @@ class WatcherStoreMixin:
                 queued += conn.execute(
                     update(Q)
                     .where(scope, Q.c.status == JobStatus.QUEUED.value)
-                    .values(status=JobStatus.PENDING.value, picked_by=None, picked_at=None)
+                    .values(
+                        status=JobStatus.PENDING.value,
+                        picked_by=None,
+                        picked_at=None,
+                        epoch=Q.c.epoch + 1,
+                    )
                 ).rowcount
                 running += conn.execute(
                     update(Q)
@@ -946,7 +1057,7 @@ class WatcherStoreMixin:
         return set(self._run(lambda conn: list(conn.execute(_live_nodes()).scalars()), write=False))
 
 
-def _liveness(r: Row[Any]) -> JobLiveness:
+def _liveness(r: Any) -> JobLiveness:
     return JobLiveness(
         job_id=r.job_id,
         status=JobStatus(r.status),

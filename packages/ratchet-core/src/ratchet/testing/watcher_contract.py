@@ -355,13 +355,14 @@ class WatcherStoreContract:
         assert self.watch(ws, clock).revoked == 1
         v = self.view(ws, second.job_id)
         assert (v.status, v.picked_by) == (JobStatus.PENDING, None)
+        assert v.epoch == second.epoch + 1, "T4: the revoke bumps the epoch"
         assert not ws.start_reserved(NODE, second.job_id, second.epoch, now=clock.now())
         [again] = [
             c
             for c in store.claim(OTHER, 4, now=clock.now(), boost_interval=BOOST)
             if c.job_id == second.job_id
         ]
-        assert again.epoch == second.epoch + 1
+        assert again.epoch == second.epoch + 2
 
     def test_takeover_stays_within_the_slots_and_prefers_nothing_over_overload(
         self, store: Any, ws: WatcherStore, clock: FakeClock
@@ -376,6 +377,30 @@ class WatcherStoreContract:
         taken = ws.takeover(OTHER, 10, now=clock.now(), settings=SETTINGS)
         assert len(taken) == 2, "3 slots, 1 held"
         assert ws.takeover(OTHER, 10, now=clock.now(), settings=SETTINGS) == []
+
+    def test_takeover_only_of_jobs_the_taker_supports(
+        self, store: Any, ws: WatcherStore, clock: FakeClock
+    ) -> None:
+        self.node(ws, clock, NODE)
+        self.node(ws, clock, OTHER)
+        [plain] = self.running(store, clock, NODE)
+        [special] = self.running(store, clock, NODE, executor="gpu")
+        clock.advance(SETTINGS.dead_after)
+        assert ws.beat(OTHER, now=clock.now())
+        assert self.watch(ws, clock).orphaned == 2
+        seen: list[tuple[str, str | None]] = []
+
+        def supports(target: str, executor: str | None) -> bool:
+            seen.append((target, executor))
+            return executor != "gpu"
+
+        taken = ws.takeover(OTHER, 4, now=clock.now(), settings=SETTINGS, supports=supports)
+        assert [t.job_id for t in taken] == [plain.job_id]
+        assert (special.target, "gpu") in seen
+        v = self.view(ws, special.job_id)
+        assert (v.status, v.picked_by, v.epoch) == (JobStatus.TIMED_OUT, NODE, special.epoch)
+        [later] = ws.takeover(OTHER, 4, now=clock.now(), settings=SETTINGS)
+        assert later.job_id == special.job_id, "a node that supports it takes it"
 
     # ------------------------------------------------------------------ progress, checkpoints
     def test_checkpoints_are_fenced_json_and_never_go_back_within_an_epoch(
