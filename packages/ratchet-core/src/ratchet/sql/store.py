@@ -16,6 +16,7 @@ from datetime import datetime, timedelta
 from typing import Any, TypeVar
 
 from sqlalchemy import (
+    Integer,
     Select,
     and_,
     bindparam,
@@ -449,13 +450,16 @@ class SqlStore(
     def _claim(
         self, conn: Connection, node_id: str, limit: int, now: datetime, boost: timedelta
     ) -> list[ClaimedJob]:
-        stmt = self._candidate_cache.get(limit)
+        stmt = self._candidate_cache.get(0)
         if stmt is None:
-            # Built once per batch size with the time as a bound parameter: constructing the
-            # five-branch union costs more than running it.
-            stmt = self._candidates(bindparam("c_now", type_=UTCMicros()), limit)  # type: ignore[arg-type]
-            self._candidate_cache[limit] = stmt
-        rows = list(conn.execute(stmt, {"c_now": now}).all())
+            # Built once, with the time and the batch size as bound parameters: constructing
+            # (and compiling) the five-branch union costs more than running it.
+            stmt = self._candidates(
+                bindparam("c_now", type_=UTCMicros()),  # type: ignore[arg-type]
+                bindparam("c_limit", type_=Integer()),  # type: ignore[arg-type]
+            )
+            self._candidate_cache[0] = stmt
+        rows = list(conn.execute(stmt, {"c_now": now, "c_limit": limit}).all())
         if not rows:
             return []
         rows.sort(
