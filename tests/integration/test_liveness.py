@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import logging
 import os
+import random
 import threading
 import uuid
 from collections import Counter
@@ -23,7 +24,7 @@ from timeout_harness import Events, wait_for
 from ratchet import EventKind, JobContext, JobStatus, Ratchet
 from ratchet.domain.model import Outcome, OutcomeKind
 from ratchet.domain.watcher import NodeInfo
-from ratchet.engine.watcher import host_name
+from ratchet.engine.watcher import WatcherTask, host_name
 from ratchet.engine.worker import Worker
 from ratchet.testing import FakeClock
 from ratchet.testing.store_contract import new_job
@@ -40,6 +41,18 @@ FAST: dict[str, Any] = {
     "drain_timeout": timedelta(seconds=2),
     "cancel_request_interval": timedelta(milliseconds=50),
 }
+
+
+def test_watcher_jitter_leaves_the_global_random_state_alone() -> None:
+    """Regression: the watcher task's jitter drew from the global ``random`` generator, from
+    the heartbeat thread, so a running worker advanced the sequence that seeded code (and
+    Hypothesis, which seeds it per example) relies on."""
+    task = WatcherTask(timedelta(seconds=10))
+    state = random.getstate()
+    intervals = [task.interval for _ in range(50)]
+    assert random.getstate() == state
+    assert all(timedelta(seconds=8) <= i <= timedelta(seconds=12) for i in intervals)
+    assert len(set(intervals)) > 1  # still jittered
 
 
 @pytest.fixture

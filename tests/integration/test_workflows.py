@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import uuid
 from collections.abc import Iterator
-from datetime import timedelta
+from datetime import UTC, datetime, timedelta
 from typing import Any
 
 import flow_jobs
@@ -27,7 +27,8 @@ from ratchet import (
     WorkflowCondition,
 )
 from ratchet.engine.worker import Worker
-from ratchet.engine.workflows import SignalTimeoutScanner
+from ratchet.engine.workflows import SignalTimeoutScanner, apply_effects
+from ratchet.sql.workflows import EffectKind, FlowEffect
 from ratchet.testing import FakeClock
 
 
@@ -93,6 +94,18 @@ def test_on_success_runs_after_commit_with_the_jobs_context(
     assert flow_jobs.seen("on_success") == [h.id]
     completed = [e.kind for e in events if e.job_id == h.id]
     assert completed.index(EventKind.COMPLETED) >= 0
+
+
+def test_a_callback_context_without_attempt_times_reads_the_app_clock(
+    app: Ratchet, clock: FakeClock
+) -> None:
+    """Regression: the callback's JobContext fell back to ``datetime.now()`` (the local wall
+    clock) when its effect carried neither a start nor an end time."""
+    clock.set(datetime(2031, 5, 6, 7, 8, 9, tzinfo=UTC))
+    job_id = uuid.uuid4()
+    effect = FlowEffect(EffectKind.ON_SUCCESS, job_id, job_id, "flow_jobs:note_context_time", {})
+    apply_effects(app, [effect], "n1")
+    assert flow_jobs.seen("context_time") == [clock.now()]
 
 
 def test_on_failure_runs_once_on_the_dlq_not_on_each_retry(app: Ratchet, clock: FakeClock) -> None:

@@ -118,6 +118,10 @@ def callback_raises(ctx: JobContext) -> None:
     raise RuntimeError("callback broke")
 
 
+def note_context_time(ctx: JobContext) -> None:
+    note("context_time", ctx.scheduled_time)
+
+
 def progress(batch: BatchContext) -> None:
     note("progress", (batch.completed, batch.failed))
 

@@ -665,13 +665,16 @@ class WatcherTask:
 
     name = "watcher"
 
-    def __init__(self, interval: timedelta) -> None:
+    def __init__(self, interval: timedelta, rng: random.Random | None = None) -> None:
         self._interval = interval
+        self._rng = rng or random.Random()
+        """Its own generator: the jitter never reads or advances the global ``random`` state
+        (which applications and test frameworks such as Hypothesis seed and replay)."""
 
     @property
     def interval(self) -> timedelta:
         """The configured interval with +-20 % jitter, so nodes do not pass in lockstep."""
-        return self._interval * random.uniform(0.8, 1.2)
+        return self._interval * self._rng.uniform(0.8, 1.2)
 
     @interval.setter
     def interval(self, value: timedelta) -> None:

@@ -440,11 +440,12 @@ def _notify(app: Ratchet, priority: JobPriority) -> None:
         log.warning("wakeup could not be sent; polling will still find the job", exc_info=True)
 
 
-def _context(effect: FlowEffect, node_id: str | None) -> Any:
+def _context(effect: FlowEffect, node_id: str | None, now: datetime) -> Any:
+    """The callback's JobContext; ``now`` (the app's clock) stands in for a missing start."""
     from ratchet.engine.context import JobContext
 
     d = effect.data
-    at = d.get("started_at") or d.get("finished_at") or datetime.now().astimezone()
+    at = d.get("started_at") or d.get("finished_at") or now
     return JobContext(
         job_id=effect.job_id,  # type: ignore[arg-type]
         attempt=int(d.get("attempt") or 0),
@@ -460,7 +461,7 @@ def _run_callback(app: Ratchet, effect: FlowEffect, node_id: str | None) -> None
     from ratchet.engine.context import bound
     from ratchet.sql.workflows import EffectKind
 
-    ctx = _context(effect, node_id)
+    ctx = _context(effect, node_id, app.now())
     try:
         fn = resolve_stored(app, str(effect.target))
         with bound(ctx):
