@@ -55,8 +55,9 @@ from ratchet.sql import schema
 from ratchet.sql.cancellation import CancellationStoreMixin
 from ratchet.sql.dialect import ErrorKind, SqlDialect
 from ratchet.sql.permits import PermitStoreMixin
+from ratchet.sql.prepared import PreparedInsert, PreparedKeyLookup, uuid_binder
 from ratchet.sql.recurring import RecurringStoreMixin
-from ratchet.sql.types import UTCMicros
+from ratchet.sql.types import UTCMicros, to_micros
 from ratchet.sql.watcher import WatcherStoreMixin
 from ratchet.sql.workflows import WorkflowStoreMixin
 
@@ -88,6 +89,68 @@ def _ms(value: timedelta | None) -> int | None:
     return None if value is None else int(value / timedelta(milliseconds=1))
 
 
+#: Columns the submit path writes, in table order (the order of the value tuples below).
+KEY_COLUMNS = ("idempotency_key", "job_id", "created_at")
+JOB_COLUMNS = (
+    "job_id", "target", "payload", "priority", "max_retries", "backoff_policy", "backoff_ms",
+    "timeout_ms", "params", "tags", "idempotency_key", "business_key", "executor",
+    "created_at", "attempts", "resource_name", "recurring_master_id", "stall_timeout_ms",
+)  # fmt: skip
+QUEUE_COLUMNS = ("job_id", "status", "priority", "scheduled_time", "attempts", "epoch",
+                 "business_key")  # fmt: skip
+TAG_COLUMNS = ("job_id", "tag")
+
+
+class _SubmitStatements:
+    """The inserts of :meth:`SqlStore._insert` rendered for one dialect, and their rows."""
+
+    def __init__(self, dialect: Any) -> None:
+        self.keys = PreparedKeyLookup(dialect, IDEM, "idempotency_key", "job_id")
+        self.key_insert = PreparedInsert(dialect, IDEM, KEY_COLUMNS)
+        self.job_insert = PreparedInsert(dialect, J, JOB_COLUMNS)
+        self.queue_insert = PreparedInsert(dialect, Q, QUEUE_COLUMNS)
+        self.tag_insert = PreparedInsert(dialect, TAGS, TAG_COLUMNS)
+        self.uuid = uuid_binder(dialect)
+
+    def rows(self, jobs: Sequence[NewJob], now: datetime) -> tuple[list[tuple[Any, ...]], ...]:
+        """Driver-ready value tuples for the key, job, queue and tag inserts of ``jobs``."""
+        db_uuid = self.uuid
+        now_us = to_micros(now)
+        key_rows, job_rows, queue_rows, tag_rows = [], [], [], []
+        for j in jobs:
+            jid = db_uuid(j.job_id)
+            priority = int(j.priority)
+            key_rows.append((j.idempotency_key, jid, now_us))
+            job_rows.append(
+                (
+                    jid,
+                    j.target,
+                    j.payload,
+                    priority,
+                    j.max_retries,
+                    j.backoff.value,
+                    _ms(j.backoff_delay),
+                    None if j.timeout is None else _ms(j.timeout),
+                    json.dumps(dict(j.params)) if j.params else None,
+                    json.dumps(list(j.tags)) if j.tags else None,
+                    j.idempotency_key,
+                    j.business_key,
+                    j.executor,
+                    to_micros(j.created_at),
+                    0,
+                    j.resource_name,
+                    None if j.recurring_master_id is None else db_uuid(j.recurring_master_id),
+                    None if j.stall_timeout is None else _ms(j.stall_timeout),
+                )
+            )
+            queue_rows.append(
+                (jid, j.status.value, priority, to_micros(j.scheduled_time), 0, 0, j.business_key)
+            )
+            if j.tags:
+                tag_rows.extend((jid, t) for t in j.tags)
+        return key_rows, job_rows, queue_rows, tag_rows
+
+
 class SqlStore(
     PermitStoreMixin,
     CancellationStoreMixin,
@@ -112,6 +175,7 @@ class SqlStore(
             dialect=dialect.name, skip_locked=dialect.skip_locked, multi_host=dialect.multi_host
         )
         self._candidate_cache: dict[int, Select[Any]] = {}
+        self._submit_statements: dict[tuple[str, str, str], _SubmitStatements] = {}
         self.outcome_hooks: list[OutcomeHook] = []
         """Called inside the outcome transaction with the outcomes that applied (not fenced):
         features that must react exactly once (batch counters, chains) hook in here."""
@@ -229,20 +293,24 @@ class SqlStore(
 
         return self._run(work, write=False) if keys else {}
 
+    def _prepared(self, dialect: Any) -> _SubmitStatements:
+        """The submit path's statements for ``dialect`` (rendered once, then reused)."""
+        key = (dialect.name, dialect.driver, dialect.paramstyle)
+        found = self._submit_statements.get(key)
+        if found is None:
+            found = self._submit_statements[key] = _SubmitStatements(dialect)
+        return found
+
     def _insert(
         self, conn: Connection, jobs: Sequence[NewJob], now: datetime
     ) -> list[InsertResult]:
         if not jobs:
             return []
+        prepared = self._prepared(conn.dialect)
         existing: dict[str, uuid.UUID] = {}
         keys = [j.idempotency_key for j in jobs]
         for chunk in iter_chunks(keys, CHUNK):
-            rows = conn.execute(
-                select(IDEM.c.idempotency_key, IDEM.c.job_id).where(
-                    IDEM.c.idempotency_key.in_(chunk)
-                )
-            )
-            existing.update({r.idempotency_key: r.job_id for r in rows})
+            existing.update(prepared.keys.fetch(conn, chunk))
         results: list[InsertResult] = []
         fresh: list[NewJob] = []
         for job in jobs:
@@ -255,33 +323,18 @@ class SqlStore(
                 results.append(InsertResult(job.job_id, True))
         if not fresh:
             return results
-        conn.execute(
-            insert(IDEM),
-            [
-                {"idempotency_key": j.idempotency_key, "job_id": j.job_id, "created_at": now}
-                for j in fresh
-            ],
-        )
-        conn.execute(insert(J), [self._job_row(j) for j in fresh])
-        conn.execute(
-            insert(Q),
-            [
-                {
-                    "job_id": j.job_id,
-                    "status": j.status.value,
-                    "priority": int(j.priority),
-                    "scheduled_time": j.scheduled_time,
-                    "attempts": 0,
-                    "epoch": 0,
-                    "business_key": j.business_key,
-                }
-                for j in fresh
-            ],
-        )
-        tag_rows = [{"job_id": j.job_id, "tag": t} for j in fresh for t in j.tags]
-        if tag_rows:
-            conn.execute(insert(TAGS), tag_rows)
+        key_rows, job_rows, queue_rows, tag_rows = prepared.rows(fresh, now)
+        self._insert_rows(conn, prepared.key_insert, key_rows)
+        self._insert_rows(conn, prepared.job_insert, job_rows)
+        self._insert_rows(conn, prepared.queue_insert, queue_rows)
+        self._insert_rows(conn, prepared.tag_insert, tag_rows)
         return results
+
+    def _insert_rows(
+        self, conn: Connection, statement: PreparedInsert, rows: Sequence[tuple[Any, ...]]
+    ) -> None:
+        """Insert driver-ready ``rows`` (dialects may send them differently)."""
+        statement.execute(conn, rows)
 
     @staticmethod
     def _job_row(j: NewJob) -> dict[str, Any]:

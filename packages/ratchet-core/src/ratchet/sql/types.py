@@ -51,10 +51,20 @@ class UUIDType(types.TypeDecorator[uuid.UUID]):
     impl = CHAR(32)
     cache_ok = True
 
-    def load_dialect_impl(self, dialect: Dialect) -> types.TypeEngine[Any]:
+    @staticmethod
+    def storage(dialect: Dialect) -> str:
+        """How ``dialect`` stores the UUID: ``native``, ``bytes`` (16) or ``hex`` (32 chars)."""
         if dialect.name == "postgresql":
-            return dialect.type_descriptor(postgresql.UUID(as_uuid=True))
+            return "native"
         if dialect.name in ("mysql", "mariadb"):
+            return "bytes"
+        return "hex"
+
+    def load_dialect_impl(self, dialect: Dialect) -> types.TypeEngine[Any]:
+        kind = self.storage(dialect)
+        if kind == "native":
+            return dialect.type_descriptor(postgresql.UUID(as_uuid=True))
+        if kind == "bytes":
             return dialect.type_descriptor(mysql.BINARY(16))
         return dialect.type_descriptor(CHAR(32))
 
@@ -63,9 +73,10 @@ class UUIDType(types.TypeDecorator[uuid.UUID]):
             return None
         if not isinstance(value, uuid.UUID):
             value = uuid.UUID(str(value))
-        if dialect.name == "postgresql":
+        kind = self.storage(dialect)
+        if kind == "native":
             return value
-        if dialect.name in ("mysql", "mariadb"):
+        if kind == "bytes":
             return value.bytes
         return value.hex
 
