@@ -7,10 +7,11 @@ from contextlib import contextmanager
 from typing import Any
 
 from sqlalchemy import Select, text
-from sqlalchemy.engine import Connection
+from sqlalchemy.engine import Connection, Engine
 from sqlalchemy.exc import DBAPIError
 
 from ratchet.sql.dialect import ErrorKind, SqlDialect
+from ratchet.sql.liveness import install_socket_check
 
 #: Key of the transaction-level advisory lock held while migrations run (ASCII "ratchetM").
 MIGRATION_LOCK_KEY = 0x7261746368657444
@@ -39,9 +40,8 @@ class PostgresDialect(SqlDialect):
     multi_host = True
 
     def engine_kwargs(self, url: str) -> dict[str, Any]:
-        """Pre-ping pooled connections so a worker reconnects after the server restarts."""
+        """Pooled connections are checked on checkout (see :meth:`configure_engine`)."""
         return {
-            "pool_pre_ping": True,
             "pool_size": DEFAULT_POOL_SIZE,
             "max_overflow": DEFAULT_MAX_OVERFLOW,
             "pool_timeout": 30,
@@ -55,6 +55,11 @@ class PostgresDialect(SqlDialect):
                 "keepalives_count": 3,
             },
         }
+
+    def configure_engine(self, engine: Engine, *, write: bool) -> None:
+        """Check a pooled connection's socket on checkout (a ping only if the server spoke), so
+        a worker reconnects after the server restarts without a round trip per transaction."""
+        install_socket_check(engine, _socket_of)
 
     def lock_for_claim(self, stmt: Select[Any]) -> Select[Any]:
         return stmt.with_for_update(skip_locked=True)
@@ -103,3 +108,10 @@ def _is_dead_connection_error(orig: BaseException | None) -> bool:
     import psycopg
 
     return isinstance(orig, psycopg.OperationalError) and not getattr(orig, "sqlstate", None)
+
+
+def _socket_of(dbapi_conn: Any) -> int | None:
+    """The psycopg connection's socket, or None once psycopg knows it is closed or broken."""
+    if dbapi_conn.closed or dbapi_conn.broken:
+        return None
+    return int(dbapi_conn.pgconn.socket)

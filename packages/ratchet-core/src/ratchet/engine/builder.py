@@ -117,7 +117,7 @@ class JobBuilder:
         self._timeout: timedelta | None = None
         self._tags: tuple[str, ...] = ()
         self._params: dict[str, str] = {}
-        self._idempotency_key = str(uuid.uuid4())
+        self._idempotency_key: str | None = None  # a random one unless set (made on first use)
         self._business_key: str | None = None
         self._immediate = False
         self._executor: str | None = None
@@ -329,6 +329,8 @@ class JobBuilder:
     # -- submission ------------------------------------------------------------------------
     @property
     def idempotency_key(self) -> str:
+        if self._idempotency_key is None:
+            self._idempotency_key = str(uuid.uuid4())
         return self._idempotency_key
 
     @property
@@ -363,7 +365,7 @@ class JobBuilder:
             timeout=self._timeout,
             scheduled_time=scheduled,
             created_at=now,
-            idempotency_key=self._idempotency_key,
+            idempotency_key=self.idempotency_key,
             business_key=self._business_key,
             tags=self._tags,
             params=dict(self._params),

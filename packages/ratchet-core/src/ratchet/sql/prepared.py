@@ -27,11 +27,13 @@ class PreparedInsert:
     :func:`uuid_binder`; times as integer microseconds).
     """
 
-    def __init__(self, dialect: Dialect, table: Table, columns: Sequence[str]) -> None:
+    def __init__(
+        self, dialect: Dialect, table: Table, columns: Sequence[str], suffix: str = ""
+    ) -> None:
         compiled = insert(table).compile(dialect=dialect, column_keys=list(columns))
         self.table = table
         self.columns = tuple(columns)
-        self.sql = str(compiled)
+        self.sql = str(compiled) + (f" {suffix}" if suffix else "")
         #: Bind names of a named paramstyle (psycopg, PyMySQL); None when positional (SQLite).
         self.names: tuple[str, ...] | None = None if compiled.positional else self.columns
         if compiled.positional and tuple(compiled.positiontup or ()) != self.columns:
@@ -44,10 +46,11 @@ class PreparedInsert:
         names = self.names
         return [dict(zip(names, row, strict=True)) for row in rows]
 
-    def execute(self, conn: Connection, rows: Sequence[tuple[Any, ...]]) -> None:
-        """Insert ``rows`` (one ``executemany``; nothing when empty)."""
-        if rows:
-            conn.exec_driver_sql(self.sql, self.params(rows))  # type: ignore[arg-type]
+    def execute(self, conn: Connection, rows: Sequence[tuple[Any, ...]]) -> int:
+        """Insert ``rows`` (one ``executemany``; nothing when empty); returns the row count."""
+        if not rows:
+            return 0
+        return conn.exec_driver_sql(self.sql, self.params(rows)).rowcount
 
 
 class PreparedKeyLookup:

@@ -45,6 +45,13 @@ class SqliteDialect(SqlDialect):
         def _on_begin(conn: Any) -> None:
             conn.exec_driver_sql(begin)
 
+    def skip_duplicate_keys_clause(self, dialect_name: str) -> str | None:
+        """``ON CONFLICT DO NOTHING`` (SQLite 3.24+): the key look-up of a submission is then
+        needed only when a key was taken."""
+        if dialect_name == "sqlite" and sqlite3.sqlite_version_info >= (3, 24):
+            return "ON CONFLICT DO NOTHING"
+        return None
+
     def classify(self, exc: BaseException) -> ErrorKind:
         orig = exc.orig if isinstance(exc, DBAPIError) else exc
         text = str(orig)

@@ -11,13 +11,14 @@ from sqlalchemy.dialects import mysql, postgresql
 from sqlalchemy.engine import Dialect
 
 _EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
+_MICROSECOND = timedelta(microseconds=1)
 
 
 def to_micros(value: datetime) -> int:
     """Microseconds since the Unix epoch of an aware datetime."""
     if value.tzinfo is None:
         raise ValueError("naive datetime given where an aware UTC time is required")
-    return (value - _EPOCH) // timedelta(microseconds=1)
+    return (value - _EPOCH) // _MICROSECOND
 
 
 def from_micros(value: int) -> datetime:
