@@ -165,11 +165,12 @@ def _json_records(rows: Sequence[tuple[Any, ...]]) -> str:
     """``rows`` as a JSON array of ``{"c0": ..., "c1": ...}`` objects."""
     if not rows:
         return "[]"
-    keys = [f"c{i}" for i in range(len(rows[0]))]
+    keys = _KEYS[: len(rows[0])]
     return _JSON.encode([dict(zip(keys, row, strict=True)) for row in rows])
 
 
 _JSON = json.JSONEncoder(separators=(",", ":"))
+_KEYS = tuple(f"c{i}" for i in range(len(JOB_RECORD)))
 
 
 @cache

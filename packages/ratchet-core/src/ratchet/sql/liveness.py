@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import logging
 import select
+import weakref
 from collections.abc import Callable
 from typing import Any
 
@@ -25,8 +26,17 @@ log = logging.getLogger("ratchet.store")
 SocketOf = Callable[[Any], "int | None"]
 
 
+_CHECKED: weakref.WeakSet[Any] = weakref.WeakSet()
+
+
+def has_socket_check(engine: Engine) -> bool:
+    """Whether ``engine``'s pool checks connections on checkout (see the module docstring)."""
+    return engine.pool in _CHECKED
+
+
 def install_socket_check(engine: Engine, socket_of: SocketOf) -> None:
     """Check pooled connections on checkout by their socket, pinging only if it is readable."""
+    _CHECKED.add(engine.pool)
 
     @event.listens_for(engine, "checkout")
     def _check(dbapi_conn: Any, record: Any, proxy: Any) -> None:
