@@ -136,9 +136,10 @@ def insert_statement(tags: bool) -> str:
     """Insert a batch of jobs in one statement (driver SQL, ``%(name)s`` parameters).
 
     ``rows`` (one JSON object per job) is parsed once. The idempotency keys go in first with
-    ``ON CONFLICT DO NOTHING``; only the jobs whose key went in are inserted into the job, queue
-    and tag tables, and their ids are returned. (JSON, because psycopg builds text arrays in
-    Python, which costs more than the database's JSON parser.)
+    ``ON CONFLICT DO NOTHING``; only the jobs whose key went in are inserted into the job, tag
+    and queue tables. The statement itself is the queue insert, so its row count is the number
+    of jobs inserted and it returns no rows to process. (JSON, because psycopg builds text
+    arrays in Python, which costs more than the database's JSON parser.)
     """
     fresh = "WHERE job_id IN (SELECT job_id FROM idem)"
     queue_values = ", ".join("0" if c in ("attempts", "epoch") else c for c in QUEUE_COLUMNS)
@@ -149,8 +150,6 @@ def insert_statement(tags: bool) -> str:
         " ON CONFLICT DO NOTHING RETURNING job_id)",
         f"j AS (INSERT INTO scheduler_job ({', '.join(JOB_COLUMNS)})"
         f" SELECT {', '.join(JOB_COLUMNS)} FROM r {fresh})",
-        f"q AS (INSERT INTO scheduler_job_queue ({', '.join(QUEUE_COLUMNS)})"
-        f" SELECT {queue_values} FROM r {fresh})",
     ]
     if tags:
         tag_columns = [(schema.job_tag, "job_id"), (schema.job_tag, "tag")]
@@ -158,7 +157,12 @@ def insert_statement(tags: bool) -> str:
             "t AS (INSERT INTO scheduler_job_tag (job_id, tag)"
             f" SELECT job_id, tag FROM ({_recordset('tags', tag_columns)}) t {fresh})"
         )
-    return "WITH " + ",\n".join(parts) + "\nSELECT job_id FROM idem"
+    return (
+        "WITH "
+        + ",\n".join(parts)
+        + f"\nINSERT INTO scheduler_job_queue ({', '.join(QUEUE_COLUMNS)})"
+        + f" SELECT {queue_values} FROM r {fresh}"
+    )
 
 
 def _json_records(rows: Sequence[tuple[Any, ...]]) -> str:
@@ -262,20 +266,21 @@ class PostgresStore(SqlStore):
         params: dict[str, Any] = {"now": to_micros(now), "rows": _json_records(records)}
         if tag_rows:
             params["tags"] = _json_records(tag_rows)
-        result = conn.exec_driver_sql(insert_statement(bool(tag_rows)), params)
-        inserted = set(result.scalars())
+        went_in = conn.exec_driver_sql(insert_statement(bool(tag_rows)), params).rowcount
         holders: dict[str, Any] = {}
-        taken = [j.idempotency_key for j in fresh if j.job_id not in inserted]
-        if taken:
+        if went_in == len(fresh):
+            inserted = {j.job_id for j in fresh}
+        else:  # some keys were taken already: who holds each of them
             holders = dict(
                 conn.execute(
                     text(
                         "SELECT idempotency_key, job_id FROM scheduler_idempotency_key"
                         " WHERE idempotency_key = ANY(:keys)"
                     ),
-                    {"keys": taken},
+                    {"keys": [j.idempotency_key for j in fresh]},
                 ).all()
             )
+            inserted = {j.job_id for j in fresh if holders.get(j.idempotency_key) == j.job_id}
         results = []
         for job in jobs:
             winner = first[job.idempotency_key]
