@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import json
 import logging
+import threading
 import time
 import uuid
 from collections.abc import Callable, Iterator, Sequence
@@ -198,7 +199,9 @@ class SqlStore(
         )
         self._candidate_cache: dict[int, Select[Any]] = {}
         self._submit_statements: dict[tuple[str, str, str], _SubmitStatements] = {}
-        self._autocommit_engine = self.engine.execution_options(isolation_level="AUTOCOMMIT")
+        self._engine_kwargs = kwargs
+        self._autocommit: Engine | None = None
+        self._autocommit_lock = threading.Lock()
         self.outcome_hooks: list[OutcomeHook] = []
         """Called inside the outcome transaction with the outcomes that applied (not fenced):
         features that must react exactly once (batch counters, chains) hook in here."""
@@ -222,7 +225,7 @@ class SqlStore(
         """
         engine = self.engine if write else self.read_engine
         if autocommit:
-            engine = self._autocommit_engine
+            engine = self._autocommit or self._autocommit_engine()
         delay = 0.005
         for attempt in range(1, RETRY_ATTEMPTS + 1):
             try:
@@ -241,6 +244,20 @@ class SqlStore(
                 raise
         raise AssertionError("unreachable")
 
+    def _autocommit_engine(self) -> Engine:
+        """A pool of autocommit connections for single-statement writes, made on first use.
+
+        Its own pool, because switching a pooled connection to autocommit and back on every
+        checkout costs more CPU than the round trips it saves.
+        """
+        with self._autocommit_lock:
+            if self._autocommit is None:
+                options = {**self._engine_kwargs, "isolation_level": "AUTOCOMMIT"}
+                engine = create_engine(self.url, **options)
+                self.dialect.configure_engine(engine, write=True)
+                self._autocommit = engine
+            return self._autocommit
+
     def capability(self, kind: type[T]) -> T | None:
         return self if isinstance(self, kind) else None
 
@@ -253,6 +270,8 @@ class SqlStore(
         self.engine.dispose()
         if self.read_engine is not self.engine:
             self.read_engine.dispose()
+        if self._autocommit is not None:
+            self._autocommit.dispose()
 
     def database_time(self) -> datetime:
         from ratchet.sql.types import from_micros
