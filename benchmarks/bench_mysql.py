@@ -102,13 +102,17 @@ def bulk_enqueue(server: Server, n: int) -> float:
     url = server.fresh_database()
     app = app_for(url)
     builders = [app.enqueue(bench_jobs.noop, i) for i in range(n)]
-    start = time.perf_counter()
+    start, cpu = time.perf_counter(), time.process_time()
     for chunk in range(0, n, 5000):
         app.submit_many(builders[chunk : chunk + 5000])
     elapsed = time.perf_counter() - start
+    BULK_CPU.append((time.process_time() - cpu) / n * 1e6)
     app.close()
     server.drop(url)
     return n / elapsed
+
+
+BULK_CPU: list[float] = []
 
 
 def process(server: Server, n: int, concurrency: int, batch: int) -> float:
@@ -336,6 +340,7 @@ def main() -> None:
     parser.add_argument("--concurrency", type=int, default=64)
     parser.add_argument("--batch-size", type=int, default=100)
     parser.add_argument("--max-waiting", type=int, default=1_000_000)
+    parser.add_argument("--only", help="comma list: bulk,process,storeloop,claim (default: all)")
     parser.add_argument("--soak", action="store_true", help="run the soak instead")
     parser.add_argument("--soak-jobs", type=int, default=100_000)
     parser.add_argument("--soak-workers", type=int, default=4)
@@ -350,19 +355,26 @@ def main() -> None:
         if args.soak:
             soak(server, args.soak_jobs, args.soak_workers)
             return
-        median_of("bulk enqueue", lambda: bulk_enqueue(server, args.jobs), args.runs)
-        median_of(
-            f"no-op processing (1 proc, c={args.concurrency}, batch={args.batch_size})",
-            lambda: process(server, args.jobs, args.concurrency, args.batch_size),
-            args.runs,
-        )
-        loops = [store_loop(server, args.jobs, args.batch_size) for _ in range(args.runs)]
-        print(
-            f"{'store only: claim + record, batch ' + str(args.batch_size):<44} median "
-            f"{statistics.median(r for r, _ in loops):>10,.1f} jobs/s   client CPU "
-            f"{statistics.median(c for _, c in loops):,.0f} us/job"
-        )
-        for waiting in (1_000, args.max_waiting):
+        only = set((args.only or "bulk,process,storeloop,claim").split(","))
+        if "bulk" in only:
+            median_of("bulk enqueue", lambda: bulk_enqueue(server, args.jobs), args.runs)
+            cpu = ", ".join(f"{c:.1f}" for c in BULK_CPU)
+            print(f"{'  client CPU per bulk-enqueued job':<44} median "
+                  f"{statistics.median(BULK_CPU):>10,.1f} us     runs: {cpu}")  # fmt: skip
+        if "process" in only:
+            median_of(
+                f"no-op processing (1 proc, c={args.concurrency}, batch={args.batch_size})",
+                lambda: process(server, args.jobs, args.concurrency, args.batch_size),
+                args.runs,
+            )
+        if "storeloop" in only:
+            loops = [store_loop(server, args.jobs, args.batch_size) for _ in range(args.runs)]
+            print(
+                f"{'store only: claim + record, batch ' + str(args.batch_size):<44} median "
+                f"{statistics.median(r for r, _ in loops):>10,.1f} jobs/s   client CPU "
+                f"{statistics.median(c for _, c in loops):,.0f} us/job"
+            )
+        for waiting in (1_000, args.max_waiting) if "claim" in only else ():
             ms, reads = claim_cost(server, waiting, 100, 50)
             print(
                 f"{f'claim of 100 with {waiting:,} waiting':<44} median {ms:>10,.1f} ms   "

@@ -37,22 +37,28 @@ def fresh_app(workdir: str, name: str) -> Ratchet:
 def bulk_enqueue(workdir: str, n: int, run: int) -> float:
     app = fresh_app(workdir, f"bulk{run}.db")
     builders = [app.enqueue(bench_jobs.noop, i) for i in range(n)]
-    start = time.perf_counter()
+    start, cpu = time.perf_counter(), time.process_time()
     for chunk in range(0, n, 5000):
         app.submit_many(builders[chunk : chunk + 5000])
     elapsed = time.perf_counter() - start
+    CPU.setdefault("bulk enqueue", []).append((time.process_time() - cpu) / n * 1e6)
     app.close()
     return n / elapsed
 
 
 def single_enqueue(workdir: str, n: int, run: int) -> float:
     app = fresh_app(workdir, f"single{run}.db")
-    start = time.perf_counter()
+    start, cpu = time.perf_counter(), time.process_time()
     for i in range(n):
         app.enqueue(bench_jobs.noop, i).submit()
     elapsed = time.perf_counter() - start
+    CPU.setdefault("single enqueue", []).append((time.process_time() - cpu) / n * 1e6)
     app.close()
     return n / elapsed
+
+
+#: Client CPU (this process: Python and SQLite itself) per job, by measurement.
+CPU: dict[str, list[float]] = {}
 
 
 def process(workdir: str, n: int, run: int) -> float:
@@ -85,6 +91,10 @@ def median_of(label: str, fn: Callable[[str, int, int], float], n: int, runs: in
     print(
         f"{label:<28} median {med:>9,.0f} jobs/s   runs: {', '.join(f'{v:,.0f}' for v in values)}"
     )
+    if label in CPU:
+        cpu = CPU[label]
+        print(f"{'  CPU per job':<28} median {statistics.median(cpu):>9,.1f} us       runs: "
+              f"{', '.join(f'{c:.1f}' for c in cpu)}")  # fmt: skip
     return med
 
 
@@ -92,13 +102,20 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__)
     parser.add_argument("--runs", type=int, default=5)
     parser.add_argument("--jobs", type=int, default=20_000)
+    parser.add_argument("--only", help="comma list: bulk,single,process (default: all)")
     args = parser.parse_args()
+    only = set((args.only or "bulk,single,process").split(","))
     print(
         f"machine: {platform.machine()}, {os.cpu_count()} cores, Python {platform.python_version()}"
+        f", load average {os.getloadavg()[0]:.1f}"
     )
-    median_of("bulk enqueue", bulk_enqueue, args.jobs, args.runs)
-    median_of("single enqueue", single_enqueue, min(args.jobs, 5000), args.runs)
-    median_of("no-op processing (1 proc)", process, args.jobs, args.runs)
+    if "bulk" in only:
+        median_of("bulk enqueue", bulk_enqueue, args.jobs, args.runs)
+    if "single" in only:
+        median_of("single enqueue", single_enqueue, min(args.jobs, 5000), args.runs)
+    if "process" in only:
+        median_of("no-op processing (1 proc)", process, args.jobs, args.runs)
+    print(f"load average after: {os.getloadavg()[0]:.1f}")
 
 
 if __name__ == "__main__":

@@ -3,13 +3,14 @@
 from __future__ import annotations
 
 import threading
+import time
 from collections.abc import Iterator
 from datetime import timedelta
 from typing import Any
 
 import psycopg
 import pytest
-from sqlalchemy import create_engine, event, text
+from sqlalchemy import create_engine, text
 from sqlalchemy.engine import Engine
 from sqlalchemy.exc import DBAPIError
 
@@ -17,7 +18,7 @@ from ratchet import DuplicateBusinessKeyError, Ratchet, StoreUnavailable
 from ratchet.domain.lifecycle import JobStatus
 from ratchet.plugins import Plugins, make_plugin_manager
 from ratchet.sql.dialect import ErrorKind
-from ratchet.sql.pool import ping_when_idle
+from ratchet.sql.pool import has_socket_check, ping_when_idle
 from ratchet.testing.clock import FakeClock
 from ratchet.testing.servers import free_port
 from ratchet.testing.store_contract import new_job
@@ -216,9 +217,42 @@ def test_capabilities(store: PostgresStore) -> None:
     caps = store.capabilities
     assert (caps.dialect, caps.skip_locked, caps.multi_host) == ("postgresql", True, True)
     assert store.engine.pool.status()  # a real pool, not a NullPool
-    # Idle connections are pinged before use (see the idle-ping tests below), not every one.
-    assert not store.engine.pool._pre_ping  # type: ignore[attr-defined]
-    assert event.contains(store.engine, "checkout", _ping_listener(store.engine))
+    assert has_socket_check(store.engine)  # checked on checkout (ratchet.sql.pool)
+
+
+def test_pooled_connections_killed_by_the_server_are_replaced_before_use(
+    store: PostgresStore, postgres_store_url: str
+) -> None:
+    """The checkout check sees the server's goodbye on the socket: no call fails."""
+    clock = FakeClock()
+    with store.engine.connect() as a, store.engine.connect() as b:  # two pooled connections
+        a.execute(text("SELECT 1"))
+        b.execute(text("SELECT 1"))
+    store.insert_jobs([new_job(clock)], now=clock.now())
+    with psycopg.connect(
+        postgres_store_url.replace("postgresql+psycopg", "postgresql"), autocommit=True
+    ) as admin:
+        admin.execute(
+            "SELECT pg_terminate_backend(pid) FROM pg_stat_activity"
+            " WHERE datname = current_database() AND pid <> pg_backend_pid()"
+        )
+    deadline = time.monotonic() + 5
+    while time.monotonic() < deadline:  # the backends are gone once they left pg_stat_activity
+        left = admin_count(postgres_store_url)
+        if left == 0:
+            break
+        time.sleep(0.05)
+    store.insert_jobs([new_job(clock)], now=clock.now())  # no StoreUnavailable
+    assert store.count_by_status() == {JobStatus.PENDING.value: 2}
+
+
+def admin_count(url: str) -> int:
+    with psycopg.connect(url.replace("postgresql+psycopg", "postgresql"), autocommit=True) as c:
+        row = c.execute(
+            "SELECT count(*) FROM pg_stat_activity"
+            " WHERE datname = current_database() AND pid <> pg_backend_pid()"
+        ).fetchone()
+        return int(row[0]) if row else 0
 
 
 # ---------------------------------------------------------------------- URLs and plugins
@@ -283,12 +317,6 @@ def test_store_options_merge_connect_args(postgres_store_url: str) -> None:
 
 
 # ---------------------------------------------------------------------- idle pings
-def _ping_listener(engine: Engine) -> Any:
-    listeners = [fn for fn in engine.pool.dispatch.checkout if fn.__name__ == "_checkout"]
-    assert listeners, "no idle-ping listener on the pool"
-    return listeners[0]
-
-
 def _pooled_engine(url: str, idle_seconds: float) -> Engine:
     kwargs = {**DIALECT.engine_kwargs(url), "pool_size": 1, "max_overflow": 0}
     eng = create_engine(url, **kwargs)

@@ -155,6 +155,10 @@ class Plugins:
     def resilience_strategy(self, config: Any) -> ResilienceStrategy:
         return self.pm.hook.ratchet_resilience_strategy(config=config)  # type: ignore[no-any-return]
 
+    def has_observers(self) -> bool:
+        """Whether any plugin implements the event hook now (so building events is worth it)."""
+        return bool(self.pm.hook.ratchet_job_event.get_hookimpls())
+
     def emit(self, event: JobEvent) -> None:
         """Deliver an event to every observer hook; an observer's error is logged, not raised."""
         for impl in reversed(self.pm.hook.ratchet_job_event.get_hookimpls()):

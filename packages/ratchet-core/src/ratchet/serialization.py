@@ -101,18 +101,27 @@ def _import_enum(ref: str) -> type[enum.Enum]:
     return obj
 
 
+#: Types that JSON holds as they are (no tagging, no checks): the common arguments.
+_PLAIN = frozenset({int, str, bool, type(None)})
+_PAYLOAD_JSON = json.JSONEncoder(separators=(",", ":"), ensure_ascii=False, allow_nan=False)
+
+
 def encode_payload(args: Sequence[Any], kwargs: Mapping[str, Any], max_bytes: int) -> str:
     """Serialise call arguments to compact JSON.
 
     :raises UnserializableArgument: an argument is not storable.
     :raises PayloadTooLargeError: the JSON is longer than ``max_bytes``.
     """
-    doc = {
-        "args": [_encode(a, f"argument {i}") for i, a in enumerate(args)],
-        "kwargs": {k: _encode(v, f"argument {k!r}") for k, v in kwargs.items()},
-    }
-    text = json.dumps(doc, separators=(",", ":"), ensure_ascii=False, allow_nan=False)
-    size = len(text.encode())
+    plain = _PLAIN
+    if all(type(a) in plain for a in args) and all(type(v) in plain for v in kwargs.values()):
+        doc = {"args": list(args), "kwargs": dict(kwargs)}
+    else:
+        doc = {
+            "args": [_encode(a, f"argument {i}") for i, a in enumerate(args)],
+            "kwargs": {k: _encode(v, f"argument {k!r}") for k, v in kwargs.items()},
+        }
+    text = _PAYLOAD_JSON.encode(doc)
+    size = len(text) if text.isascii() else len(text.encode())
     if size > max_bytes:
         raise PayloadTooLargeError(
             f"job arguments are {size} bytes of JSON; the cap is {max_bytes} bytes. Store large "

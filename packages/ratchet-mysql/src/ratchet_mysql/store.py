@@ -10,6 +10,7 @@ to lock, and looks past rows others hold instead of coming back short.
 from __future__ import annotations
 
 import logging
+from collections.abc import Iterator, Sequence
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
@@ -20,8 +21,9 @@ from sqlalchemy.exc import ProgrammingError
 from ratchet.domain.lifecycle import JobPriority, JobStatus
 from ratchet.domain.model import ClaimedJob
 from ratchet.sql import schema
+from ratchet.sql.prepared import PreparedInsert
 from ratchet.sql.store import SqlStore
-from ratchet_mysql.dialect import MySQLDialect, error_code
+from ratchet_mysql.dialect import PIPELINE_MAX_BYTES, MySQLDialect, error_code
 
 log = logging.getLogger("ratchet.mysql")
 
@@ -39,6 +41,21 @@ def normalize_url(url: str) -> str:
     if backend in ("mysql", "mariadb") and not driver:
         parsed = parsed.set(drivername=f"{backend}+{DRIVER}")
     return parsed.render_as_string(hide_password=False)
+
+
+def render_values(escape: Any, rows: Sequence[tuple[Any, ...]]) -> Iterator[str]:
+    """Each row as a ``(v1,v2,...)`` SQL literal; strings and bytes through the driver's
+    ``escape`` (which follows the session's ``NO_BACKSLASH_ESCAPES``)."""
+    for row in rows:
+        parts = []
+        for value in row:
+            if value is None:
+                parts.append("NULL")
+            elif type(value) is int:
+                parts.append(str(value))
+            else:
+                parts.append(escape(value))
+        yield "(" + ",".join(parts) + ")"
 
 
 class MySQLStore(SqlStore):
@@ -74,6 +91,33 @@ class MySQLStore(SqlStore):
             self._locking_union = False
             self._candidate_cache.clear()
             return super()._claim(conn, node_id, limit, now, boost)
+
+    def _insert_rows(
+        self, conn: Connection, statement: PreparedInsert, rows: Sequence[tuple[Any, ...]]
+    ) -> None:
+        """One multi-row ``INSERT ... VALUES`` per megabyte, rendered here.
+
+        PyMySQL's ``executemany`` makes the same statement, but escapes every value through a
+        generic per-type dispatch that costs more than the server's insert; integers and NULLs
+        need no escaping, strings and bytes go through the driver's own ``escape``.
+        """
+        if not rows:
+            return
+        head = statement.sql.partition(" VALUES ")[0] + " VALUES "
+        escape = conn.connection.driver_connection.escape  # type: ignore[union-attr]
+        batch: list[str] = []
+        size = 0
+        for values in render_values(escape, rows):
+            if batch and size + len(values) > PIPELINE_MAX_BYTES:
+                self._send_values(conn, head, batch)
+                batch, size = [], 0
+            batch.append(values)
+            size += len(values) + 1
+        self._send_values(conn, head, batch)
+
+    @staticmethod
+    def _send_values(conn: Connection, head: str, batch: list[str]) -> None:
+        conn.exec_driver_sql(head + ",".join(batch), execution_options={"no_parameters": True})
 
     def database_time(self) -> datetime:
         """The server's UTC clock with microseconds (``CURRENT_TIMESTAMP`` has whole seconds)."""

@@ -7,11 +7,11 @@ from contextlib import contextmanager
 from typing import Any
 
 from sqlalchemy import Select, text
-from sqlalchemy.engine import Connection
+from sqlalchemy.engine import Connection, Engine
 from sqlalchemy.exc import DBAPIError
 
 from ratchet.sql.dialect import ErrorKind, SqlDialect
-from ratchet.sql.pool import DEFAULT_IDLE_PING_SECONDS
+from ratchet.sql.pool import install_socket_check
 
 #: Key of the transaction-level advisory lock held while migrations run (ASCII "ratchetM").
 MIGRATION_LOCK_KEY = 0x7261746368657444
@@ -38,11 +38,9 @@ class PostgresDialect(SqlDialect):
     name = "postgresql"
     skip_locked = True
     multi_host = True
-    ping_idle_after = DEFAULT_IDLE_PING_SECONDS
 
     def engine_kwargs(self, url: str) -> dict[str, Any]:
-        """Pool sizes, timeouts and TCP keepalives (idle pooled connections are pinged before use,
-        see ``ping_idle_after``, so a worker reconnects after the server restarts)."""
+        """Pooled connections are checked on checkout (see :meth:`configure_engine`)."""
         return {
             "pool_size": DEFAULT_POOL_SIZE,
             "max_overflow": DEFAULT_MAX_OVERFLOW,
@@ -57,6 +55,11 @@ class PostgresDialect(SqlDialect):
                 "keepalives_count": 3,
             },
         }
+
+    def configure_engine(self, engine: Engine, *, write: bool) -> None:
+        """Check a pooled connection's socket on checkout (a ping only if the server spoke), so
+        a worker reconnects after the server restarts without a round trip per transaction."""
+        install_socket_check(engine, _socket_of)
 
     def lock_for_claim(self, stmt: Select[Any]) -> Select[Any]:
         return stmt.with_for_update(skip_locked=True)
@@ -105,3 +108,10 @@ def _is_dead_connection_error(orig: BaseException | None) -> bool:
     import psycopg
 
     return isinstance(orig, psycopg.OperationalError) and not getattr(orig, "sqlstate", None)
+
+
+def _socket_of(dbapi_conn: Any) -> int | None:
+    """The psycopg connection's socket, or None once psycopg knows it is closed or broken."""
+    if dbapi_conn.closed or dbapi_conn.broken:
+        return None
+    return int(dbapi_conn.pgconn.socket)

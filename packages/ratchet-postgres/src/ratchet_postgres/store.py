@@ -27,8 +27,8 @@ from ratchet.domain.model import ClaimedJob, NewJob, Outcome, OutcomeKind
 from ratchet.ports import InsertResult
 from ratchet.sql import schema
 from ratchet.sql.claimed import claimed_job
-from ratchet.sql.store import SqlStore
-from ratchet.sql.types import UTCMicros, from_micros, to_micros
+from ratchet.sql.store import JOB_COLUMNS, QUEUE_COLUMNS, SqlStore, submit_rows
+from ratchet.sql.types import from_micros, to_micros
 from ratchet_postgres.dialect import PostgresDialect
 
 _PG = postgresql.dialect()  # type: ignore[no-untyped-call]
@@ -113,42 +113,68 @@ ORDER BY u.eff DESC, u.scheduled_time, u.job_id
     return text(sql)
 
 
-def _recordset(table: Table, columns: Sequence[str], param: str) -> str:
-    """``SELECT <columns> FROM json_to_recordset(:param) AS u(<column type>, ...)``."""
-    defs = ", ".join(f"{c} {table.c[c].type.compile(dialect=_PG)}" for c in columns)
-    names = ", ".join(columns)
-    return f"SELECT {names} FROM json_to_recordset(CAST(:{param} AS json)) AS u({defs})"
+def _recordset(param: str, columns: Sequence[tuple[Table, str]]) -> str:
+    """``json_to_recordset(:param)`` of JSON objects whose keys are ``c0``, ``c1``, ... for
+    ``columns`` (short keys: less JSON to write and to parse), selected under their names."""
+    defs = ", ".join(
+        f"c{i} {table.c[c].type.compile(dialect=_PG)}" for i, (table, c) in enumerate(columns)
+    )
+    names = ", ".join(f"c{i} AS {c}" for i, (_, c) in enumerate(columns))
+    return f"SELECT {names} FROM json_to_recordset(CAST(%({param})s AS json)) AS u({defs})"
+
+
+#: One JSON object per job: the job row, then the queue row's own columns.
+JOB_RECORD = (
+    *((schema.job, c) for c in JOB_COLUMNS),
+    (schema.job_queue, "status"),
+    (schema.job_queue, "scheduled_time"),
+)
 
 
 @cache
-def insert_statement(
-    job_columns: tuple[str, ...], queue_columns: tuple[str, ...], tags: bool
-) -> TextClause:
-    """Insert a batch of jobs in one statement, every table from one JSON parameter each.
+def insert_statement(tags: bool) -> str:
+    """Insert a batch of jobs in one statement (driver SQL, ``%(name)s`` parameters).
 
-    The idempotency keys go in first with ``ON CONFLICT DO NOTHING``; only the jobs whose key
-    went in are inserted into the other tables, and their ids are returned. (JSON, because
-    psycopg builds text arrays in Python, which costs more than the database's JSON parser.)
+    ``rows`` (one JSON object per job) is parsed once. The idempotency keys go in first with
+    ``ON CONFLICT DO NOTHING``; only the jobs whose key went in are inserted into the job, tag
+    and queue tables. The statement itself is the queue insert, so its row count is the number
+    of jobs inserted and it returns no rows to process. (JSON, because psycopg builds text
+    arrays in Python, which costs more than the database's JSON parser.)
     """
     fresh = "WHERE job_id IN (SELECT job_id FROM idem)"
-    keys = ("idempotency_key", "job_id")
+    queue_values = ", ".join("0" if c in ("attempts", "epoch") else c for c in QUEUE_COLUMNS)
     parts = [
+        f"r AS MATERIALIZED ({_recordset('rows', JOB_RECORD)})",
         "idem AS (INSERT INTO scheduler_idempotency_key (idempotency_key, job_id, created_at)"
-        f" SELECT idempotency_key, job_id, CAST(:now AS BIGINT)"
-        f" FROM ({_recordset(schema.idempotency_key, keys, 'keys')}) k"
+        " SELECT idempotency_key, job_id, CAST(%(now)s AS BIGINT) FROM r"
         " ON CONFLICT DO NOTHING RETURNING job_id)",
-        f"j AS (INSERT INTO scheduler_job ({', '.join(job_columns)})"
-        f" SELECT * FROM ({_recordset(schema.job, job_columns, 'jobs')}) j {fresh})",
-        f"q AS (INSERT INTO scheduler_job_queue ({', '.join(queue_columns)})"
-        f" SELECT * FROM ({_recordset(schema.job_queue, queue_columns, 'queue')}) q {fresh})",
+        f"j AS (INSERT INTO scheduler_job ({', '.join(JOB_COLUMNS)})"
+        f" SELECT {', '.join(JOB_COLUMNS)} FROM r {fresh})",
     ]
     if tags:
+        tag_columns = [(schema.job_tag, "job_id"), (schema.job_tag, "tag")]
         parts.append(
             "t AS (INSERT INTO scheduler_job_tag (job_id, tag)"
-            f" SELECT * FROM ({_recordset(schema.job_tag, (*keys[1:], 'tag'), 'tags')}) t"
-            f" {fresh})"
+            f" SELECT job_id, tag FROM ({_recordset('tags', tag_columns)}) t {fresh})"
         )
-    return text("WITH " + ",\n".join(parts) + "\nSELECT job_id FROM idem")
+    return (
+        "WITH "
+        + ",\n".join(parts)
+        + f"\nINSERT INTO scheduler_job_queue ({', '.join(QUEUE_COLUMNS)})"
+        + f" SELECT {queue_values} FROM r {fresh}"
+    )
+
+
+def _json_records(rows: Sequence[tuple[Any, ...]]) -> str:
+    """``rows`` as a JSON array of ``{"c0": ..., "c1": ...}`` objects."""
+    if not rows:
+        return "[]"
+    keys = _KEYS[: len(rows[0])]
+    return _JSON.encode([dict(zip(keys, row, strict=True)) for row in rows])
+
+
+_JSON = json.JSONEncoder(separators=(",", ":"))
+_KEYS = tuple(f"c{i}" for i in range(len(JOB_RECORD)))
 
 
 @cache
@@ -205,21 +231,10 @@ SELECT job_id FROM owned
     )
 
 
-def _json_rows(table: Table, rows: Sequence[dict[str, Any]]) -> str:
-    """``rows`` as a JSON array: times as UTC microseconds, UUIDs as strings."""
-    if not rows:
-        return "[]"
-    times = [c for c in rows[0] if isinstance(table.c[c].type, UTCMicros)]
-    if times:
-        for row in rows:
-            for c in times:
-                if row[c] is not None:
-                    row[c] = to_micros(row[c])
-    return json.dumps(rows, default=str, separators=(",", ":"))
-
-
 class PostgresStore(SqlStore):
     """:class:`~ratchet.sql.store.SqlStore` on PostgreSQL with a single-round-trip claim."""
+
+    atomic_insert = True
 
     def __init__(
         self, url: str, dialect: PostgresDialect | None = None, **engine_options: Any
@@ -245,45 +260,27 @@ class PostgresStore(SqlStore):
         for job in jobs:
             first.setdefault(job.idempotency_key, job)
         fresh = list(first.values())
-        job_rows = [self._job_row(j) for j in fresh]
-        queue_rows = [
-            {
-                "job_id": j.job_id,
-                "status": j.status.value,
-                "priority": int(j.priority),
-                "scheduled_time": j.scheduled_time,
-                "attempts": 0,
-                "epoch": 0,
-                "business_key": j.business_key,
-            }
-            for j in fresh
-        ]
-        tag_rows = [{"job_id": j.job_id, "tag": t} for j in fresh for t in j.tags]
-        job_columns = tuple(job_rows[0])
-        queue_columns = tuple(queue_rows[0])
-        key_rows = [{"idempotency_key": j.idempotency_key, "job_id": j.job_id} for j in fresh]
-        params: dict[str, Any] = {
-            "now": to_micros(now),
-            "keys": _json_rows(schema.idempotency_key, key_rows),
-            "jobs": _json_rows(schema.job, job_rows),
-            "queue": _json_rows(schema.job_queue, queue_rows),
-        }
+        _, job_rows, queue_rows, tag_rows = submit_rows(fresh, now, str)
+        # status and scheduled_time: the queue row's values that the job row lacks
+        records = [(*jr, qr[1], qr[3]) for jr, qr in zip(job_rows, queue_rows, strict=True)]
+        params: dict[str, Any] = {"now": to_micros(now), "rows": _json_records(records)}
         if tag_rows:
-            params["tags"] = _json_rows(schema.job_tag, tag_rows)
-        stmt = insert_statement(job_columns, queue_columns, bool(tag_rows))
-        inserted = set(conn.execute(stmt, params).scalars())
+            params["tags"] = _json_records(tag_rows)
+        went_in = conn.exec_driver_sql(insert_statement(bool(tag_rows)), params).rowcount
         holders: dict[str, Any] = {}
-        taken = [j.idempotency_key for j in fresh if j.job_id not in inserted]
-        if taken:
+        if went_in == len(fresh):
+            inserted = {j.job_id for j in fresh}
+        else:  # some keys were taken already: who holds each of them
             holders = dict(
                 conn.execute(
                     text(
                         "SELECT idempotency_key, job_id FROM scheduler_idempotency_key"
                         " WHERE idempotency_key = ANY(:keys)"
                     ),
-                    {"keys": taken},
+                    {"keys": [j.idempotency_key for j in fresh]},
                 ).all()
             )
+            inserted = {j.job_id for j in fresh if holders.get(j.idempotency_key) == j.job_id}
         results = []
         for job in jobs:
             winner = first[job.idempotency_key]

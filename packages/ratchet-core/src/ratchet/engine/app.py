@@ -206,6 +206,8 @@ class Ratchet(GatesMixin, RecurringMixin):
                 log.warning(
                     "wakeup could not be sent; polling will still find the job", exc_info=True
                 )
+        if not inserted or not (self._listeners or self.plugins.has_observers()):
+            return  # nobody would see the events: do not build one per job
         for _, job in inserted:
             self.emit(JobEvent(EventKind.SUBMITTED, job.job_id, now, data={"target": job.target}))
 

@@ -117,7 +117,7 @@ class JobBuilder:
         self._timeout: timedelta | None = None
         self._tags: tuple[str, ...] = ()
         self._params: dict[str, str] = {}
-        self._idempotency_key = str(uuid.uuid4())
+        self._idempotency_key: str | None = None  # made on first use unless set
         self._business_key: str | None = None
         self._immediate = False
         self._executor: str | None = None
@@ -329,6 +329,10 @@ class JobBuilder:
     # -- submission ------------------------------------------------------------------------
     @property
     def idempotency_key(self) -> str:
+        """The key given, else this builder's own: a random UUID if asked for before the first
+        build, else the id of the first job built (unique, and free to make)."""
+        if self._idempotency_key is None:
+            self._idempotency_key = str(uuid.uuid4())
         return self._idempotency_key
 
     @property
@@ -352,8 +356,11 @@ class JobBuilder:
 
         payload = encode_payload(self._args, self._kwargs, self._app.config.max_payload_bytes)
         scheduled = self._run_at or (now + (self._delay or timedelta(0)))
+        job_id = self._app.new_id()
+        if self._idempotency_key is None:
+            self._idempotency_key = str(job_id)
         return NewJob(
-            job_id=self._app.new_id(),
+            job_id=job_id,
             target=str(self._ref),
             payload=payload,
             priority=self._priority,
@@ -363,7 +370,7 @@ class JobBuilder:
             timeout=self._timeout,
             scheduled_time=scheduled,
             created_at=now,
-            idempotency_key=self._idempotency_key,
+            idempotency_key=self.idempotency_key,
             business_key=self._business_key,
             tags=self._tags,
             params=dict(self._params),

@@ -46,6 +46,12 @@ class SqlDialect:
         """Whether writes need their own engine (SQLite: ``BEGIN IMMEDIATE``)."""
         return False
 
+    def skip_duplicate_keys_clause(self, dialect_name: str) -> str | None:
+        """What to append to an ``INSERT ... VALUES`` so rows whose primary key is taken are
+        skipped, not an error, with the row count telling how many went in (None: unsupported;
+        the store then looks the keys up before inserting)."""
+        return None
+
     def lock_for_claim(self, stmt: Select[Any]) -> Select[Any]:
         """Make a candidate select lock its rows, skipping rows others hold."""
         return stmt

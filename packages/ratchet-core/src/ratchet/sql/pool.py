@@ -1,20 +1,32 @@
-"""Check pooled connections that sat idle, and only those.
+"""Checkout checks of pooled connections that cost no round trip while a connection is healthy.
 
 SQLAlchemy's ``pool_pre_ping`` sends a round trip before *every* checkout; a busy worker checks
-out a connection for every claim and every outcome batch, so that doubles its round trips. A
-connection that was in use a moment ago is as good as a ping, and a server that died since is
-caught by the statement itself (the store maps the error to ``StoreUnavailable`` and the worker
-backs off and reconnects). So a connection is pinged on checkout only after it sat idle in the
-pool for ``idle_seconds``: the case where a restart or a network drop goes unnoticed.
+out a connection for every claim and every outcome batch, and a single submit is one
+transaction, so that adds a round trip to each. Two cheaper checks:
+
+- :func:`install_socket_check` (PostgreSQL): a pooled connection sits idle between checkouts, so
+  nothing should be waiting on its socket. When the server ends the session (a restart, a
+  shutdown, an idle timeout, a killed backend) it sends a last message and closes the socket,
+  which makes it readable. The check looks at the socket without blocking and pings for real only
+  when something is there; a failed ping invalidates the pool, as ``pool_pre_ping`` does.
+- :func:`ping_when_idle` (any driver): ping only a connection that sat idle in the pool for a
+  while. One in use a moment ago is as good as a ping; a server that died since is caught by the
+  statement itself (``StoreUnavailable``; the worker backs off and the pool reconnects).
 """
 
 from __future__ import annotations
 
+import logging
+import select
 import time
+import weakref
+from collections.abc import Callable
 from typing import Any
 
 from sqlalchemy import event, exc
 from sqlalchemy.engine import Engine
+
+log = logging.getLogger("ratchet.store")
 
 #: Idle time after which a pooled connection is pinged before use.
 DEFAULT_IDLE_PING_SECONDS = 1.0
@@ -46,3 +58,41 @@ def ping_when_idle(engine: Engine, idle_seconds: float = DEFAULT_IDLE_PING_SECON
             if dialect.is_disconnect(error, dbapi_connection, None):  # type: ignore[arg-type]
                 raise exc.DisconnectionError(f"pooled connection is gone: {error}") from error
             raise
+
+
+#: Returns the socket's file descriptor, or None when the connection is known to be unusable.
+SocketOf = Callable[[Any], "int | None"]
+
+
+_CHECKED: weakref.WeakSet[Any] = weakref.WeakSet()
+
+
+def has_socket_check(engine: Engine) -> bool:
+    """Whether ``engine``'s pool checks connections on checkout (see the module docstring)."""
+    return engine.pool in _CHECKED
+
+
+def install_socket_check(engine: Engine, socket_of: SocketOf) -> None:
+    """Check pooled connections on checkout by their socket, pinging only if it is readable."""
+    _CHECKED.add(engine.pool)
+
+    @event.listens_for(engine, "checkout")
+    def _check(dbapi_conn: Any, record: Any, proxy: Any) -> None:
+        try:
+            fd = socket_of(dbapi_conn)
+            if fd is not None and not select.select([fd], [], [], 0)[0]:
+                return  # nothing pending: the session is as the server left it
+        except Exception:
+            fd = None
+        if fd is not None and _ping(engine, dbapi_conn):
+            return
+        log.info("pooled connection is gone (server restarted or closed it); reconnecting")
+        raise exc.InvalidatePoolError()
+
+
+def _ping(engine: Engine, dbapi_conn: Any) -> bool:
+    """A real round trip (something was waiting on the socket: a notice, or the goodbye)."""
+    try:
+        return bool(engine.dialect.do_ping(dbapi_conn))
+    except Exception:
+        return False

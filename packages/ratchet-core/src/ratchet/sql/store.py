@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import json
 import logging
+import threading
 import time
 import uuid
 from collections.abc import Callable, Iterator, Sequence
@@ -59,8 +60,9 @@ from ratchet.sql.claimed import DEFINITIONS, claimed_job
 from ratchet.sql.dialect import ErrorKind, SqlDialect
 from ratchet.sql.permits import PermitStoreMixin
 from ratchet.sql.pool import ping_when_idle
+from ratchet.sql.prepared import PreparedInsert, PreparedKeyLookup, uuid_binder
 from ratchet.sql.recurring import RecurringStoreMixin
-from ratchet.sql.types import UTCMicros
+from ratchet.sql.types import UTCMicros, to_micros
 from ratchet.sql.watcher import WatcherStoreMixin
 from ratchet.sql.workflows import WorkflowStoreMixin
 
@@ -156,8 +158,88 @@ OutcomeHook = Callable[[Connection, list[Outcome], datetime], None]
 TerminalHook = Callable[[Connection, list[uuid.UUID], JobStatus, datetime], None]
 
 
+_MILLISECOND = timedelta(milliseconds=1)
+
+
 def _ms(value: timedelta | None) -> int | None:
-    return None if value is None else int(value / timedelta(milliseconds=1))
+    return None if value is None else int(value / _MILLISECOND)
+
+
+#: Columns the submit path writes, in table order (the order of the value tuples below).
+KEY_COLUMNS = ("idempotency_key", "job_id", "created_at")
+JOB_COLUMNS = (
+    "job_id", "target", "payload", "priority", "max_retries", "backoff_policy", "backoff_ms",
+    "timeout_ms", "params", "tags", "idempotency_key", "business_key", "executor",
+    "created_at", "attempts", "resource_name", "recurring_master_id", "stall_timeout_ms",
+)  # fmt: skip
+QUEUE_COLUMNS = ("job_id", "status", "priority", "scheduled_time", "attempts", "epoch",
+                 "business_key")  # fmt: skip
+TAG_COLUMNS = ("job_id", "tag")
+
+
+class _SubmitStatements:
+    """The inserts of :meth:`SqlStore._insert` rendered for one dialect, and their rows."""
+
+    def __init__(self, dialect: Any, ignore_duplicates: Callable[[str], str | None]) -> None:
+        self.keys = PreparedKeyLookup(dialect, IDEM, "idempotency_key", "job_id")
+        self.key_insert = PreparedInsert(dialect, IDEM, KEY_COLUMNS)
+        ignoring = ignore_duplicates(dialect.name)
+        self.key_insert_ignoring = (
+            None if ignoring is None else PreparedInsert(dialect, IDEM, KEY_COLUMNS, ignoring)
+        )
+        self.job_insert = PreparedInsert(dialect, J, JOB_COLUMNS)
+        self.queue_insert = PreparedInsert(dialect, Q, QUEUE_COLUMNS)
+        self.tag_insert = PreparedInsert(dialect, TAGS, TAG_COLUMNS)
+        self.uuid = uuid_binder(dialect)
+
+    def rows(self, jobs: Sequence[NewJob], now: datetime) -> tuple[list[tuple[Any, ...]], ...]:
+        """Driver-ready value tuples for the key, job, queue and tag inserts of ``jobs``."""
+        return submit_rows(jobs, now, self.uuid)
+
+
+def submit_rows(
+    jobs: Sequence[NewJob], now: datetime, db_uuid: Callable[[uuid.UUID], Any]
+) -> tuple[list[tuple[Any, ...]], ...]:
+    """Value tuples for the key, job, queue and tag inserts of ``jobs`` (``KEY_COLUMNS``,
+    ``JOB_COLUMNS``, ``QUEUE_COLUMNS``, ``TAG_COLUMNS``): times as microseconds, durations as
+    milliseconds, ids through ``db_uuid``."""
+    now_us = to_micros(now)
+    key_rows: list[tuple[Any, ...]] = []
+    job_rows: list[tuple[Any, ...]] = []
+    queue_rows: list[tuple[Any, ...]] = []
+    tag_rows: list[tuple[Any, ...]] = []
+    for j in jobs:
+        jid = db_uuid(j.job_id)
+        priority = int(j.priority)
+        created = now_us if j.created_at == now else to_micros(j.created_at)
+        key_rows.append((j.idempotency_key, jid, now_us))
+        job_rows.append(
+            (
+                jid,
+                j.target,
+                j.payload,
+                priority,
+                j.max_retries,
+                j.backoff.value,
+                _ms(j.backoff_delay),
+                None if j.timeout is None else _ms(j.timeout),
+                json.dumps(dict(j.params)) if j.params else None,
+                json.dumps(list(j.tags)) if j.tags else None,
+                j.idempotency_key,
+                j.business_key,
+                j.executor,
+                created,
+                0,
+                j.resource_name,
+                None if j.recurring_master_id is None else db_uuid(j.recurring_master_id),
+                None if j.stall_timeout is None else _ms(j.stall_timeout),
+            )
+        )
+        scheduled = created if j.scheduled_time == j.created_at else to_micros(j.scheduled_time)
+        queue_rows.append((jid, j.status.value, priority, scheduled, 0, 0, j.business_key))
+        if j.tags:
+            tag_rows.extend((jid, t) for t in j.tags)
+    return key_rows, job_rows, queue_rows, tag_rows
 
 
 class SqlStore(
@@ -168,6 +250,10 @@ class SqlStore(
     WatcherStoreMixin,
 ):
     """A :class:`~ratchet.ports.Store` over SQLAlchemy Core."""
+
+    atomic_insert = False
+    """Whether :meth:`_insert` writes with one statement (plus reads), so that a submission
+    outside a caller's transaction may run it in autocommit mode."""
 
     def __init__(self, url: str, dialect: SqlDialect, **engine_options: Any) -> None:
         self.url = url
@@ -189,6 +275,10 @@ class SqlStore(
         )
         self._candidate_cache: dict[int, Select[Any]] = {}
         self._locked_cache: dict[tuple[int, bool], Select[Any]] = {}
+        self._submit_statements: dict[tuple[str, str, str], _SubmitStatements] = {}
+        self._engine_kwargs = kwargs
+        self._autocommit: Engine | None = None
+        self._autocommit_lock = threading.Lock()
         self.outcome_hooks: list[OutcomeHook] = []
         """Called inside the outcome transaction with the outcomes that applied (not fenced):
         features that must react exactly once (batch counters, chains) hook in here."""
@@ -202,9 +292,17 @@ class SqlStore(
     def _translate(self, exc: SQLAlchemyError) -> ErrorKind:
         return self.dialect.classify(exc)
 
-    def _run(self, work: Callable[[Connection], T], *, write: bool = True) -> T:
-        """Run ``work`` in a transaction, retrying deadlocks and busy errors with backoff."""
+    def _run(
+        self, work: Callable[[Connection], T], *, write: bool = True, autocommit: bool = False
+    ) -> T:
+        """Run ``work`` in a transaction, retrying deadlocks and busy errors with backoff.
+
+        ``autocommit``: ``work`` is a single statement, atomic on its own, so it runs without
+        ``BEGIN`` and ``COMMIT`` (two round trips fewer on a client/server database).
+        """
         engine = self.engine if write else self.read_engine
+        if autocommit:
+            engine = self._autocommit or self._autocommit_engine()
         delay = 0.005
         for attempt in range(1, RETRY_ATTEMPTS + 1):
             try:
@@ -233,6 +331,22 @@ class SqlStore(
             locked = self._locked_cache[key] = lock(stmt)
         return locked
 
+    def _autocommit_engine(self) -> Engine:
+        """A pool of autocommit connections for single-statement writes, made on first use.
+
+        Its own pool, because switching a pooled connection to autocommit and back on every
+        checkout costs more CPU than the round trips it saves.
+        """
+        with self._autocommit_lock:
+            if self._autocommit is None:
+                options = {**self._engine_kwargs, "isolation_level": "AUTOCOMMIT"}
+                engine = create_engine(self.url, **options)
+                self.dialect.configure_engine(engine, write=True)
+                if self.dialect.ping_idle_after is not None:
+                    ping_when_idle(engine, self.dialect.ping_idle_after)
+                self._autocommit = engine
+            return self._autocommit
+
     def capability(self, kind: type[T]) -> T | None:
         return self if isinstance(self, kind) else None
 
@@ -245,6 +359,8 @@ class SqlStore(
         self.engine.dispose()
         if self.read_engine is not self.engine:
             self.read_engine.dispose()
+        if self._autocommit is not None:
+            self._autocommit.dispose()
 
     def database_time(self) -> datetime:
         from ratchet.sql.types import from_micros
@@ -275,7 +391,9 @@ class SqlStore(
                 self._raise_duplicate(exc, jobs)
                 raise
         try:
-            return self._run(lambda conn: self._insert(conn, jobs, now))
+            return self._run(
+                lambda conn: self._insert(conn, jobs, now), autocommit=self.atomic_insert
+            )
         except DBAPIError as exc:
             self._raise_duplicate(exc, jobs)
             raise
@@ -316,59 +434,67 @@ class SqlStore(
 
         return self._run(work, write=False) if keys else {}
 
+    def _prepared(self, dialect: Any) -> _SubmitStatements:
+        """The submit path's statements for ``dialect`` (rendered once, then reused)."""
+        key = (dialect.name, dialect.driver, dialect.paramstyle)
+        found = self._submit_statements.get(key)
+        if found is None:
+            found = _SubmitStatements(dialect, self.dialect.skip_duplicate_keys_clause)
+            self._submit_statements[key] = found
+        return found
+
     def _insert(
         self, conn: Connection, jobs: Sequence[NewJob], now: datetime
     ) -> list[InsertResult]:
+        """Insert the jobs whose idempotency key is free; a taken key returns its holder.
+
+        Where the dialect can skip taken keys in the insert itself, the keys go in first and
+        only a shortfall in the inserted row count costs a look-up; otherwise the taken keys are
+        looked up first.
+        """
         if not jobs:
             return []
-        existing: dict[str, uuid.UUID] = {}
-        keys = [j.idempotency_key for j in jobs]
-        for chunk in iter_chunks(keys, CHUNK):
-            rows = conn.execute(
-                select(IDEM.c.idempotency_key, IDEM.c.job_id).where(
-                    IDEM.c.idempotency_key.in_(chunk)
-                )
-            )
-            existing.update({r.idempotency_key: r.job_id for r in rows})
-        results: list[InsertResult] = []
-        fresh: list[NewJob] = []
+        prepared = self._prepared(conn.dialect)
+        first: dict[str, NewJob] = {}
         for job in jobs:
-            holder = existing.get(job.idempotency_key)
+            first.setdefault(job.idempotency_key, job)
+        candidates = list(first.values())
+        if prepared.key_insert_ignoring is None:
+            holders: dict[str, uuid.UUID] = {}
+            for chunk in iter_chunks(list(first), CHUNK):
+                holders.update(prepared.keys.fetch(conn, chunk))
+            fresh = [j for j in candidates if j.idempotency_key not in holders]
+            key_rows, job_rows, queue_rows, tag_rows = prepared.rows(fresh, now)
+            self._insert_rows(conn, prepared.key_insert, key_rows)
+        else:
+            key_rows, job_rows, queue_rows, tag_rows = prepared.rows(candidates, now)
+            went_in = prepared.key_insert_ignoring.execute(conn, key_rows)
+            holders = {}
+            fresh = candidates
+            if went_in != len(candidates):  # some keys were taken already
+                for chunk in iter_chunks(list(first), CHUNK):
+                    holders.update(prepared.keys.fetch(conn, chunk))
+                fresh = [j for j in candidates if holders.get(j.idempotency_key) == j.job_id]
+                holders = {k: v for k, v in holders.items() if first[k].job_id != v}
+                key_rows, job_rows, queue_rows, tag_rows = prepared.rows(fresh, now)
+        self._insert_rows(conn, prepared.job_insert, job_rows)
+        self._insert_rows(conn, prepared.queue_insert, queue_rows)
+        self._insert_rows(conn, prepared.tag_insert, tag_rows)
+        results: list[InsertResult] = []
+        for job in jobs:
+            holder = holders.get(job.idempotency_key)
             if holder is not None:
                 results.append(InsertResult(holder, False))
             else:
-                existing[job.idempotency_key] = job.job_id
-                fresh.append(job)
-                results.append(InsertResult(job.job_id, True))
-        if not fresh:
-            return results
-        conn.execute(
-            insert(IDEM),
-            [
-                {"idempotency_key": j.idempotency_key, "job_id": j.job_id, "created_at": now}
-                for j in fresh
-            ],
-        )
-        conn.execute(insert(J), [self._job_row(j) for j in fresh])
-        conn.execute(
-            insert(Q),
-            [
-                {
-                    "job_id": j.job_id,
-                    "status": j.status.value,
-                    "priority": int(j.priority),
-                    "scheduled_time": j.scheduled_time,
-                    "attempts": 0,
-                    "epoch": 0,
-                    "business_key": j.business_key,
-                }
-                for j in fresh
-            ],
-        )
-        tag_rows = [{"job_id": j.job_id, "tag": t} for j in fresh for t in j.tags]
-        if tag_rows:
-            conn.execute(insert(TAGS), tag_rows)
+                winner = first[job.idempotency_key]
+                results.append(InsertResult(winner.job_id, winner is job))
         return results
+
+    def _insert_rows(
+        self, conn: Connection, statement: PreparedInsert, rows: Sequence[tuple[Any, ...]]
+    ) -> None:
+        """Insert driver-ready ``rows`` (dialects may send them differently)."""
+        statement.execute(conn, rows)
 
     @staticmethod
     def _job_row(j: NewJob) -> dict[str, Any]:

@@ -11,13 +11,14 @@ from sqlalchemy.dialects import mysql, postgresql
 from sqlalchemy.engine import Dialect
 
 _EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
+_MICROSECOND = timedelta(microseconds=1)
 
 
 def to_micros(value: datetime) -> int:
     """Microseconds since the Unix epoch of an aware datetime."""
     if value.tzinfo is None:
         raise ValueError("naive datetime given where an aware UTC time is required")
-    return (value - _EPOCH) // timedelta(microseconds=1)
+    return (value - _EPOCH) // _MICROSECOND
 
 
 def from_micros(value: int) -> datetime:
@@ -51,10 +52,20 @@ class UUIDType(types.TypeDecorator[uuid.UUID]):
     impl = CHAR(32)
     cache_ok = True
 
-    def load_dialect_impl(self, dialect: Dialect) -> types.TypeEngine[Any]:
+    @staticmethod
+    def storage(dialect: Dialect) -> str:
+        """How ``dialect`` stores the UUID: ``native``, ``bytes`` (16) or ``hex`` (32 chars)."""
         if dialect.name == "postgresql":
-            return dialect.type_descriptor(postgresql.UUID(as_uuid=True))
+            return "native"
         if dialect.name in ("mysql", "mariadb"):
+            return "bytes"
+        return "hex"
+
+    def load_dialect_impl(self, dialect: Dialect) -> types.TypeEngine[Any]:
+        kind = self.storage(dialect)
+        if kind == "native":
+            return dialect.type_descriptor(postgresql.UUID(as_uuid=True))
+        if kind == "bytes":
             return dialect.type_descriptor(mysql.BINARY(16))
         return dialect.type_descriptor(CHAR(32))
 
@@ -63,9 +74,10 @@ class UUIDType(types.TypeDecorator[uuid.UUID]):
             return None
         if not isinstance(value, uuid.UUID):
             value = uuid.UUID(str(value))
-        if dialect.name == "postgresql":
+        kind = self.storage(dialect)
+        if kind == "native":
             return value
-        if dialect.name in ("mysql", "mariadb"):
+        if kind == "bytes":
             return value.bytes
         return value.hex
 
