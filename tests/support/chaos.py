@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import json
 import random
+import re
 import signal
 import subprocess
 import time
@@ -23,6 +24,11 @@ from ratchet import JobFilter, JobStatus, Ratchet
 
 #: Log lines of a refused write: a progress write (FencedOut, fatal) or an outcome.
 FENCE_MARKERS = ("FencedOut", "no longer owns it")
+#: The log line of a node that resumed, found itself declared dead and fenced out its own runs
+#: before any of them tried to write (only counted when it had runs in flight).
+NODE_FENCED = re.compile(
+    r"declared dead \(silent past [^)]*\); its ([1-9]\d*) running job\(s\) are fenced out"
+)
 
 
 @dataclass
@@ -203,6 +209,7 @@ class Chaos:
         for p in self.procs:
             text = p.log.read_text(errors="replace")
             hits = sum(text.count(marker) for marker in FENCE_MARKERS)
+            hits += len(NODE_FENCED.findall(text))
             if not p.zombie:
                 assert hits == 0, (p.log.name, self.actions, text[-4000:])
             fenced[p.log.name] = hits

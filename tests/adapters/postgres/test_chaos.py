@@ -26,12 +26,14 @@ from chaos import run_chaos  # noqa: E402
 
 pytestmark = pytest.mark.postgres
 
+#: Deadlines in seconds: wide enough that a live node on a busy two-core machine (four workers,
+#: the server and the test on two cores) is never mistaken for a stalled or dead one.
 ARGS = (
-    "--heartbeat", "0.3",
-    "--orphan-grace", "3",
-    "--watcher-interval", "0.3",
-    "--running-stall", "2",
-    "--timed-out-grace", "2",
+    "--heartbeat", "0.5",
+    "--orphan-grace", "4",
+    "--watcher-interval", "0.5",
+    "--running-stall", "3",
+    "--timed-out-grace", "3",
     "--takeover-window", "60",
     "--max-takeovers", "10",
     "--prefetch", "2",
@@ -55,7 +57,7 @@ def test_chaos_postgres_processes(app: Ratchet, postgres_store_url: str, tmp_pat
         kills=1,
         freezes=1,
         worker_args=("--concurrency", "6", *ARGS),
-        freeze_seconds=7,
+        freeze_seconds=8,  # past Dn and D1 + D2
         effects=postgres_store_url,
         step_ms=20,
     )
@@ -75,7 +77,7 @@ def test_chaos_postgres_processes_full(
         kills=4,
         freezes=4,
         worker_args=("--concurrency", "8", *ARGS),
-        freeze_seconds=7,
+        freeze_seconds=8,  # past Dn and D1 + D2
         effects=postgres_store_url,
         timeout=900,
     )

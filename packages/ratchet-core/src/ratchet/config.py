@@ -117,10 +117,19 @@ class WorkerConfig:
             raise ConfigurationError(f"prefetch must be >= 0, got {self.prefetch}")
         if self.watcher_interval <= timedelta(0):
             raise ConfigurationError("watcher_interval must be positive")
-        if self.orphan_grace <= self.heartbeat_interval:
+        if self.orphan_grace < 3 * self.heartbeat_interval:
             raise ConfigurationError(
-                "orphan_grace must be longer than heartbeat_interval, or live nodes would be "
-                "declared dead"
+                f"orphan_grace ({self.orphan_grace}) must be at least 3 x heartbeat_interval "
+                f"({self.heartbeat_interval}): with less, one slow or lost heartbeat gets a live "
+                "node declared dead and its jobs taken over"
+            )
+        if self.watcher_enabled and self.watcher_interval * 4 > min(
+            self.running_stall, self.timed_out_grace
+        ):
+            raise ConfigurationError(
+                f"watcher_interval ({self.watcher_interval}) must be at most "
+                "min(running_stall, timed_out_grace) / 4, or stalls are noticed late; lower it "
+                "or raise the deadlines"
             )
 
     def watcher_settings(self) -> WatcherSettings:
