@@ -152,6 +152,21 @@ def test_settings_are_validated() -> None:
     assert WorkerConfig().watcher_settings() == WatcherSettings()
 
 
+def test_deadlines_keep_the_margins_of_the_spec() -> None:
+    """Dn >= 3 heartbeats and a watcher pass at least four times per D1 and D2 (§d)."""
+    second = timedelta(seconds=1)
+    WorkerConfig(heartbeat_interval=10 * second, orphan_grace=30 * second)  # exactly 3x: fine
+    with pytest.raises(ConfigurationError, match=r"orphan_grace .* at least 3 x heartbeat"):
+        WorkerConfig(heartbeat_interval=10 * second, orphan_grace=29 * second)
+    WorkerConfig(watcher_interval=15 * second, running_stall=60 * second)  # exactly a quarter
+    with pytest.raises(ConfigurationError, match=r"watcher_interval .* min\(running_stall"):
+        WorkerConfig(watcher_interval=16 * second, running_stall=60 * second)
+    with pytest.raises(ConfigurationError, match="watcher_interval"):
+        WorkerConfig(watcher_interval=16 * second, timed_out_grace=60 * second)
+    # With the watcher off its interval does not matter.
+    WorkerConfig(watcher_interval=100 * second, watcher_enabled=False)
+
+
 def test_the_clustering_diagram_draws_only_legal_moves() -> None:
     text = DOC.read_text(encoding="utf-8")
     section = text[text.index("## Liveness, takeover and recovery") :]
