@@ -327,21 +327,7 @@ class WatcherStoreMixin:
     def _liveness_cols(self) -> list[Any]:
         stall = select(J.c.stall_timeout_ms).where(J.c.job_id == Q.c.job_id).scalar_subquery()
         owner_alive = case((Q.c.picked_by.in_(_live_nodes()), 1), else_=0)
-        return [
-            Q.c.job_id,
-            Q.c.status,
-            Q.c.epoch,
-            Q.c.picked_by,
-            Q.c.picked_at,
-            Q.c.last_progress_at,
-            Q.c.timed_out_at,
-            Q.c.takeovers,
-            Q.c.attempts,
-            Q.c.priority,
-            Q.c.scheduled_time,
-            stall.label("stall_ms"),
-            owner_alive.label("owner_alive"),
-        ]
+        return [*QUEUE_COLS, stall.label("stall_ms"), owner_alive.label("owner_alive")]
 
     @staticmethod
     def _due(now: datetime, settings: WatcherSettings, judge_silence: bool = True) -> Any:
