@@ -35,11 +35,13 @@ def max_overlap(spans: list[tuple[str, int, float, float | None]]) -> int:
     return peak
 
 
-def worker(url: str, tmp_path: Path, name: str, limit: int, *args: str) -> subprocess.Popen[bytes]:
+def worker(
+    url: str, tmp_path: Path, name: str, limit: int, *args: str, concurrency: int = 3
+) -> subprocess.Popen[bytes]:
     return procs.start_worker(
         url,
         "--concurrency",
-        "3",
+        str(concurrency),
         *args,
         app="gate_jobs:make_app",
         log=tmp_path / f"{name}.log",
@@ -70,9 +72,12 @@ def test_at_most_n_executions_of_a_resource_across_three_workers(
         for i in range(n)
     ]
     free = [app.enqueue(gate_jobs.plain, i) for i in range(6)]  # not held back by the limit
-    # A generous grace: a worker starved of CPU must not be declared dead (and its jobs rerun).
+    # One slot per worker: reaching the limit of 2 then takes two processes at once, so the
+    # limit is tested across processes whichever worker polls first. A generous grace: a worker
+    # starved of CPU must not be declared dead (and its jobs rerun).
     workers = [
-        worker(sqlite_url, tmp_path, f"w{i}", limit, "--orphan-grace", "30") for i in range(3)
+        worker(sqlite_url, tmp_path, f"w{i}", limit, "--orphan-grace", "30", concurrency=1)
+        for i in range(3)
     ]
     try:
         # Submit once all three are polling, so that every one of them competes for permits.
