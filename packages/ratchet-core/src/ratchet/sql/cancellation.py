@@ -21,6 +21,7 @@ from sqlalchemy.engine import Connection, Row
 from ratchet.domain.lifecycle import JobStatus, sources_of
 from ratchet.ports import CancelRequest
 from ratchet.sql import schema
+from ratchet.sql.watcher import OWNED
 
 if TYPE_CHECKING:
     from ratchet.sql.dialect import SqlDialect
@@ -33,7 +34,6 @@ CR = schema.cancel_request
 #: Requests no owner took for this long (their node died) are swept by the next request.
 STALE_AFTER = timedelta(days=1)
 _CANCELLABLE = sources_of(JobStatus.CANCELED)
-_OWNED = (JobStatus.RUNNING.value, JobStatus.TIMED_OUT.value)
 
 
 class CancellationStoreMixin:
@@ -63,7 +63,7 @@ class CancellationStoreMixin:
             row: Row[Any] | None = conn.execute(self.dialect.lock_rows(stmt)).first()
             if row is None or JobStatus(row.status) not in _CANCELLABLE:
                 return False
-            if row.status in _OWNED and row.picked_by is not None:
+            if row.status in OWNED and row.picked_by is not None:
                 conn.execute(delete(CR).where(CR.c.requested_at < now - STALE_AFTER))
                 conn.execute(
                     insert(CR).values(

@@ -63,7 +63,7 @@ from ratchet.sql.pool import ping_when_idle
 from ratchet.sql.prepared import PreparedInsert, PreparedKeyLookup, uuid_binder
 from ratchet.sql.recurring import RecurringStoreMixin
 from ratchet.sql.types import UTCMicros, to_micros
-from ratchet.sql.watcher import WatcherStoreMixin
+from ratchet.sql.watcher import OWNED, WatcherStoreMixin
 from ratchet.sql.workflows import WorkflowStoreMixin
 
 log = logging.getLogger("ratchet.store")
@@ -82,8 +82,6 @@ CHUNK = 500
 RETRY_ATTEMPTS = 8
 CANCELLABLE = sources_of(JobStatus.CANCELED)
 TAG_CANCELLABLE = (JobStatus.PENDING, JobStatus.PAUSED, JobStatus.WAITING)
-#: Statuses in which the owner's writes apply (fenced by owner + epoch).
-OWNED = (JobStatus.RUNNING.value, JobStatus.TIMED_OUT.value)
 
 
 # Statements of the hot paths (claim, outcome batch), built once: their values are bound
@@ -109,7 +107,7 @@ _OPEN_ATTEMPT = insert(EXE)
 _STILL_PENDING = select(Q.c.job_id).where(
     Q.c.job_id.in_(_ids()), Q.c.status == JobStatus.PENDING.value
 )
-_OWNED = select(Q.c.job_id, Q.c.epoch, Q.c.attempts).where(
+_OWNED_ROWS = select(Q.c.job_id, Q.c.epoch, Q.c.attempts).where(
     Q.c.job_id.in_(_ids()),
     Q.c.picked_by == bindparam("node"),
     Q.c.status.in_(OWNED),
@@ -646,7 +644,7 @@ class SqlStore(
         self, conn: Connection, node_id: str, outcomes: Sequence[Outcome], now: datetime
     ) -> list[uuid.UUID]:
         owned: dict[uuid.UUID, Row[Any]] = {}
-        owned_stmt = self._locked(_OWNED)
+        owned_stmt = self._locked(_OWNED_ROWS)
         for chunk in iter_chunks([o.job_id for o in outcomes], CHUNK):
             rows = conn.execute(owned_stmt, {"ids": chunk, "node": node_id})
             owned.update({r.job_id: r for r in rows})

@@ -85,6 +85,7 @@ PERMIT = schema.resource_permit
 CHUNK = 500
 #: Most jobs one watcher pass changes (the next pass continues).
 WATCH_LIMIT = 1000
+#: Statuses in which the owner's writes apply (fenced by owner + epoch).
 OWNED = (JobStatus.RUNNING.value, JobStatus.TIMED_OUT.value)
 #: The queue columns the watcher and the takers lock and re-check (no subqueries: a locking
 #: read on MySQL/MariaDB would lock the rows of every table it reads).
