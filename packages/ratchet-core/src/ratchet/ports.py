@@ -39,7 +39,6 @@ from ratchet.domain.watcher import (
     Checkpoint,
     JobLiveness,
     NodeInfo,
-    NodeState,
     StalledJob,
     WatcherReport,
     WatcherSettings,
@@ -419,11 +418,6 @@ class WatcherStore(Protocol):
     ) -> AcquiredWork:
         """One poll in one transaction: takeovers (of jobs ``supports`` accepts), then reserved
         jobs started, then claims."""
-
-    def takeover_probe(
-        self, node_id: str, *, now: datetime, settings: WatcherSettings
-    ) -> tuple[NodeState | None, bool]:
-        """One read: the node's state and whether any job is eligible for it to take over."""
 
     def reserve(
         self, node_id: str, limit: int, *, now: datetime, boost_interval: timedelta

@@ -664,19 +664,6 @@ class WatcherStoreMixin:
         }
         return _probe(), params
 
-    def takeover_probe(
-        self, node_id: str, *, now: datetime, settings: WatcherSettings
-    ) -> tuple[NodeState | None, bool]:
-        """One read: this node's state (None: no row) and whether any job is eligible for it
-        to take over."""
-        stmt, params = self._probe_statement(node_id, now, settings)
-
-        def work(conn: Connection) -> tuple[NodeState | None, bool]:
-            row = conn.execute(stmt, params).one()
-            return (None if row.state is None else NodeState(row.state)), bool(row.eligible)
-
-        return self._run(work, write=False)
-
     @staticmethod
     def _eligible(node_id: str, now: datetime, settings: WatcherSettings) -> Any:
         """TIMED_OUT jobs of other incarnations that ``node_id`` may take over now (T8; the

@@ -152,12 +152,11 @@ class WatcherStoreContract:
         v = self.view(ws, job.job_id)
         assert v.status is JobStatus.TIMED_OUT and v.epoch == job.epoch
         assert ws.takeover(NODE, 1, now=clock.now(), settings=SETTINGS) == [], "DEAD takes none"
-        assert ws.takeover_probe(NODE, now=clock.now(), settings=SETTINGS)[0] is NodeState.DEAD
-        assert ws.takeover_probe(OTHER, now=clock.now(), settings=SETTINGS) == (
-            NodeState.ALIVE,
-            True,
-        )
-        assert ws.takeover_probe("nobody", now=clock.now(), settings=SETTINGS)[0] is None
+        now, no_boost = clock.now(), timedelta(0)
+        dead = ws.acquire_work(NODE, 4, now=now, settings=SETTINGS, boost_interval=no_boost)
+        assert (dead.state, dead.jobs) == (NodeState.DEAD, []), "a DEAD node's poll gets nothing"
+        unknown = ws.acquire_work("nobody", 4, now=now, settings=SETTINGS, boost_interval=no_boost)
+        assert (unknown.state, unknown.jobs) == (None, []), "a node without a row gets nothing"
         [taken] = ws.takeover(OTHER, 4, now=clock.now(), settings=SETTINGS)
         assert (taken.job_id, taken.epoch, taken.takeovers) == (job.job_id, job.epoch + 1, 1)
         assert taken.attempt == job.attempt
