@@ -111,13 +111,28 @@ class Chaos:
         )
 
     def busy_victim(self, rng: random.Random) -> Proc:
-        """A running worker that owns a RUNNING job now (so the chaos hits a run in flight)."""
-        victim = rng.choice(self.running())
-        assert procs.wait_for(lambda: self.owns_running(victim), timeout=30, interval=0.01), (
-            f"{victim.name}-{victim.index} never ran a job",
+        """A running worker that owns a RUNNING job now (so the chaos hits a run in flight),
+        chosen at random among those that do."""
+        busy: list[Proc] = []
+
+        def some_busy() -> bool:
+            owners = [
+                v.picked_by or ""
+                for v in self.app.store.job_liveness()  # type: ignore[attr-defined]
+                if v.status is JobStatus.RUNNING
+            ]
+            busy[:] = [
+                p
+                for p in self.running()
+                if any(o.startswith(f"{p.name}-{p.popen.pid}-") for o in owners)
+            ]
+            return bool(busy)
+
+        assert procs.wait_for(some_busy, timeout=30, interval=0.01), (
+            "no worker owns a running job",
             self.logs(),
         )
-        return victim
+        return rng.choice(busy)
 
     def kill(self, rng: random.Random) -> None:
         victim = self.busy_victim(rng)
