@@ -89,7 +89,7 @@ class MySQLStore(SqlStore):
                 exc.orig,
             )
             self._locking_union = False
-            self._candidate_cache.clear()
+            self._candidate_stmt = None  # rebuilt without the locking union
             return super()._claim(conn, node_id, limit, now, boost)
 
     def _insert_rows(

@@ -271,7 +271,8 @@ class SqlStore(
         self.capabilities = StoreCapabilities(
             dialect=dialect.name, skip_locked=dialect.skip_locked, multi_host=dialect.multi_host
         )
-        self._candidate_cache: dict[int, Select[Any]] = {}
+        self._candidate_stmt: Select[Any] | None = None
+        """The claim's candidate query, built on first use (see :meth:`_claim`)."""
         self._locked_cache: dict[tuple[int, bool], Select[Any]] = {}
         self._submit_statements: dict[tuple[str, str, str], _SubmitStatements] = {}
         self._engine_kwargs = kwargs
@@ -574,7 +575,7 @@ class SqlStore(
     def _claim(
         self, conn: Connection, node_id: str, limit: int, now: datetime, boost: timedelta
     ) -> list[ClaimedJob]:
-        stmt = self._candidate_cache.get(0)
+        stmt = self._candidate_stmt
         if stmt is None:
             # Built once, with the time and the batch size as bound parameters: constructing
             # (and compiling) the five-branch union costs more than running it.
@@ -582,7 +583,7 @@ class SqlStore(
                 bindparam("c_now", type_=UTCMicros()),  # type: ignore[arg-type]
                 bindparam("c_limit", type_=Integer()),  # type: ignore[arg-type]
             )
-            self._candidate_cache[0] = stmt
+            self._candidate_stmt = stmt
         rows = list(conn.execute(stmt, {"c_now": now, "c_limit": limit}).all())
         if not rows:
             return []
