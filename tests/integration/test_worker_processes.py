@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import signal
+import subprocess
+import sys
 from collections import Counter
 from pathlib import Path
 
@@ -110,3 +112,31 @@ def test_kill_9_loses_no_job(app: Ratchet, sqlite_url: str, tmp_path: Path) -> N
         if a.outcome == "ABANDONED"
     ]
     assert len(recovered) == stranded
+
+
+STOP_FROM_ANOTHER_THREAD = """
+import signal, sys, threading
+from ratchet import Ratchet
+
+app = Ratchet(sys.argv[1], allowed_modules=["sample_jobs"])
+worker = app.worker(concurrency=1)
+
+def send_sigterm_to_this_thread():
+    worker.wait_until(lambda: worker._started, timeout=30)
+    signal.pthread_kill(threading.get_ident(), signal.SIGTERM)
+
+threading.Thread(target=send_sigterm_to_this_thread, daemon=True).start()
+worker.run()
+print("drained")
+"""
+
+
+def test_run_drains_when_sigterm_lands_on_another_thread(sqlite_url: str, tmp_path: Path) -> None:
+    """Linux may deliver SIGTERM to any thread; Python runs the handler in the main thread only
+    when it next executes bytecode, so ``run`` must not sit in an untimed wait."""
+    script = tmp_path / "stop_from_thread.py"
+    script.write_text(STOP_FROM_ANOTHER_THREAD)
+    done = subprocess.run(
+        [sys.executable, str(script), sqlite_url], capture_output=True, text=True, timeout=60
+    )
+    assert (done.returncode, done.stdout.strip()) == (0, "drained"), done.stderr

@@ -82,7 +82,7 @@ class Chaos:
         return [p for p in self.procs if p.popen.poll() is None]
 
     def logs(self) -> str:
-        return "\n".join(f"== {p.log.name}\n{p.log.read_text()[-4000:]}" for p in self.procs)
+        return "\n".join(f"== {p.log.name}\n{p.log.read_text()[-12000:]}" for p in self.procs)
 
     # ------------------------------------------------------------------ progress
     def done(self) -> int:

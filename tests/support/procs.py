@@ -37,6 +37,7 @@ def worker_env(url: str, **extra: str) -> dict[str, str]:
         os.pathsep
     )
     env["RATCHET_TEST_URL"] = url
+    env["PYTHONFAULTHANDLER"] = "1"  # SIGABRT from stop() dumps every thread's stack to the log
     env.update(extra)
     return env
 
@@ -71,7 +72,11 @@ def start_worker(
 
 
 def stop(procs: Sequence[subprocess.Popen[bytes]], timeout: float = 30) -> list[int]:
-    """SIGTERM every process and wait; returns their exit codes."""
+    """SIGTERM every process and wait; returns their exit codes.
+
+    A process still running after ``timeout`` gets SIGABRT (its faulthandler writes every
+    thread's stack to its log, which tells why it hung), then SIGKILL.
+    """
     for p in procs:
         if p.poll() is None:
             p.send_signal(signal.SIGTERM)
@@ -80,8 +85,12 @@ def stop(procs: Sequence[subprocess.Popen[bytes]], timeout: float = 30) -> list[
         try:
             codes.append(p.wait(timeout=timeout))
         except subprocess.TimeoutExpired:
-            p.kill()
-            codes.append(p.wait())
+            p.send_signal(signal.SIGABRT)
+            try:
+                codes.append(p.wait(timeout=5))
+            except subprocess.TimeoutExpired:
+                p.kill()
+                codes.append(p.wait())
     return codes
 
 

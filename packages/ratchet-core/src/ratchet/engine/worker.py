@@ -66,6 +66,8 @@ if TYPE_CHECKING:
 log = logging.getLogger("ratchet.worker")
 
 MAX_ERROR_CHARS = 4000
+#: How often the main thread of :meth:`Worker.run` wakes to let Python run signal handlers.
+SIGNAL_CHECK_SECONDS = 0.2
 
 
 def default_node_id(name: str | None = None) -> str:
@@ -223,7 +225,12 @@ class Worker:
             for sig in (signal.SIGTERM, signal.SIGINT):
                 signal.signal(sig, lambda *_: self.request_stop())
         self.start()
-        self._stopping.wait()
+        # A timed wait: a process-directed signal may land on another thread (Linux picks one
+        # when the main thread cannot take it, e.g. right after SIGSTOP/SIGCONT), and Python runs
+        # the handler only when the main thread next executes bytecode; an untimed wait would
+        # then never return.
+        while not self._stopping.wait(timeout=SIGNAL_CHECK_SECONDS):
+            pass
         self.stop()
 
     def request_stop(self) -> None:
