@@ -26,7 +26,7 @@ from ratchet.domain.lifecycle import JobPriority, JobStatus
 from ratchet.domain.model import ClaimedJob, NewJob, Outcome, OutcomeKind
 from ratchet.ports import InsertResult
 from ratchet.sql import schema
-from ratchet.sql.claimed import claimed_job
+from ratchet.sql.claimed import claimed_job, has_flow_effects
 from ratchet.sql.store import JOB_COLUMNS, QUEUE_COLUMNS, SqlStore, submit_rows
 from ratchet.sql.types import from_micros, to_micros
 from ratchet_postgres.dialect import PostgresDialect
@@ -76,6 +76,7 @@ def claim_statement(boosted: bool) -> TextClause:
         )
     else:
         effective = "c.priority"
+    flow_effects = has_flow_effects(schema.job.alias("j")).compile(dialect=_PG)
     union = "\n      UNION ALL ".join(_branch(level) for level in sorted(JobPriority, reverse=True))
     pending = JobStatus.PENDING.value
     running = JobStatus.RUNNING.value
@@ -106,7 +107,7 @@ WITH cand AS (
 )
 SELECT u.job_id, u.priority, u.scheduled_time, u.epoch, u.attempts,
        j.target, j.payload, j.max_retries, j.backoff_policy, j.backoff_ms, j.timeout_ms,
-       j.params, j.tags, j.executor, j.resource_name
+       j.params, j.tags, j.executor, j.resource_name, ({flow_effects}) AS flow_effects
 FROM upd u JOIN scheduler_job j ON j.job_id = u.job_id
 ORDER BY u.eff DESC, u.scheduled_time, u.job_id
 """

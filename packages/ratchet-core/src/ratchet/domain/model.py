@@ -64,6 +64,9 @@ class ClaimedJob:
     resource_name: str | None = None
     takeovers: int = 0
     """How many times the job was taken over from a stalled or dead node (0: a fresh claim)."""
+    flow_effects: bool = True
+    """False when the store knows that this job's end triggers nothing else (no callback, no
+    dependent, no batch or workflow role): its outcome then needs no follow-up lookup."""
 
 
 class OutcomeKind(enum.StrEnum):
@@ -92,6 +95,8 @@ class Outcome:
     result: str | None = None
     error: str | None = None
     retry_at: datetime | None = None
+    flow_effects: bool = True
+    """As :attr:`ClaimedJob.flow_effects` (True when unknown: the store then looks)."""
 
 
 @dataclass(frozen=True)

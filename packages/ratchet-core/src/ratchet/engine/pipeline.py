@@ -59,6 +59,7 @@ def reschedule(
         finished,
         error=why,
         retry_at=at,
+        flow_effects=job.flow_effects,
     )
 
 

@@ -546,6 +546,7 @@ class Worker:
                     started,
                     app.now(),
                     result=result,
+                    flow_effects=job.flow_effects,
                 )
             except CircuitOpenError as exc:
                 finished = app.now()
@@ -661,6 +662,7 @@ class Worker:
             finished,
             error=error,
             retry_at=decision.retry_at,
+            flow_effects=job.flow_effects,
         )
 
     # ------------------------------------------------------------------ timeouts and cancellation

@@ -7,7 +7,7 @@ import json
 from datetime import datetime, timedelta
 from typing import Any
 
-from sqlalchemy import bindparam, select
+from sqlalchemy import ColumnElement, FromClause, bindparam, select
 
 from ratchet.domain.lifecycle import JobPriority
 from ratchet.domain.model import ClaimedJob
@@ -15,6 +15,19 @@ from ratchet.domain.options import BackoffPolicy
 from ratchet.sql import schema
 
 J = schema.job
+
+
+def has_flow_effects(job: FromClause) -> ColumnElement[bool]:
+    """True for a job (row of ``job``, the job table or an alias of it) whose end triggers
+    something else: a callback, dependents, or a batch or workflow role."""
+    c = job.c
+    return (
+        c.job_type.is_not(None)
+        | c.on_success.is_not(None)
+        | c.on_failure.is_not(None)
+        | c.has_dependents.is_not(None)
+    )
+
 
 #: What running a job needs from its cold row, for the ``:ids`` given (built once).
 DEFINITIONS = select(
@@ -29,6 +42,7 @@ DEFINITIONS = select(
     J.c.tags,
     J.c.executor,
     J.c.resource_name,
+    has_flow_effects(J).label("flow_effects"),
 ).where(J.c.job_id.in_(bindparam("ids", expanding=True)))
 
 
@@ -63,4 +77,5 @@ def claimed_job(
         executor=d.executor,
         resource_name=d.resource_name,
         takeovers=takeovers,
+        flow_effects=bool(d.flow_effects),
     )

@@ -51,6 +51,7 @@ from ratchet.domain.workflow import (
 )
 from ratchet.ports import InsertResult, iter_chunks
 from ratchet.sql import schema
+from ratchet.sql.claimed import has_flow_effects
 
 if TYPE_CHECKING:
     from ratchet.sql.dialect import SqlDialect
@@ -157,8 +158,8 @@ class _Ended:
     epoch: int = 0
 
 
-#: What follows a job's end, for the jobs of one outcome batch. Built once (an expanding IN):
-#: plain jobs have none of these columns set, so the common case costs one indexed read.
+#: What follows a job's end, for the jobs of one outcome batch. Built once (an expanding IN).
+#: Outcomes of jobs claimed as plain ones (``flow_effects`` False) are not even looked up.
 _INFO = select(
     J.c.job_id,
     J.c.job_type,
@@ -172,10 +173,7 @@ _INFO = select(
     J.c.batch_counted,
 ).where(
     J.c.job_id.in_(bindparam("ids", expanding=True)),
-    (J.c.job_type.is_not(None))
-    | (J.c.on_success.is_not(None))
-    | (J.c.on_failure.is_not(None))
-    | (J.c.has_dependents.is_not(None)),
+    has_flow_effects(J),
 )
 
 
@@ -595,7 +593,7 @@ class WorkflowStoreMixin:
                 o.epoch,
             )
             for o in outcomes
-            if o.kind in (OutcomeKind.SUCCEEDED, OutcomeKind.DEAD)
+            if o.flow_effects and o.kind in (OutcomeKind.SUCCEEDED, OutcomeKind.DEAD)
         ]
         if ended:
             self._jobs_ended(conn, ended, now)

@@ -87,6 +87,7 @@ class WorkflowStoreContract:
                 now,
                 result=result,
                 error=None if kind is OutcomeKind.SUCCEEDED else "RuntimeError: no",
+                flow_effects=j.flow_effects,  # as the worker passes it on
             )
             for j in jobs
         ]
@@ -177,6 +178,25 @@ class WorkflowStoreContract:
         if errors:
             raise errors[0]
         return results
+
+    # ------------------------------------------------------------------ the claim's flag
+    def test_claim_tells_plain_jobs_from_jobs_whose_end_triggers_something(
+        self, store: Any, clock: FakeClock
+    ) -> None:
+        store = _flow_store(store)
+        [plain] = [new_job(clock)]
+        store.insert_jobs([plain], now=clock.now())
+        callback = new_job(clock)
+        store.insert_flow([FlowJob(callback, on_success="tests.jobs:noop")], now=clock.now())
+        head, _ = self.chain(store, clock, 2)
+        _, children, _ = self.batch(store, clock, 2)
+        flags = {j.job_id: j.flow_effects for j in self.claim(store, clock)}
+        assert flags == {
+            plain.job_id: False,
+            callback.job_id: True,
+            head.job_id: True,
+            **{c.job_id: True for c in children},
+        }
 
     # ------------------------------------------------------------------ batches
     def run_batch_concurrently(self, store: Any, clock: FakeClock, n: int, workers: int) -> None:
