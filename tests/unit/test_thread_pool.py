@@ -79,3 +79,32 @@ def test_the_thread_provider_is_a_dispatcher() -> None:
         assert isinstance(provider, Dispatcher)
     finally:
         provider.shutdown()
+
+
+def test_dispatch_many_runs_every_task_concurrently_within_the_bound() -> None:
+    pool = InterruptiblePool(3, "test")
+    inside = threading.Barrier(3, timeout=5)  # the three must run at the same time
+    release, all_done = threading.Event(), threading.Event()
+    done: list[int] = []
+    lock = threading.Lock()
+
+    def task(i: int) -> None:
+        if i < 3:
+            inside.wait()
+            release.wait(timeout=5)
+        with lock:
+            done.append(i)
+            if len(done) == 6:
+                all_done.set()
+
+    try:
+        pool.dispatch_many([lambda i=i: task(i) for i in range(5)])
+        release.set()
+        pool.dispatch_many([lambda: task(5)])
+        assert all_done.wait(timeout=5)
+        assert sorted(done) == [0, 1, 2, 3, 4, 5]
+        assert len(pool._threads) == 3, "never more threads than the bound"
+    finally:
+        pool.shutdown()
+    with pytest.raises(RuntimeError, match="shut down"):
+        pool.dispatch_many([lambda: None])

@@ -546,6 +546,9 @@ class Dispatcher(Protocol):
     def dispatch(self, fn: Callable[[], object]) -> None:
         """Start ``fn``; an exception it raises is logged, not returned."""
 
+    def dispatch_many(self, fns: Sequence[Callable[[], object]]) -> None:
+        """Start each of ``fns`` (one hand-off for a whole claim), as :meth:`dispatch` does."""
+
 
 @dataclass(frozen=True)
 class JobCall:

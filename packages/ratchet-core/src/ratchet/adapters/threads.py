@@ -18,7 +18,7 @@ import ctypes
 import logging
 import queue
 import threading
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from concurrent.futures import Future
 from typing import Any, TypeVar
 
@@ -125,19 +125,33 @@ class InterruptiblePool:
         """Run ``fn`` on a pool thread with no future (its errors are logged)."""
         self._put(None, fn)
 
+    def dispatch_many(self, fns: Sequence[Callable[[], object]]) -> None:
+        """Run each of ``fns`` on a pool thread with no future, under one lock."""
+        with self._lock:
+            if self._shutdown:
+                raise RuntimeError(f"{self.name} pool is shut down")
+            for fn in fns:
+                self._queue.put((None, fn))
+            self._grow(len(fns))
+
     def _put(self, future: Future[Any] | None, fn: Callable[[], Any]) -> None:
         with self._lock:
             if self._shutdown:
                 raise RuntimeError(f"{self.name} pool is shut down")
             self._queue.put((future, fn))
-            if self._idle == 0 and len(self._threads) < self.max_workers:
-                thread = threading.Thread(
-                    target=self._work, name=f"{self.name}-{len(self._threads)}", daemon=True
-                )
-                self._threads.append(thread)
-                thread.start()
-            else:
-                self._idle = max(0, self._idle - 1)
+            self._grow(1)
+
+    def _grow(self, added: int) -> None:
+        """``added`` items were queued: idle threads take what they can, new threads (up to
+        the bound) the rest. Called under the lock."""
+        woken = min(self._idle, added)
+        self._idle -= woken
+        for _ in range(min(added - woken, self.max_workers - len(self._threads))):
+            thread = threading.Thread(
+                target=self._work, name=f"{self.name}-{len(self._threads)}", daemon=True
+            )
+            self._threads.append(thread)
+            thread.start()
 
     def _work(self) -> None:
         while True:
@@ -200,6 +214,9 @@ class ThreadExecutorProvider:
     def dispatch(self, fn: Callable[[], object]) -> None:
         """Start ``fn`` without a future (the worker's path: it never reads the result)."""
         self._pool.dispatch(fn)
+
+    def dispatch_many(self, fns: Sequence[Callable[[], object]]) -> None:
+        self._pool.dispatch_many(fns)
 
     def run(self, call: JobCall, control: AttemptControl) -> Any:
         return run_interruptibly(call.invoke, control)

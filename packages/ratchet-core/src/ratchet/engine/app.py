@@ -110,6 +110,11 @@ class Ratchet(GatesMixin, RecurringMixin):
         with self._listeners_lock:
             self._listeners.remove(listener)
 
+    def observed(self) -> bool:
+        """Whether anybody would see an event now (a listener or an observer plugin): callers
+        on hot paths build events only then."""
+        return bool(self._listeners) or self.plugins.has_observers()
+
     def emit(self, event: JobEvent) -> None:
         """Deliver an event to listeners and observer hooks; their errors are only logged."""
         with self._listeners_lock:
@@ -206,7 +211,7 @@ class Ratchet(GatesMixin, RecurringMixin):
                 log.warning(
                     "wakeup could not be sent; polling will still find the job", exc_info=True
                 )
-        if not inserted or not (self._listeners or self.plugins.has_observers()):
+        if not inserted or not self.observed():
             return  # nobody would see the events: do not build one per job
         for _, job in inserted:
             self.emit(JobEvent(EventKind.SUBMITTED, job.job_id, now, data={"target": job.target}))

@@ -131,7 +131,8 @@ class ProgressReporter(Protocol):
 
 
 class CancellationFlag(Protocol):
-    """Where an attempt's request bit lives (a ``threading.Event`` in process)."""
+    """Where an attempt's request bit lives (a plain flag in process, shared memory across
+    processes)."""
 
     def is_set(self) -> bool: ...
 
@@ -147,6 +148,21 @@ class AttemptToken:
         return f"<attempt {id(self):#x}>"
 
 
+class _Flag:
+    """The in-process request bit (set under the cancellation's lock, read without it)."""
+
+    __slots__ = ("_set",)
+
+    def __init__(self) -> None:
+        self._set = False
+
+    def is_set(self) -> bool:
+        return self._set
+
+    def set(self) -> None:
+        self._set = True
+
+
 class AttemptCancellation:
     """The cancellation request of one attempt: created cleared, set at most once.
 
@@ -160,7 +176,7 @@ class AttemptCancellation:
         self, deadline: datetime | None = None, *, flag: CancellationFlag | None = None
     ) -> None:
         self._deadline = deadline
-        self._flag: CancellationFlag = flag if flag is not None else threading.Event()
+        self._flag: CancellationFlag = flag if flag is not None else _Flag()
         self._lock = threading.Lock()
         self._listeners: list[Callable[[], None]] = []
         self.token = AttemptToken()

@@ -19,7 +19,7 @@ import signal
 import threading
 import time
 import uuid
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 from typing import TYPE_CHECKING, Any, cast
@@ -144,7 +144,6 @@ class Worker:
         self.stats = WorkerStats()
         self._executors: dict[str, ExecutorProvider] = {}
         self._interruptible_cache: dict[int, bool] = {}
-        self._starters: dict[int, Callable[[Callable[[], Any]], object]] = {}
         self.gates: list[Gate] = [CircuitBreakerGate(), PermitGate()]
         """Checked in order before every attempt; features append theirs."""
         self.periodic: list[PeriodicTask] = [
@@ -344,26 +343,36 @@ class Worker:
             for job in claimed:
                 self._inflight[job.job_id] = job
             self._saturated = len(claimed) == want
-        for job in claimed:
-            self.app.emit(
-                JobEvent(
-                    EventKind.STARTED,
-                    job.job_id,
-                    job.claimed_at,
-                    self.node_id,
-                    {"attempt": job.attempt},
+        if claimed and self.app.observed():
+            for job in claimed:
+                self.app.emit(
+                    JobEvent(
+                        EventKind.STARTED,
+                        job.job_id,
+                        job.claimed_at,
+                        self.node_id,
+                        {"attempt": job.attempt},
+                    )
                 )
-            )
         return claimed
 
-    def _start(self, job: ClaimedJob) -> None:
-        """Hand ``job`` to its executor (without a future where the provider allows)."""
-        provider = self.executor_for(job)
-        start = self._starters.get(id(provider))
-        if start is None:
-            start = provider.dispatch if isinstance(provider, Dispatcher) else provider.submit
-            self._starters[id(provider)] = start
-        start(functools.partial(self._run_and_queue, job))
+    def _start_all(self, jobs: Sequence[ClaimedJob]) -> None:
+        """Hand each job to its executor: one hand-off per executor where the provider takes a
+        batch (without a future), else one per job."""
+        by_provider: dict[int, tuple[ExecutorProvider, list[Callable[[], Any]]]] = {}
+        run = self._run_and_queue
+        for job in jobs:
+            provider = self.executor_for(job)
+            entry = by_provider.get(id(provider))
+            if entry is None:
+                entry = by_provider[id(provider)] = (provider, [])
+            entry[1].append(functools.partial(run, job))
+        for provider, calls in by_provider.values():
+            if isinstance(provider, Dispatcher):
+                provider.dispatch_many(calls)
+            else:
+                for call in calls:
+                    provider.submit(call)
 
     def executor_for(self, job: ClaimedJob) -> ExecutorProvider:
         """The executor provider that runs ``job``: its ``executor`` option, else ``asyncio``
@@ -372,6 +381,9 @@ class Worker:
 
     def executor(self, name: str) -> ExecutorProvider:
         """The executor provider registered as ``name`` (created on first use)."""
+        executor = self._executors.get(name)
+        if executor is not None:
+            return executor
         with self._executor_lock:
             executor = self._executors.get(name)
             if executor is None:
@@ -399,8 +411,8 @@ class Worker:
         while not self._stopping.is_set():
             try:
                 claimed = self.poll_once()
-                for job in claimed:
-                    self._start(job)
+                if claimed:
+                    self._start_all(claimed)
                 utilisation = 1 - self.free_slots() / self.config.concurrency
                 decision = self.strategy.on_poll(
                     self.app.now(), len(claimed), self.config.batch_size, utilisation

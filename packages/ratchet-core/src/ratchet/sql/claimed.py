@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 from datetime import datetime, timedelta
+from functools import lru_cache
 from typing import Any
 
 from sqlalchemy import ColumnElement, FromClause, bindparam, select
@@ -46,6 +47,15 @@ DEFINITIONS = select(
 ).where(J.c.job_id.in_(bindparam("ids", expanding=True)))
 
 
+_PRIORITY = {p.value: p for p in JobPriority}
+_BACKOFF = {b.value: b for b in BackoffPolicy}
+
+
+@lru_cache(maxsize=256)
+def _millis(ms: int) -> timedelta:
+    return timedelta(milliseconds=ms)
+
+
 def claimed_job(
     live: Any,
     definition: Any,
@@ -65,11 +75,11 @@ def claimed_job(
         attempt=live.attempts + 1,
         target=d.target,
         payload=d.payload,
-        priority=JobPriority(live.priority),
+        priority=_PRIORITY[live.priority],
         max_retries=d.max_retries,
-        backoff=BackoffPolicy(d.backoff_policy),
-        backoff_delay=timedelta(milliseconds=d.backoff_ms),
-        timeout=None if d.timeout_ms is None else timedelta(milliseconds=d.timeout_ms),
+        backoff=_BACKOFF[d.backoff_policy],
+        backoff_delay=_millis(d.backoff_ms),
+        timeout=None if d.timeout_ms is None else _millis(d.timeout_ms),
         scheduled_time=live.scheduled_time if scheduled_time is None else scheduled_time,
         claimed_at=now,
         params=json.loads(d.params) if d.params and d.params != "{}" else {},
