@@ -189,7 +189,7 @@ def single_enqueue(bench: Bench, n: int, coordinator: str = "local") -> float:
     return n / elapsed
 
 
-WORKER_ARGS = ("--concurrency", "128", "--batch-size", "500", "--min-delay", "0.05",
+WORKER_ARGS = ("--concurrency", "192", "--batch-size", "500", "--min-delay", "0.05",
                "--max-delay", "0.2", "--burst-delay", "0.01")  # fmt: skip
 
 
