@@ -855,6 +855,7 @@ class Worker:
     def _after_write(self, outcomes: list[Outcome], fenced: set[uuid.UUID]) -> None:
         stats = self.stats
         stats.outcome_batches += 1
+        observed = self.app.observed()  # build events only if somebody listens
         for o in outcomes:
             timeout = self._timeouts.pop((o.job_id, o.epoch), None)
             if o.job_id in fenced:
@@ -867,49 +868,48 @@ class Worker:
                     o.epoch,
                     o.kind.value,
                 )
-                self.app.emit(JobEvent(EventKind.FENCED_OUT, o.job_id, o.finished_at, self.node_id))
+                if observed:
+                    self.app.emit(
+                        JobEvent(EventKind.FENCED_OUT, o.job_id, o.finished_at, self.node_id)
+                    )
                 continue
             stats.by_job[o.job_id] = o.kind.value
-            data: dict[str, Any] = {"attempt": o.attempt, "error": o.error}
             if o.kind is OutcomeKind.SUCCEEDED:
                 stats.succeeded += 1
-                self.app.emit(
-                    JobEvent(EventKind.COMPLETED, o.job_id, o.finished_at, self.node_id, data)
-                )
             elif o.kind is OutcomeKind.RESCHEDULE:
                 stats.rescheduled += 1
-                self.app.emit(
-                    JobEvent(EventKind.RESCHEDULED, o.job_id, o.finished_at, self.node_id, data)
-                )
-                if o.retry_at is not None:
-                    self._wake_at(o.retry_at)
             else:
                 if timeout is not None:
                     stats.timed_out += 1
-                    self.app.emit(
-                        JobEvent(
-                            EventKind.TIMED_OUT, o.job_id, o.finished_at, self.node_id, timeout
-                        )
-                    )
-                self.app.emit(
-                    JobEvent(EventKind.FAILED, o.job_id, o.finished_at, self.node_id, data)
-                )
                 if o.kind is OutcomeKind.RETRY:
                     stats.retried += 1
-                    data = {**data, "retry_at": o.retry_at}
-                    self.app.emit(
-                        JobEvent(EventKind.RETRYING, o.job_id, o.finished_at, self.node_id, data)
-                    )
-                    if o.retry_at is not None:
-                        self._wake_at(o.retry_at)
                 else:
                     stats.dead_lettered += 1
-                    self.app.emit(
-                        JobEvent(
-                            EventKind.DEAD_LETTERED, o.job_id, o.finished_at, self.node_id, data
-                        )
-                    )
+            if o.retry_at is not None and o.kind in (OutcomeKind.RETRY, OutcomeKind.RESCHEDULE):
+                self._wake_at(o.retry_at)
+            if observed:
+                for event in self._outcome_events(o, timeout):
+                    self.app.emit(event)
         after_flow_write(self, outcomes, fenced)  # callbacks, chain/batch events, wakeups
+
+    def _outcome_events(self, o: Outcome, timeout: dict[str, Any] | None) -> list[JobEvent]:
+        """The events of one written outcome, in the order listeners see them."""
+        data: dict[str, Any] = {"attempt": o.attempt, "error": o.error}
+
+        def event(kind: EventKind, payload: dict[str, Any]) -> JobEvent:
+            return JobEvent(kind, o.job_id, o.finished_at, self.node_id, payload)
+
+        if o.kind is OutcomeKind.SUCCEEDED:
+            return [event(EventKind.COMPLETED, data)]
+        if o.kind is OutcomeKind.RESCHEDULE:
+            return [event(EventKind.RESCHEDULED, data)]
+        events = [event(EventKind.TIMED_OUT, timeout)] if timeout is not None else []
+        events.append(event(EventKind.FAILED, data))
+        if o.kind is OutcomeKind.RETRY:
+            events.append(event(EventKind.RETRYING, {**data, "retry_at": o.retry_at}))
+        else:
+            events.append(event(EventKind.DEAD_LETTERED, data))
+        return events
 
     # ------------------------------------------------------------------ heartbeat and recovery
     def heartbeat_once(self) -> None:
