@@ -236,6 +236,8 @@ class PostgresStore(SqlStore):
     """:class:`~ratchet.sql.store.SqlStore` on PostgreSQL with a single-round-trip claim."""
 
     atomic_insert = True
+    atomic_claim = True
+    atomic_record = True
 
     def __init__(
         self, url: str, dialect: PostgresDialect | None = None, **engine_options: Any

@@ -253,6 +253,13 @@ class SqlStore(
     """Whether :meth:`_insert` writes with one statement (plus reads), so that a submission
     outside a caller's transaction may run it in autocommit mode."""
 
+    atomic_claim = False
+    """Whether :meth:`_claim` is one statement, so that a poll may run it in autocommit mode."""
+
+    atomic_record = False
+    """Whether :meth:`_record` writes outcomes with one statement when none of them has flow
+    effects, so that such a batch may be written in autocommit mode."""
+
     def __init__(self, url: str, dialect: SqlDialect, **engine_options: Any) -> None:
         self.url = url
         self.dialect = dialect
@@ -639,7 +646,8 @@ class SqlStore(
     ) -> list[uuid.UUID]:
         if not outcomes:
             return []
-        return self._run(lambda conn: self._record(conn, node_id, outcomes, now))
+        plain = self.atomic_record and not any(o.flow_effects for o in outcomes)
+        return self._run(lambda conn: self._record(conn, node_id, outcomes, now), autocommit=plain)
 
     def _record(
         self, conn: Connection, node_id: str, outcomes: Sequence[Outcome], now: datetime

@@ -168,8 +168,11 @@ class WatcherStoreMixin:
 
     if TYPE_CHECKING:
         dialect: SqlDialect
+        atomic_claim: bool
 
-        def _run(self, work: Callable[[Connection], T], *, write: bool = True) -> T: ...
+        def _run(
+            self, work: Callable[[Connection], T], *, write: bool = True, autocommit: bool = False
+        ) -> T: ...
 
         def _record(
             self, conn: Connection, node_id: str, outcomes: Sequence[Outcome], now: datetime
@@ -629,6 +632,22 @@ class WatcherStoreMixin:
         if want <= 0:
             return AcquiredWork(None)
         probe, params = self._probe_statement(node_id, now, settings)
+        if self.atomic_claim and not reserved:
+            # The claim is one statement: probe, then claim, each on its own without BEGIN and
+            # COMMIT (a transaction around them would add two round trips and no guarantee: the
+            # probe locks nothing, so a node may be declared dead between the two either way,
+            # and the watcher then treats what it claimed as orphaned).
+            row = self._run(lambda conn: conn.execute(probe, params).one(), autocommit=True)
+            state = None if row.state is None else NodeState(row.state)
+            if state is not NodeState.ALIVE and not (state is None and without_row):
+                return AcquiredWork(state)
+            if not (row.eligible and state is NodeState.ALIVE):
+                claimed = self._run(
+                    lambda conn: self._claim(conn, node_id, want, now, boost_interval),
+                    autocommit=True,
+                )
+                return AcquiredWork(state, (), (), tuple(claimed))
+            # takeovers are possible: the general path below, in one transaction
 
         def work(conn: Connection) -> AcquiredWork:
             row = conn.execute(probe, params).one()
