@@ -464,7 +464,9 @@ class Worker:
             self._expired.pop((job.job_id, job.epoch), None)
             if outcome is not None:
                 self._pending_writes += 1
-            wake = self._saturated
+            # With an outcome to write, the slot frees when the writer has written it (and the
+            # writer wakes the poller then); without one it is free now.
+            wake = self._saturated and outcome is None
         if outcome is not None:
             self._outcomes.put(outcome)
         if wake:
