@@ -9,6 +9,7 @@ from typing import Any
 import psycopg
 import pytest
 from sqlalchemy import event, text
+from sqlalchemy.exc import DBAPIError
 
 from pg_fixtures import libpq_url
 from ratchet import DuplicateBusinessKeyError, StoreUnavailable
@@ -196,6 +197,18 @@ def test_a_connection_lost_mid_pipeline_is_unavailable_and_inserts_nothing(
     assert store.count_by_status() == {}
     store.insert_jobs([new_job(clock) for _ in range(2 * INSERT_CHUNK)], now=clock.now())
     assert store.count_by_status() == {"PENDING": 2 * INSERT_CHUNK}
+
+
+@pytest.mark.parametrize("size", [1, 2 * INSERT_CHUNK])
+def test_a_value_too_long_for_its_column_fails_instead_of_being_cut(
+    store: PostgresStore, size: int
+) -> None:
+    clock = FakeClock()
+    batch = [new_job(clock) for _ in range(size - 1)]
+    batch.append(new_job(clock, idempotency_key="k" * 65, executor="e" * 65))
+    with pytest.raises(DBAPIError, match="too long"):
+        store.insert_jobs(batch, now=clock.now())
+    assert store.count_by_status() == {}
 
 
 def test_replayed_chunks_are_drawn_from_their_source_once() -> None:

@@ -19,7 +19,7 @@ from functools import cache
 from typing import Any
 
 import psycopg
-from sqlalchemy import Table, TextClause, text
+from sqlalchemy import String, Table, TextClause, text
 from sqlalchemy.dialects import postgresql
 from sqlalchemy.engine import Connection, make_url
 from sqlalchemy.exc import DBAPIError
@@ -117,17 +117,26 @@ ORDER BY u.eff DESC, u.scheduled_time, u.job_id
     return text(sql)
 
 
+def _cast_type(column_type: Any) -> str:
+    """The type a JSON value is cast to: strings as ``text``, so that a value too long for
+    its column fails the insert (an explicit cast to ``varchar(n)`` would cut it short)."""
+    if isinstance(column_type, String):
+        return "TEXT"
+    return str(column_type.compile(dialect=_PG))
+
+
 def _recordset(param: str, columns: Sequence[tuple[Table, str]]) -> str:
-    """``json_to_recordset(:param)`` of JSON objects whose keys are ``c0``, ``c1``, ... for
-    ``columns`` (short keys: less JSON to write and to parse), selected under their names."""
-    defs = ", ".join(
-        f"c{i} {table.c[c].type.compile(dialect=_PG)}" for i, (table, c) in enumerate(columns)
+    """The rows of ``columns`` from the parameter ``param``: a JSON array of arrays (one per row,
+    values in ``columns`` order), read as ``jsonb`` so that each value is one indexed look-up.
+    (Arrays, not objects: no key per value to write and to parse.)"""
+    values = ", ".join(
+        f"CAST(e ->> {i} AS {_cast_type(table.c[c].type)}) AS {c}"
+        for i, (table, c) in enumerate(columns)
     )
-    names = ", ".join(f"c{i} AS {c}" for i, (_, c) in enumerate(columns))
-    return f"SELECT {names} FROM json_to_recordset(CAST(%({param})s AS json)) AS u({defs})"
+    return f"SELECT {values} FROM jsonb_array_elements(CAST(%({param})s AS jsonb)) AS e"
 
 
-#: One JSON object per job: the job row, then the queue row's own columns.
+#: One JSON array per job: the job row, then the queue row's own columns.
 JOB_RECORD = (
     *((schema.job, c) for c in JOB_COLUMNS),
     (schema.job_queue, "status"),
@@ -139,7 +148,7 @@ JOB_RECORD = (
 def insert_statement(tags: bool) -> str:
     """Insert a batch of jobs in one statement (driver SQL, ``%(name)s`` parameters).
 
-    ``rows`` (one JSON object per job) is parsed once. The idempotency keys go in first with
+    ``rows`` (one JSON array per job) is parsed once. The idempotency keys go in first with
     ``ON CONFLICT DO NOTHING``; only the jobs whose key went in are inserted into the job, tag
     and queue tables. The statement itself is the queue insert, so its row count is the number
     of jobs inserted and it returns no rows to process. (JSON, because psycopg builds text
@@ -170,15 +179,11 @@ def insert_statement(tags: bool) -> str:
 
 
 def _json_records(rows: Sequence[tuple[Any, ...]]) -> str:
-    """``rows`` as a JSON array of ``{"c0": ..., "c1": ...}`` objects."""
-    if not rows:
-        return "[]"
-    keys = _KEYS[: len(rows[0])]
-    return _JSON.encode([dict(zip(keys, row, strict=True)) for row in rows])
+    """``rows`` as a JSON array of arrays."""
+    return _JSON.encode(rows)
 
 
 _JSON = json.JSONEncoder(separators=(",", ":"))
-_KEYS = tuple(f"c{i}" for i in range(len(JOB_RECORD)))
 
 #: Jobs per statement when a submission is sent in pieces. Pipelined, the client encodes (and,
 #: through :meth:`PostgresStore.insert_job_chunks`, builds) one chunk while the server inserts
