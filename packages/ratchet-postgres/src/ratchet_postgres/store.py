@@ -338,14 +338,14 @@ class PostgresStore(SqlStore):
         """Send one insert per chunk through psycopg's pipeline mode without waiting for the
         server in between; in a transaction of its own on an autocommit connection, else in
         the caller's. Errors are raised as SQLAlchemy would raise them."""
-        raw = conn.connection.driver_connection
+        raw: Any = conn.connection.driver_connection  # a psycopg.Connection
         jobs: list[NewJob] = []
         first: dict[str, NewJob] = {}
         fresh: list[NewJob] = []
         cursors: list[Any] = []
         statement = None
         try:
-            with raw.pipeline(), raw.transaction() if raw.autocommit else nullcontext():  # type: ignore[union-attr]
+            with raw.pipeline(), raw.transaction() if raw.autocommit else nullcontext():
                 for chunk in chunks:
                     jobs.extend(chunk)
                     new = [j for j in chunk if first.setdefault(j.idempotency_key, j) is j]
@@ -354,12 +354,12 @@ class PostgresStore(SqlStore):
                     fresh.extend(new)
                     tags, params = _insert_params(new, now)
                     statement = insert_statement(tags)
-                    cursor = raw.cursor()  # type: ignore[union-attr]
+                    cursor = raw.cursor()
                     cursor.execute(statement, params)
                     cursors.append(cursor)
             went_in = sum(c.rowcount for c in cursors)
         except psycopg.Error as exc:
-            disconnected = conn.dialect.is_disconnect(exc, raw, None)  # type: ignore[arg-type]
+            disconnected = conn.dialect.is_disconnect(exc, raw, None)
             if disconnected:
                 conn.invalidate()
             raise DBAPIError.instance(
