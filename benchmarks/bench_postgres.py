@@ -22,7 +22,7 @@ import threading
 import time
 import uuid
 from collections.abc import Callable, Iterator
-from contextlib import contextmanager
+from contextlib import contextmanager, suppress
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
@@ -160,15 +160,37 @@ def scalar(url: str, query: str, *params: Any) -> Any:
 
 
 # ---------------------------------------------------------------------- measurements
+def server_cpu(bench: Bench, url: str) -> dict[int, float]:
+    """CPU seconds so far of each server process connected to ``url``'s database, read from
+    ``/proc/<pid>/schedstat`` (nanosecond resolution); empty unless the server is local."""
+    parsed = bench._make_url(url)
+    if parsed.host not in (None, "", "localhost", "127.0.0.1", "::1"):
+        return {}
+    database = parsed.database
+    pids = bench.admin.execute(
+        "SELECT pid FROM pg_stat_activity WHERE datname = %s", (database,)
+    ).fetchall()
+    found = {}
+    for (pid,) in pids:
+        with suppress(OSError, ValueError, IndexError):
+            found[pid] = int(Path(f"/proc/{pid}/schedstat").read_text().split()[0]) / 1e9
+    return found
+
+
 def bulk_enqueue(bench: Bench, n: int) -> float:
     with bench.database() as url:
         app = client(url)
         builders = [app.enqueue(fn("noop"), i) for i in range(n)]
+        before = server_cpu(bench, url)
         started, cpu = time.perf_counter(), time.process_time()
         for chunk in range(0, n, 1000):
             app.submit_many(builders[chunk : chunk + 1000])
         elapsed = time.perf_counter() - started
         CLIENT_CPU.setdefault("bulk", []).append((time.process_time() - cpu) / n * 1e6)
+        after = server_cpu(bench, url)
+        if after:
+            spent = sum(t - before.get(pid, 0.0) for pid, t in after.items())
+            SERVER_CPU.setdefault("bulk", []).append(spent / n * 1e6)
         app.close()
     return n / elapsed
 
@@ -195,6 +217,7 @@ WORKER_ARGS = ("--concurrency", "192", "--batch-size", "500", "--min-delay", "0.
 
 CPU_PER_JOB: dict[int, list[float]] = {}
 CLIENT_CPU: dict[str, list[float]] = {}
+SERVER_CPU: dict[str, list[float]] = {}
 
 
 def process(bench: Bench, n: int, processes: int) -> float:
@@ -461,6 +484,11 @@ def main(argv: list[str] | None = None) -> int:
             report("bulk enqueue (1,000 per transaction)", f"{med:,.0f} jobs/s", ">= 30,000", runs)
             cpu = statistics.median(CLIENT_CPU["bulk"])
             report("  client CPU per bulk-enqueued job", f"{cpu:,.1f} us", "", CLIENT_CPU["bulk"])
+            if SERVER_CPU.get("bulk"):
+                cpu = statistics.median(SERVER_CPU["bulk"])
+                report(
+                    "  server CPU per bulk-enqueued job", f"{cpu:,.1f} us", "", SERVER_CPU["bulk"]
+                )
         if "single" in only:
             med, runs = median_of(args.runs, lambda: single_enqueue(bench, args.single))
             report("single enqueue (1 per transaction)", f"{med:,.0f} jobs/s", ">= 1,800", runs)

@@ -13,7 +13,7 @@ from typing import Any
 import gate_jobs
 import pytest
 
-from ratchet import JobPriority, Ratchet, hookimpl
+from ratchet import JobPriority, Ratchet, UnserializableArgument, hookimpl
 from ratchet.plugins import Plugins, make_plugin_manager
 from ratchet.ports import WakeupHint
 
@@ -142,3 +142,34 @@ def test_a_duplicate_idempotency_key_sends_no_wakeup(
     again = app.enqueue(gate_jobs.plain, 1).with_idempotency_key("hook-9").immediate().submit()
     assert again.id == first.id and not again.inserted
     assert len(coordinator.sent) == 1
+
+
+def test_a_large_bulk_submission_keeps_order_keys_and_one_wakeup(
+    recorder: tuple[Ratchet, RecordingCoordinator],
+) -> None:
+    """More jobs than any store's insert chunk (PostgreSQL streams them while they are built)."""
+    app, coordinator = recorder
+    builders = [app.schedule(LATER, gate_jobs.plain, i) for i in range(1100)]
+    builders[10].with_idempotency_key("bulk-1")
+    builders[1050].with_idempotency_key("bulk-1")  # a later chunk: the first one wins
+    builders[700].with_priority(JobPriority.CRITICAL)
+    handles = app.submit_many(builders)
+    assert len({h.id for h in handles}) == 1099
+    assert handles[1050].id == handles[10].id and not handles[1050].inserted
+    assert all(h.inserted for i, h in enumerate(handles) if i != 1050)
+    assert app.store.count_by_status() == {"PENDING": 1099}
+    assert [h.priority for h in coordinator.sent] == [JobPriority.CRITICAL]
+    again = app.submit_many([app.enqueue(gate_jobs.plain, 0).with_idempotency_key("bulk-1")])
+    assert again[0].id == handles[10].id
+
+
+def test_a_large_bulk_submission_that_fails_to_build_inserts_nothing(
+    recorder: tuple[Ratchet, RecordingCoordinator],
+) -> None:
+    app, coordinator = recorder
+    builders = [app.enqueue(gate_jobs.plain, i) for i in range(1100)]
+    builders.append(app.enqueue(gate_jobs.plain, object()))  # not storable, in the last chunk
+    with pytest.raises(UnserializableArgument):
+        app.submit_many(builders)
+    assert app.store.count_by_status() == {}
+    assert coordinator.sent == []

@@ -14,6 +14,7 @@ import psycopg
 import pytest
 from sqlalchemy import inspect, text
 
+from pg_fixtures import libpq_url
 from ratchet.sql.migrate import current_revisions, head_revisions
 from ratchet.sql.sqlite import SqliteDialect
 from ratchet.sql.store import SqlStore
@@ -178,3 +179,67 @@ def test_claim_index_migration_does_nothing_on_sqlite(tmp_path: object) -> None:
         assert "idx_queue_claim" in names
     finally:
         store.close()
+
+
+PARTIAL = {
+    "idx_queue_owner": ("scheduler_job_queue", "picked_by = $1"),
+    "idx_queue_waiting_for": ("scheduler_job_queue", "waiting_for = $1::uuid"),
+    "idx_queue_signal_key": ("scheduler_job_queue", "signal_key = $1 AND status = 'WAITING'"),
+    "idx_queue_signal_deadline": ("scheduler_job_queue", "signal_deadline <= $1::bigint"),
+    "idx_job_terminal": ("scheduler_job", "terminal_status = $1 AND terminated_at < 5"),
+    "idx_job_recurring_master": ("scheduler_job", "recurring_master_id = $1::uuid"),
+    "idx_job_batch": ("scheduler_job", "batch_id = $1::uuid"),
+}
+
+
+def _index_predicates(store: PostgresStore) -> dict[str, str | None]:
+    with store.engine.connect() as conn:
+        rows = conn.execute(
+            text(
+                "SELECT c.relname, pg_get_expr(i.indpred, i.indrelid) FROM pg_index i"
+                " JOIN pg_class c ON c.oid = i.indexrelid WHERE c.relname = ANY(:names)"
+            ),
+            {"names": list(PARTIAL)},
+        ).all()
+    return {name: predicate for name, predicate in rows}
+
+
+def test_the_null_free_indexes_migrate_to_partial_and_back(empty_store: PostgresStore) -> None:
+    """A schema at the previous heads gains the partial indexes on ``migrate()``; the
+    downgrade restores the full ones."""
+    from alembic import command
+
+    from ratchet.sql.migrate import alembic_config, upgrade
+
+    for revision in ("0002", "0003", "0004", "0005", "0006", "0007", "0008"):
+        upgrade(empty_store, revision)
+    assert _index_predicates(empty_store) == dict.fromkeys(PARTIAL)
+    empty_store.migrate()
+    predicates = _index_predicates(empty_store)
+    assert predicates == {
+        name: f"({columns.split(' ')[0]} IS NOT NULL)" for name, (_, columns) in PARTIAL.items()
+    }
+    cfg = alembic_config(empty_store)
+    with empty_store.engine.begin() as conn:
+        cfg.attributes["connection"] = conn
+        command.downgrade(cfg, "0002")
+    assert _index_predicates(empty_store) == dict.fromkeys(PARTIAL)
+    assert "pg01" not in current_revisions(empty_store)
+
+
+@pytest.mark.parametrize("plan", ["force_custom_plan", "force_generic_plan"])
+def test_partial_indexes_serve_their_queries(postgres_store_url: str, plan: str) -> None:
+    """Each query shape that reads one of these indexes implies its ``IS NOT NULL``
+    predicate, also under a generic plan (parameter values unknown)."""
+    with psycopg.connect(libpq_url(postgres_store_url), autocommit=True) as conn:
+        conn.execute("SET enable_seqscan = off")
+        conn.execute(f"SET plan_cache_mode = {plan}")
+        for index, (table, condition) in PARTIAL.items():
+            name = f"q_{index}"
+            conn.execute(f"PREPARE {name} AS SELECT 1 FROM {table} WHERE {condition}")
+            arg = "0" if "deadline" in index else "'00000000-0000-0000-0000-000000000000'"
+            if index in ("idx_queue_owner", "idx_queue_signal_key", "idx_job_terminal"):
+                arg = "'x'"
+            lines = conn.execute(f"EXPLAIN EXECUTE {name}({arg})").fetchall()
+            plan_text = "\n".join(line for (line,) in lines)
+            assert f"using {index}" in plan_text.lower() or f"on {index}" in plan_text, plan_text

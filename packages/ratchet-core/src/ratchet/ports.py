@@ -8,7 +8,7 @@ checks a store against :class:`Store`.
 from __future__ import annotations
 
 import uuid
-from collections.abc import Callable, Collection, Iterator, Sequence
+from collections.abc import Callable, Collection, Iterable, Iterator, Sequence
 from concurrent.futures import Future
 from contextlib import AbstractContextManager
 from dataclasses import dataclass, field
@@ -327,6 +327,23 @@ class RecurringStore(Protocol):
 
     def release_lock(self, name: str, owner: str) -> bool:
         """Give the lease back (False if ``owner`` did not hold it)."""
+
+
+@runtime_checkable
+class StreamingInsertStore(Protocol):
+    """Optional: a store that sends a submission's jobs while the caller is still building the
+    rest (client and database work at once instead of in turn)."""
+
+    insert_chunk_size: int
+    """Jobs per chunk the store wants; submissions of at most this many are not worth streaming."""
+
+    def insert_job_chunks(
+        self, chunks: Iterable[Sequence[NewJob]], *, now: datetime
+    ) -> list[InsertResult]:
+        """:meth:`Store.insert_jobs` of the concatenated ``chunks``, in one transaction of its
+        own: same results, same errors, nothing inserted if anything fails (including an
+        exception raised by ``chunks`` itself). ``chunks`` is iterated once; the store may
+        send each chunk before asking for the next."""
 
 
 class TransactionalStore(Protocol):

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from collections.abc import Iterator
 from contextlib import contextmanager
+from pathlib import Path
 from typing import Any
 
 from sqlalchemy import Select, text
@@ -37,6 +38,7 @@ class PostgresDialect(SqlDialect):
 
     name = "postgresql"
     skip_locked = True
+    migration_locations = (str(Path(__file__).resolve().parent / "migrations"),)
     multi_host = True
 
     def engine_kwargs(self, url: str) -> dict[str, Any]:

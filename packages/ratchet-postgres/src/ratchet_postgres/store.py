@@ -12,19 +12,22 @@ from __future__ import annotations
 
 import json
 import uuid
-from collections.abc import Sequence
+from collections.abc import Iterable, Iterator, Sequence
+from contextlib import nullcontext
 from datetime import datetime, timedelta
 from functools import cache
 from typing import Any
 
-from sqlalchemy import Table, TextClause, text
+import psycopg
+from sqlalchemy import String, Table, TextClause, text
 from sqlalchemy.dialects import postgresql
 from sqlalchemy.engine import Connection, make_url
+from sqlalchemy.exc import DBAPIError
 
 from ratchet.domain.errors import DuplicateIdempotencyKeyError
-from ratchet.domain.lifecycle import JobPriority, JobStatus
+from ratchet.domain.lifecycle import JobPriority, JobStatus, check_transition
 from ratchet.domain.model import ClaimedJob, NewJob, Outcome, OutcomeKind
-from ratchet.ports import InsertResult
+from ratchet.ports import InsertResult, iter_chunks
 from ratchet.sql import schema
 from ratchet.sql.claimed import claimed_job, has_flow_effects
 from ratchet.sql.store import JOB_COLUMNS, QUEUE_COLUMNS, SqlStore, submit_rows
@@ -114,17 +117,26 @@ ORDER BY u.eff DESC, u.scheduled_time, u.job_id
     return text(sql)
 
 
+def _cast_type(column_type: Any) -> str:
+    """The type a JSON value is cast to: strings as ``text``, so that a value too long for
+    its column fails the insert (an explicit cast to ``varchar(n)`` would cut it short)."""
+    if isinstance(column_type, String):
+        return "TEXT"
+    return str(column_type.compile(dialect=_PG))
+
+
 def _recordset(param: str, columns: Sequence[tuple[Table, str]]) -> str:
-    """``json_to_recordset(:param)`` of JSON objects whose keys are ``c0``, ``c1``, ... for
-    ``columns`` (short keys: less JSON to write and to parse), selected under their names."""
-    defs = ", ".join(
-        f"c{i} {table.c[c].type.compile(dialect=_PG)}" for i, (table, c) in enumerate(columns)
+    """The rows of ``columns`` from the parameter ``param``: a JSON array of arrays (one per row,
+    values in ``columns`` order), read as ``jsonb`` so that each value is one indexed look-up.
+    (Arrays, not objects: no key per value to write and to parse.)"""
+    values = ", ".join(
+        f"CAST(e ->> {i} AS {_cast_type(table.c[c].type)}) AS {c}"
+        for i, (table, c) in enumerate(columns)
     )
-    names = ", ".join(f"c{i} AS {c}" for i, (_, c) in enumerate(columns))
-    return f"SELECT {names} FROM json_to_recordset(CAST(%({param})s AS json)) AS u({defs})"
+    return f"SELECT {values} FROM jsonb_array_elements(CAST(%({param})s AS jsonb)) AS e"
 
 
-#: One JSON object per job: the job row, then the queue row's own columns.
+#: One JSON array per job: the job row, then the queue row's own columns.
 JOB_RECORD = (
     *((schema.job, c) for c in JOB_COLUMNS),
     (schema.job_queue, "status"),
@@ -136,7 +148,7 @@ JOB_RECORD = (
 def insert_statement(tags: bool) -> str:
     """Insert a batch of jobs in one statement (driver SQL, ``%(name)s`` parameters).
 
-    ``rows`` (one JSON object per job) is parsed once. The idempotency keys go in first with
+    ``rows`` (one JSON array per job) is parsed once. The idempotency keys go in first with
     ``ON CONFLICT DO NOTHING``; only the jobs whose key went in are inserted into the job, tag
     and queue tables. The statement itself is the queue insert, so its row count is the number
     of jobs inserted and it returns no rows to process. (JSON, because psycopg builds text
@@ -167,15 +179,48 @@ def insert_statement(tags: bool) -> str:
 
 
 def _json_records(rows: Sequence[tuple[Any, ...]]) -> str:
-    """``rows`` as a JSON array of ``{"c0": ..., "c1": ...}`` objects."""
-    if not rows:
-        return "[]"
-    keys = _KEYS[: len(rows[0])]
-    return _JSON.encode([dict(zip(keys, row, strict=True)) for row in rows])
+    """``rows`` as a JSON array of arrays."""
+    return _JSON.encode(rows)
 
 
 _JSON = json.JSONEncoder(separators=(",", ":"))
-_KEYS = tuple(f"c{i}" for i in range(len(JOB_RECORD)))
+
+#: Jobs per statement when a submission is sent in pieces. Pipelined, the client encodes (and,
+#: through :meth:`PostgresStore.insert_job_chunks`, builds) one chunk while the server inserts
+#: the one before; smaller chunks overlap more but cost a statement each.
+INSERT_CHUNK = 250
+
+
+def _insert_params(jobs: Sequence[NewJob], now: datetime) -> tuple[bool, dict[str, Any]]:
+    """Whether ``jobs`` have tags, and the parameters of :func:`insert_statement` for them."""
+    _, job_rows, queue_rows, tag_rows = submit_rows(jobs, now, str)
+    # status and scheduled_time: the queue row's values that the job row lacks
+    records = [(*jr, qr[1], qr[3]) for jr, qr in zip(job_rows, queue_rows, strict=True)]
+    params: dict[str, Any] = {"now": to_micros(now), "rows": _json_records(records)}
+    if tag_rows:
+        params["tags"] = _json_records(tag_rows)
+    return bool(tag_rows), params
+
+
+class _Replay:
+    """The chunks of a one-shot iterable, kept as they are drawn: a retried transaction sends
+    the same jobs again (each checked once, as :meth:`SqlStore.insert_jobs` checks them)."""
+
+    def __init__(self, chunks: Iterable[Sequence[NewJob]]) -> None:
+        self._source = iter(chunks)
+        self._drawn: list[Sequence[NewJob]] = []
+
+    def __iter__(self) -> Iterator[Sequence[NewJob]]:
+        yield from self._drawn
+        for chunk in self._source:
+            for job in chunk:
+                check_transition(None, job.status)
+            self._drawn.append(chunk)
+            yield chunk
+
+    def jobs(self) -> list[NewJob]:
+        """Every job drawn so far."""
+        return [job for chunk in self._drawn for job in chunk]
 
 
 @cache
@@ -238,6 +283,7 @@ class PostgresStore(SqlStore):
     atomic_insert = True
     atomic_claim = True
     atomic_record = True
+    insert_chunk_size = INSERT_CHUNK
 
     def __init__(
         self, url: str, dialect: PostgresDialect | None = None, **engine_options: Any
@@ -249,6 +295,20 @@ class PostgresStore(SqlStore):
             engine_options["connect_args"] = {**defaults, **engine_options["connect_args"]}
         super().__init__(url, dialect, **engine_options)
 
+    def insert_job_chunks(
+        self, chunks: Iterable[Sequence[NewJob]], *, now: datetime
+    ) -> list[InsertResult]:
+        """:meth:`insert_jobs` of ``chunks``, each sent as soon as it is built (pipelined, in
+        one transaction): the server inserts one chunk while the caller builds the next."""
+        replay = _Replay(chunks)
+        try:
+            return self._run(
+                lambda conn: self._insert_chunks(conn, iter(replay), now), autocommit=True
+            )
+        except DBAPIError as exc:
+            self._raise_duplicate(exc, replay.jobs())
+            raise
+
     def _insert(
         self, conn: Connection, jobs: Sequence[NewJob], now: datetime
     ) -> list[InsertResult]:
@@ -256,20 +316,75 @@ class PostgresStore(SqlStore):
 
         Same results as the generic insert: a key already taken (before or earlier in this
         batch) names its holder; a live business key conflict raises (nothing is inserted).
+        A batch of more than :data:`INSERT_CHUNK` jobs goes as several statements in one
+        pipeline (one transaction), so the client encodes a chunk while the server inserts the
+        one before.
         """
         if not jobs:
             return []
+        if len(jobs) > INSERT_CHUNK:
+            return self._insert_chunks(conn, iter_chunks(jobs, INSERT_CHUNK), now)
         first: dict[str, NewJob] = {}
         for job in jobs:
             first.setdefault(job.idempotency_key, job)
         fresh = list(first.values())
-        _, job_rows, queue_rows, tag_rows = submit_rows(fresh, now, str)
-        # status and scheduled_time: the queue row's values that the job row lacks
-        records = [(*jr, qr[1], qr[3]) for jr, qr in zip(job_rows, queue_rows, strict=True)]
-        params: dict[str, Any] = {"now": to_micros(now), "rows": _json_records(records)}
-        if tag_rows:
-            params["tags"] = _json_records(tag_rows)
-        went_in = conn.exec_driver_sql(insert_statement(bool(tag_rows)), params).rowcount
+        tags, params = _insert_params(fresh, now)
+        went_in = conn.exec_driver_sql(insert_statement(tags), params).rowcount
+        return self._results(conn, jobs, first, fresh, went_in)
+
+    def _insert_chunks(
+        self, conn: Connection, chunks: Iterable[Sequence[NewJob]], now: datetime
+    ) -> list[InsertResult]:
+        """Send one insert per chunk through psycopg's pipeline mode without waiting for the
+        server in between; in a transaction of its own on an autocommit connection, else in
+        the caller's. Errors are raised as SQLAlchemy would raise them."""
+        raw: Any = conn.connection.driver_connection  # a psycopg.Connection
+        jobs: list[NewJob] = []
+        first: dict[str, NewJob] = {}
+        fresh: list[NewJob] = []
+        cursors: list[Any] = []
+        statement = None
+        try:
+            with raw.pipeline(), raw.transaction() if raw.autocommit else nullcontext():
+                for chunk in chunks:
+                    jobs.extend(chunk)
+                    new = [j for j in chunk if first.setdefault(j.idempotency_key, j) is j]
+                    if not new:
+                        continue
+                    fresh.extend(new)
+                    tags, params = _insert_params(new, now)
+                    statement = insert_statement(tags)
+                    cursor = raw.cursor()
+                    cursor.execute(statement, params)
+                    cursors.append(cursor)
+            went_in = sum(c.rowcount for c in cursors)
+        except psycopg.Error as exc:
+            disconnected = conn.dialect.is_disconnect(exc, raw, None)
+            if disconnected:
+                conn.invalidate()
+            raise DBAPIError.instance(
+                statement,
+                None,
+                exc,
+                psycopg.Error,
+                dialect=conn.dialect,
+                connection_invalidated=disconnected,
+            ) from exc
+        finally:
+            for cursor in cursors:
+                cursor.close()
+        return self._results(conn, jobs, first, fresh, went_in)
+
+    def _results(
+        self,
+        conn: Connection,
+        jobs: Sequence[NewJob],
+        first: dict[str, NewJob],
+        fresh: Sequence[NewJob],
+        went_in: int,
+    ) -> list[InsertResult]:
+        """Each job's result, given the first job of each key (``first``), the jobs sent
+        (``fresh``) and how many of them went in."""
         holders: dict[str, Any] = {}
         if went_in == len(fresh):
             inserted = {j.job_id for j in fresh}

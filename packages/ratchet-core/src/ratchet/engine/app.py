@@ -6,7 +6,7 @@ import logging
 import threading
 import uuid
 import weakref
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from datetime import datetime, timedelta
 from typing import Any
 
@@ -32,7 +32,7 @@ from ratchet.engine.workflows import batch_of, deliver_signal, install_flows
 from ratchet.events import EventKind, JobEvent
 from ratchet.ids import uuid7
 from ratchet.plugins import Plugins, make_plugin_manager
-from ratchet.ports import Clock, ClusterCoordinator, Store, WakeupHint
+from ratchet.ports import Clock, ClusterCoordinator, Store, StreamingInsertStore, WakeupHint
 from ratchet.targets import TargetRef, target_of
 
 log = logging.getLogger("ratchet")
@@ -181,14 +181,31 @@ class Ratchet(GatesMixin, RecurringMixin):
         for b in builders:
             b._submitted = True
         now = self.now()
-        jobs = [b.build(now) for b in builders]
-        try:
-            results = self.store.insert_jobs(jobs, now=now, connection=connection)
-        except DuplicateIdempotencyKeyError:
-            if connection is not None:
-                raise
-            # A racing submitter won; a fresh transaction now sees its job and returns it.
-            results = self.store.insert_jobs(jobs, now=now)
+        streaming = self._streaming_store() if connection is None else None
+        if streaming is not None and len(builders) > streaming.insert_chunk_size:
+            jobs: list[Any] = []
+            size = streaming.insert_chunk_size
+
+            def chunks() -> Iterator[list[Any]]:
+                for start in range(0, len(builders), size):
+                    chunk = [b.build(now) for b in builders[start : start + size]]
+                    jobs.extend(chunk)
+                    yield chunk
+
+            try:
+                results = streaming.insert_job_chunks(chunks(), now=now)
+            except DuplicateIdempotencyKeyError:
+                jobs.extend(b.build(now) for b in builders[len(jobs) :])
+                results = self.store.insert_jobs(jobs, now=now)
+        else:
+            jobs = [b.build(now) for b in builders]
+            try:
+                results = self.store.insert_jobs(jobs, now=now, connection=connection)
+            except DuplicateIdempotencyKeyError:
+                if connection is not None:
+                    raise
+                # A racing submitter won; a fresh transaction now sees its job and returns it.
+                results = self.store.insert_jobs(jobs, now=now)
         handles = [JobHandle(r.job_id, self, r.inserted) for r in results]
         inserted = [(b, j) for b, j, r in zip(builders, jobs, results, strict=True) if r.inserted]
 
@@ -200,6 +217,16 @@ class Ratchet(GatesMixin, RecurringMixin):
         else:
             _run_after_commit(connection, after_commit)
         return handles
+
+    def _streaming_store(self) -> StreamingInsertStore | None:
+        """The store's streaming insert if it has one (a large ``submit_many`` then builds a
+        chunk while the database inserts the one before), looked up once."""
+        try:
+            return self._streaming
+        except AttributeError:
+            found = self.store.capability(StreamingInsertStore)  # type: ignore[type-abstract]
+            self._streaming: StreamingInsertStore | None = found
+            return found
 
     def _after_submit(self, inserted: Sequence[tuple[JobBuilder, Any]], now: datetime) -> None:
         wake = [j for b, j in inserted if b.wants_wakeup]

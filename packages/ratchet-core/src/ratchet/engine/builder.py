@@ -11,8 +11,10 @@ from typing import TYPE_CHECKING, Any
 
 from ratchet.domain.errors import InvalidJobOptions
 from ratchet.domain.lifecycle import JobPriority, JobStatus
+from ratchet.domain.model import NewJob
 from ratchet.domain.options import BackoffPolicy, JobOptions, normalize_tags
 from ratchet.domain.resources import validate_resource_name
+from ratchet.serialization import encode_payload
 
 if TYPE_CHECKING:
     from ratchet.domain.model import JobRecord
@@ -351,11 +353,8 @@ class JobBuilder:
         return self._new_job(now)
 
     def _new_job(self, now: datetime) -> Any:
-        from ratchet.domain.model import NewJob
-        from ratchet.serialization import encode_payload
-
         payload = encode_payload(self._args, self._kwargs, self._app.config.max_payload_bytes)
-        scheduled = self._run_at or (now + (self._delay or timedelta(0)))
+        scheduled = self._run_at or (now + self._delay if self._delay else now)
         job_id = self._app.new_id()
         if self._idempotency_key is None:
             self._idempotency_key = str(job_id)

@@ -34,6 +34,9 @@ class SqlDialect:
     ping_idle_after: float | None = None
     """Ping a pooled connection before use once it sat idle this long (seconds); None: never
     (an embedded database cannot go away under a connection)."""
+    migration_locations: tuple[str, ...] = ()
+    """Directories of Alembic revisions that the dialect's own package ships, applied after
+    ratchet-core's (each a branch of its own; ``heads`` includes them)."""
 
     def engine_kwargs(self, url: str) -> dict[str, Any]:
         """Extra keyword arguments for ``create_engine``."""

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import os
+from pathlib import Path
 from typing import TYPE_CHECKING
 
 from alembic import command
@@ -16,9 +18,15 @@ VERSION_TABLE = "ratchet_alembic_version"
 
 
 def alembic_config(store: SqlStore) -> Config:
-    """An Alembic config pointing at the packaged migrations."""
+    """An Alembic config pointing at the packaged migrations: ratchet-core's, then those the
+    store's dialect ships in its own package (``SqlDialect.migration_locations``)."""
     cfg = Config()
     cfg.set_main_option("script_location", "ratchet.sql:migrations")
+    core = Path(__file__).resolve().parent / "migrations" / "versions"
+    cfg.set_main_option("path_separator", "os")
+    cfg.set_main_option(
+        "version_locations", os.pathsep.join([str(core), *store.dialect.migration_locations])
+    )
     cfg.attributes["ratchet_dialect"] = store.dialect
     return cfg
 
@@ -36,7 +44,8 @@ def upgrade(store: SqlStore, revision: str = "heads") -> None:
 
 
 def head_revisions(store: SqlStore) -> tuple[str, ...]:
-    """The newest revision of every migration branch shipped with ratchet-core."""
+    """The newest revision of every migration branch shipped with ratchet-core and the store's
+    dialect."""
     return tuple(sorted(ScriptDirectory.from_config(alembic_config(store)).get_heads()))
 
 
