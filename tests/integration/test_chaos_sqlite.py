@@ -18,8 +18,8 @@ from ratchet import Ratchet
 
 #: Deadlines in seconds. Dn is wide: the processes share one SQLite write lock on two cores,
 #: and a heartbeat may wait seconds for it (a false death would fence a live node). D1 + D2 is
-#: wide too: while a process frozen inside a write holds the lock (the freeze then retries,
-#: after up to 3 s) nobody's checkpoint lands, and a live node's runs must not be taken over.
+#: wide too: a process frozen inside a write holds that lock until the driver sees it (it
+#: probes the lock and resumes the process if held) and nobody's checkpoint lands meanwhile.
 ARGS = (
     "--heartbeat", "0.5",
     "--orphan-grace", "6",
