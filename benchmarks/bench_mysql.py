@@ -7,7 +7,9 @@ Run on demand::
 
 Without ``--url`` (or ``RATCHET_BENCH_MYSQL_URL``) it starts a throwaway MariaDB from the
 Debian package (as the test suite does). Every measurement gets a fresh migrated database.
-Prints medians of several runs, the server version, the machine and its load.
+The store runs on mysqlclient (``mysql+mysqldb://``, the C driver) when it is installed, else on
+PyMySQL; ``--driver`` picks one, and the output says which. Prints medians of several runs, the
+server version, the machine and its load.
 """
 
 from __future__ import annotations
@@ -40,10 +42,20 @@ from ratchet_mysql import MySQLStore  # noqa: E402
 BOOST = timedelta(minutes=15)
 
 
+def default_driver() -> str:
+    """mysqlclient when it imports (the faster driver), else PyMySQL."""
+    try:
+        import MySQLdb  # noqa: F401
+    except ImportError:
+        return "pymysql"
+    return "mysqldb"
+
+
 class Server:
     """Where the databases live: a given URL, or a throwaway MariaDB."""
 
-    def __init__(self, url: str | None) -> None:
+    def __init__(self, url: str | None, driver: str = "pymysql") -> None:
+        self.driver = driver
         self._managed: Any = None
         if url is None:
             from ratchet.testing.servers import MariaDBServer
@@ -80,7 +92,10 @@ class Server:
         """A new, migrated database; returns its URL."""
         name = f"bench_{secrets.token_hex(4)}"
         self.sql(f"CREATE DATABASE `{name}` CHARACTER SET utf8mb4 COLLATE utf8mb4_unicode_ci")
-        url = self.url.set(database=name).render_as_string(hide_password=False)
+        backend = self.url.get_backend_name()
+        url = self.url.set(database=name, drivername=f"{backend}+{self.driver}").render_as_string(
+            hide_password=False
+        )
         store = MySQLStore(url)
         store.migrate()
         store.close()
@@ -323,6 +338,17 @@ def soak(server: Server, jobs: int, workers: int) -> None:
         raise SystemExit("soak FAILED")
 
 
+def driver_label(driver: str) -> str:
+    if driver == "mysqldb":
+        import MySQLdb
+
+        version = ".".join(str(part) for part in MySQLdb.version_info[:3])
+        return f"mysqlclient {version} (mysql+mysqldb://, C)"
+    import pymysql
+
+    return f"PyMySQL {pymysql.__version__} (mysql+pymysql://, pure Python)"
+
+
 def median_of(label: str, fn: Callable[[], float], runs: int, unit: str = "jobs/s") -> float:
     values = [fn() for _ in range(runs)]
     med = statistics.median(values)
@@ -335,6 +361,12 @@ def median_of(label: str, fn: Callable[[], float], runs: int, unit: str = "jobs/
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__)
     parser.add_argument("--url", default=os.environ.get("RATCHET_BENCH_MYSQL_URL"))
+    parser.add_argument(
+        "--driver",
+        choices=["mysqldb", "pymysql"],
+        default=default_driver(),
+        help="DBAPI driver of the store (default: mysqldb, i.e. mysqlclient, when installed)",
+    )
     parser.add_argument("--runs", type=int, default=3)
     parser.add_argument("--jobs", type=int, default=20_000)
     parser.add_argument("--concurrency", type=int, default=64)
@@ -345,13 +377,14 @@ def main() -> None:
     parser.add_argument("--soak-jobs", type=int, default=100_000)
     parser.add_argument("--soak-workers", type=int, default=4)
     args = parser.parse_args()
-    server = Server(args.url)
+    server = Server(args.url, args.driver)
     try:
         version = server.sql("SELECT VERSION()")[0][0]
         print(
             f"server: {version}; machine: {platform.machine()}, {os.cpu_count()} cores, "
             f"Python {platform.python_version()}, load average {os.getloadavg()[0]:.1f}"
         )
+        print(f"driver: {driver_label(args.driver)}")
         if args.soak:
             soak(server, args.soak_jobs, args.soak_workers)
             return

@@ -23,7 +23,7 @@ from ratchet.domain.model import ClaimedJob
 from ratchet.sql import schema
 from ratchet.sql.prepared import PreparedInsert
 from ratchet.sql.store import SqlStore
-from ratchet_mysql.dialect import PIPELINE_MAX_BYTES, MySQLDialect, error_code
+from ratchet_mysql.dialect import PIPELINE_MAX_BYTES, MySQLDialect, driver_of, error_code
 
 log = logging.getLogger("ratchet.mysql")
 
@@ -44,8 +44,8 @@ def normalize_url(url: str) -> str:
 
 
 def render_values(escape: Any, rows: Sequence[tuple[Any, ...]]) -> Iterator[str]:
-    """Each row as a ``(v1,v2,...)`` SQL literal; strings and bytes through the driver's
-    ``escape`` (which follows the session's ``NO_BACKSLASH_ESCAPES``)."""
+    """Each row as a ``(v1,v2,...)`` SQL literal; other values than integers and NULL through
+    the driver's ``escape`` (which follows the session's ``NO_BACKSLASH_ESCAPES``)."""
     for row in rows:
         parts = []
         for value in row:
@@ -70,6 +70,8 @@ class MySQLStore(SqlStore):
         if "connect_args" in engine_options:
             defaults = dialect.engine_kwargs(url)["connect_args"]
             engine_options["connect_args"] = {**defaults, **engine_options["connect_args"]}
+        self.driver = driver_of(url)
+        """The DBAPI driver the URL names (PyMySQL or mysqlclient)."""
         self._locking_union = True
         """Whether the server accepts the per-level locking UNION (else: the generic claim)."""
         super().__init__(url, dialect, **engine_options)
@@ -104,7 +106,7 @@ class MySQLStore(SqlStore):
         if not rows:
             return
         head = statement.sql.partition(" VALUES ")[0] + " VALUES "
-        escape = conn.connection.driver_connection.escape  # type: ignore[union-attr]
+        escape = self.driver.literal(conn.connection.driver_connection)
         batch: list[str] = []
         size = 0
         for values in render_values(escape, rows):
