@@ -64,6 +64,10 @@ PIPELINE_MAX_BYTES = 1 << 20
 #: The protocol's ``CLIENT_MULTI_STATEMENTS`` capability flag (PyMySQL and mysqlclient alike).
 CLIENT_MULTI_STATEMENTS = 1 << 16
 
+#: Execution option of a multi-statement query (``Connection.exec_driver_sql`` with
+#: ``no_parameters``): a list that receives ``(rowcount, rows or None)`` of every statement.
+MULTI_RESULTS = "ratchet_multi_results"
+
 _DUP_KEY = re.compile(r"for key '(?:[^'.]*\.)?([^']+)'")
 
 
@@ -253,6 +257,14 @@ class MySQLDialect(SqlDialect):
             pipeline_executemany(cursor, statement, parameters, driver)
             return True
 
+        @event.listens_for(engine, "do_execute_no_params")
+        def _multi(cursor: Any, statement: str, context: Any) -> bool | None:
+            results = context.execution_options.get(MULTI_RESULTS)
+            if results is None:
+                return None
+            run_multi(cursor, statement, results)
+            return True
+
         @event.listens_for(engine, "do_execute")
         def _interpolate(cursor: Any, statement: str, parameters: Any, context: Any) -> bool | None:
             # The driver would do the same interpolation through its generic per-type dispatch.
@@ -329,6 +341,20 @@ class MySQLDialect(SqlDialect):
 def migration_lock_name(database: str | None) -> str:
     """The named lock of one database's migrations (at most 64 characters, as servers allow)."""
     return f"{MIGRATION_LOCK_NAME}.{database or ''}"[:64]
+
+
+def run_multi(cursor: Any, query: str, results: list[tuple[int, Any]]) -> None:
+    """Send a multi-statement ``query``; append ``(rowcount, rows or None)`` of each statement.
+
+    The server stops at a failing statement; its error is raised by ``nextset()``, inside the
+    engine's error handling (so it is classified and a lost connection invalidated as usual).
+    """
+    cursor.execute(query)
+    while True:
+        rows = cursor.fetchall() if cursor.description else None
+        results.append((cursor.rowcount, rows))
+        if not cursor.nextset():
+            return
 
 
 def insert_executemany(cursor: Any, statement: str, parameters: Any, driver: Driver) -> bool:
