@@ -101,6 +101,14 @@ class Server:
         store.close()
         return url
 
+    def cpu_seconds(self) -> float | None:
+        """CPU time the throwaway server used so far (None for a server given by URL)."""
+        pid = self._managed.pid if self._managed is not None else None
+        if pid is None:
+            return None
+        fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+        return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")  # utime + stime
+
     def drop(self, url: str) -> None:
         self.sql(f"DROP DATABASE IF EXISTS `{make_url(url).database}`")
 
@@ -128,6 +136,8 @@ def bulk_enqueue(server: Server, n: int) -> float:
 
 
 BULK_CPU: list[float] = []
+PROCESS_CPU: list[float] = []
+PROCESS_SERVER_CPU: list[float] = []
 
 
 def process(server: Server, n: int, concurrency: int, batch: int) -> float:
@@ -143,10 +153,13 @@ def process(server: Server, n: int, concurrency: int, batch: int) -> float:
         min_delay=timedelta(milliseconds=5),
         burst_delay=timedelta(milliseconds=1),
     )
-    start = time.perf_counter()
+    start, cpu, server_cpu = time.perf_counter(), time.process_time(), server.cpu_seconds()
     worker.start()
     ok = worker.wait_until(lambda: worker.stats.succeeded >= n, timeout=900)
     elapsed = time.perf_counter() - start
+    PROCESS_CPU.append((time.process_time() - cpu) / n * 1e6)  # every thread of the worker
+    if server_cpu is not None:
+        PROCESS_SERVER_CPU.append((server.cpu_seconds() - server_cpu) / n * 1e6)  # type: ignore[operator]
     worker.stop()
     assert ok and app.store.count_by_status().get("SUCCEEDED") == n
     app.close()
@@ -221,7 +234,7 @@ def store_loop(server: Server, n: int, batch: int) -> tuple[float, float]:
     app.close()
     store = MySQLStore(url)
     done = 0
-    wall, cpu = time.perf_counter(), time.process_time()
+    wall, cpu, server_cpu = time.perf_counter(), time.process_time(), server.cpu_seconds()
     while done < n:
         now = datetime.now(UTC)
         claimed = store.claim("bench", batch, now=now, boost_interval=BOOST)
@@ -231,9 +244,14 @@ def store_loop(server: Server, n: int, batch: int) -> tuple[float, float]:
         store.record_outcomes("bench", outcomes, now=now)
         done += len(claimed)
     wall, cpu = time.perf_counter() - wall, time.process_time() - cpu
+    if server_cpu is not None:
+        STORE_SERVER_CPU.append((server.cpu_seconds() - server_cpu) / n * 1e6)  # type: ignore[operator]
     store.close()
     server.drop(url)
     return n / wall, cpu / n * 1e6
+
+
+STORE_SERVER_CPU: list[float] = []
 
 
 # ---------------------------------------------------------------------- soak
@@ -339,14 +357,11 @@ def soak(server: Server, jobs: int, workers: int) -> None:
 
 
 def driver_label(driver: str) -> str:
+    from importlib.metadata import version
+
     if driver == "mysqldb":
-        import MySQLdb
-
-        version = ".".join(str(part) for part in MySQLdb.version_info[:3])
-        return f"mysqlclient {version} (mysql+mysqldb://, C)"
-    import pymysql
-
-    return f"PyMySQL {pymysql.__version__} (mysql+pymysql://, pure Python)"
+        return f"mysqlclient {version('mysqlclient')} (mysql+mysqldb://, C)"
+    return f"PyMySQL {version('PyMySQL')} (mysql+pymysql://, pure Python)"
 
 
 def median_of(label: str, fn: Callable[[], float], runs: int, unit: str = "jobs/s") -> float:
@@ -400,6 +415,13 @@ def main() -> None:
                 lambda: process(server, args.jobs, args.concurrency, args.batch_size),
                 args.runs,
             )
+            cpu = ", ".join(f"{c:.1f}" for c in PROCESS_CPU)
+            print(f"{'  worker process CPU per job':<44} median "
+                  f"{statistics.median(PROCESS_CPU):>10,.1f} us     runs: {cpu}")  # fmt: skip
+            if PROCESS_SERVER_CPU:
+                cpu = ", ".join(f"{c:.1f}" for c in PROCESS_SERVER_CPU)
+                print(f"{'  server CPU per job':<44} median "
+                      f"{statistics.median(PROCESS_SERVER_CPU):>10,.1f} us     runs: {cpu}")  # fmt: skip
         if "storeloop" in only:
             loops = [store_loop(server, args.jobs, args.batch_size) for _ in range(args.runs)]
             print(
@@ -407,6 +429,9 @@ def main() -> None:
                 f"{statistics.median(r for r, _ in loops):>10,.1f} jobs/s   client CPU "
                 f"{statistics.median(c for _, c in loops):,.0f} us/job"
             )
+            if STORE_SERVER_CPU:
+                print(f"{'  server CPU per job':<44} median "
+                      f"{statistics.median(STORE_SERVER_CPU):>10,.1f} us")  # fmt: skip
         for waiting in (1_000, args.max_waiting) if "claim" in only else ():
             ms, reads = claim_cost(server, waiting, 100, 50)
             print(
