@@ -63,15 +63,11 @@ _BACK = (OutcomeKind.RETRY, OutcomeKind.RESCHEDULE)
 _OWNED_IN = ", ".join(f"'{status}'" for status in OWNED)
 _NO_PARAMETERS = {"no_parameters": True}
 
-#: The claim's reads of the claimed jobs' definitions (the columns of the shared store's
-#: ``DEFINITIONS``, converted by their types as SQLAlchemy would).
+#: The claim's read of the claimed jobs' definitions: the shared store's ``DEFINITIONS`` (its
+#: columns and expressions, converted by their types as SQLAlchemy would), rendered once per
+#: store for its engine's dialect, followed by the ids.
 _DEFINITION_COLUMNS = list(DEFINITIONS.selected_columns)
-_Definition = namedtuple("_Definition", [c.name for c in _DEFINITION_COLUMNS])  # type: ignore[misc]
-_DEFINITIONS_SQL = (
-    "SELECT "
-    + ", ".join(c.name for c in _DEFINITION_COLUMNS)
-    + f" FROM {schema.job.name} WHERE job_id IN "
-)
+_Definition = namedtuple("_Definition", [c.key for c in _DEFINITION_COLUMNS])  # type: ignore[misc]
 
 
 def _hex(job_id: uuid.UUID) -> str:
@@ -120,6 +116,7 @@ class MySQLStore(SqlStore):
         self._locking_union = True
         """Whether the server accepts the per-level locking UNION (else: the generic claim)."""
         self._definition_processors: list[Any] | None = None
+        self._definitions_head: str | None = None
         super().__init__(url, dialect, **engine_options)
 
     # ------------------------------------------------------------------ claim
@@ -170,15 +167,29 @@ class MySQLStore(SqlStore):
             f" epoch = epoch + 1 WHERE job_id IN ({ids}) AND status = '{_PENDING}';\n"
             f"INSERT INTO {schema.job_execution.name}"
             " (job_id, attempt_no, epoch, node_id, started_at, outcome)"
-            f" VALUES {attempts};\n{_DEFINITIONS_SQL}({ids})",
+            f" VALUES {attempts};\n{self._definitions_sql()}({ids})",
         )
         if results[0][0] != len(chosen):
             raise AssertionError("claimed rows changed under the claim lock")
         definitions = self._definitions(results[2][1])
         return [claimed_job(r, definitions[r.job_id], now, epoch=r.epoch + 1) for r in chosen]
 
+    def _definitions_sql(self) -> str:
+        """``SELECT <the columns of DEFINITIONS> FROM scheduler_job WHERE job_id IN `` (the id
+        list follows)."""
+        head = self._definitions_head
+        if head is None:
+            columns = select(*_DEFINITION_COLUMNS)  # DEFINITIONS without its WHERE
+            compiled = columns.compile(
+                dialect=self.engine.dialect, compile_kwargs={"literal_binds": True}
+            )
+            # No parameters follow: a driver would not turn an escaped "%%" back into "%".
+            head = str(compiled).replace("%%", "%") + f" WHERE {schema.job.name}.job_id IN "
+            self._definitions_head = head
+        return head
+
     def _definitions(self, rows: Sequence[tuple[Any, ...]]) -> dict[uuid.UUID, Any]:
-        """Raw rows of ``_DEFINITIONS_SQL`` by job id, values converted by their column types."""
+        """Raw rows of :meth:`_definitions_sql` by job id, converted by their column types."""
         processors = self._definition_processors
         if processors is None:
             dialect = self.engine.dialect
