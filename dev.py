@@ -5,8 +5,9 @@
     python3 dev.py test    # run the whole test suite (starts its own database servers)
 
 Each command installs what it needs first: uv (from the package index, via pip), the workspace
-packages (``uv sync``), and for ``test`` the PostgreSQL, MariaDB and Redis server packages when
-they are missing (Debian/Ubuntu, needs root). Extra arguments go to pytest / the demo.
+packages (``uv sync``), and for ``test`` first the PostgreSQL, MariaDB and Redis server packages
+and the build dependencies of mysqlclient (the optional C MySQL driver) when they are missing
+(Debian/Ubuntu, needs root). Extra arguments go to pytest / the demo.
 """
 
 from __future__ import annotations
@@ -36,11 +37,12 @@ def ensure_uv() -> str:
     return str(Path(sys.executable).parent / "uv")
 
 
-def sync(uv: str) -> None:
+def sync(uv: str, *options: str) -> None:
     # Compile bytecode at install time: worker subprocesses in the tests then start fast even
     # where PYTHONDONTWRITEBYTECODE is set.
     os.environ.setdefault("UV_COMPILE_BYTECODE", "1")
-    run([uv, "sync", "--locked"] if (ROOT / "uv.lock").exists() else [uv, "sync"])
+    locked = ["--locked"] if (ROOT / "uv.lock").exists() else []
+    run([uv, "sync", *locked, *options])
 
 
 def main(argv: list[str]) -> int:
@@ -49,11 +51,15 @@ def main(argv: list[str]) -> int:
         return 2
     command, rest = argv[0], argv[1:]
     uv = ensure_uv()
-    sync(uv)
     if command == "demo":
+        # The demo needs no MySQL driver: skip building mysqlclient (a C extension), keeping it
+        # if a development install already has it.
+        sync(uv, "--no-group", "mysqlclient", "--inexact")
         return subprocess.call([uv, "run", "ratchet", "demo", *rest], cwd=ROOT)
     if os.name == "posix":
+        # Before the sync: it also installs what building mysqlclient needs.
         run(["bash", str(ROOT / "scripts" / "install-test-services.sh")])
+    sync(uv)
     return subprocess.call([uv, "run", "pytest", *rest], cwd=ROOT)
 
 

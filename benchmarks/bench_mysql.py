@@ -7,7 +7,9 @@ Run on demand::
 
 Without ``--url`` (or ``RATCHET_BENCH_MYSQL_URL``) it starts a throwaway MariaDB from the
 Debian package (as the test suite does). Every measurement gets a fresh migrated database.
-Prints medians of several runs, the server version, the machine and its load.
+The store runs on mysqlclient (``mysql+mysqldb://``, the C driver) when it is installed, else on
+PyMySQL; ``--driver`` picks one, and the output says which. Prints medians of several runs, the
+server version, the machine and its load.
 """
 
 from __future__ import annotations
@@ -40,10 +42,20 @@ from ratchet_mysql import MySQLStore  # noqa: E402
 BOOST = timedelta(minutes=15)
 
 
+def default_driver() -> str:
+    """mysqlclient when it imports (the faster driver), else PyMySQL."""
+    try:
+        import MySQLdb  # noqa: F401
+    except ImportError:
+        return "pymysql"
+    return "mysqldb"
+
+
 class Server:
     """Where the databases live: a given URL, or a throwaway MariaDB."""
 
-    def __init__(self, url: str | None) -> None:
+    def __init__(self, url: str | None, driver: str = "pymysql") -> None:
+        self.driver = driver
         self._managed: Any = None
         if url is None:
             from ratchet.testing.servers import MariaDBServer
@@ -80,11 +92,22 @@ class Server:
         """A new, migrated database; returns its URL."""
         name = f"bench_{secrets.token_hex(4)}"
         self.sql(f"CREATE DATABASE `{name}` CHARACTER SET utf8mb4 COLLATE utf8mb4_unicode_ci")
-        url = self.url.set(database=name).render_as_string(hide_password=False)
+        backend = self.url.get_backend_name()
+        url = self.url.set(database=name, drivername=f"{backend}+{self.driver}").render_as_string(
+            hide_password=False
+        )
         store = MySQLStore(url)
         store.migrate()
         store.close()
         return url
+
+    def cpu_seconds(self) -> float | None:
+        """CPU time the throwaway server used so far (None for a server given by URL)."""
+        pid = self._managed.pid if self._managed is not None else None
+        if pid is None:
+            return None
+        fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+        return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")  # utime + stime
 
     def drop(self, url: str) -> None:
         self.sql(f"DROP DATABASE IF EXISTS `{make_url(url).database}`")
@@ -113,6 +136,8 @@ def bulk_enqueue(server: Server, n: int) -> float:
 
 
 BULK_CPU: list[float] = []
+PROCESS_CPU: list[float] = []
+PROCESS_SERVER_CPU: list[float] = []
 
 
 def process(server: Server, n: int, concurrency: int, batch: int) -> float:
@@ -128,10 +153,13 @@ def process(server: Server, n: int, concurrency: int, batch: int) -> float:
         min_delay=timedelta(milliseconds=5),
         burst_delay=timedelta(milliseconds=1),
     )
-    start = time.perf_counter()
+    start, cpu, server_cpu = time.perf_counter(), time.process_time(), server.cpu_seconds()
     worker.start()
     ok = worker.wait_until(lambda: worker.stats.succeeded >= n, timeout=900)
     elapsed = time.perf_counter() - start
+    PROCESS_CPU.append((time.process_time() - cpu) / n * 1e6)  # every thread of the worker
+    if server_cpu is not None:
+        PROCESS_SERVER_CPU.append((server.cpu_seconds() - server_cpu) / n * 1e6)  # type: ignore[operator]
     worker.stop()
     assert ok and app.store.count_by_status().get("SUCCEEDED") == n
     app.close()
@@ -206,7 +234,7 @@ def store_loop(server: Server, n: int, batch: int) -> tuple[float, float]:
     app.close()
     store = MySQLStore(url)
     done = 0
-    wall, cpu = time.perf_counter(), time.process_time()
+    wall, cpu, server_cpu = time.perf_counter(), time.process_time(), server.cpu_seconds()
     while done < n:
         now = datetime.now(UTC)
         claimed = store.claim("bench", batch, now=now, boost_interval=BOOST)
@@ -216,9 +244,14 @@ def store_loop(server: Server, n: int, batch: int) -> tuple[float, float]:
         store.record_outcomes("bench", outcomes, now=now)
         done += len(claimed)
     wall, cpu = time.perf_counter() - wall, time.process_time() - cpu
+    if server_cpu is not None:
+        STORE_SERVER_CPU.append((server.cpu_seconds() - server_cpu) / n * 1e6)  # type: ignore[operator]
     store.close()
     server.drop(url)
     return n / wall, cpu / n * 1e6
+
+
+STORE_SERVER_CPU: list[float] = []
 
 
 # ---------------------------------------------------------------------- soak
@@ -323,6 +356,14 @@ def soak(server: Server, jobs: int, workers: int) -> None:
         raise SystemExit("soak FAILED")
 
 
+def driver_label(driver: str) -> str:
+    from importlib.metadata import version
+
+    if driver == "mysqldb":
+        return f"mysqlclient {version('mysqlclient')} (mysql+mysqldb://, C)"
+    return f"PyMySQL {version('PyMySQL')} (mysql+pymysql://, pure Python)"
+
+
 def median_of(label: str, fn: Callable[[], float], runs: int, unit: str = "jobs/s") -> float:
     values = [fn() for _ in range(runs)]
     med = statistics.median(values)
@@ -335,6 +376,12 @@ def median_of(label: str, fn: Callable[[], float], runs: int, unit: str = "jobs/
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__)
     parser.add_argument("--url", default=os.environ.get("RATCHET_BENCH_MYSQL_URL"))
+    parser.add_argument(
+        "--driver",
+        choices=["mysqldb", "pymysql"],
+        default=default_driver(),
+        help="DBAPI driver of the store (default: mysqldb, i.e. mysqlclient, when installed)",
+    )
     parser.add_argument("--runs", type=int, default=3)
     parser.add_argument("--jobs", type=int, default=20_000)
     parser.add_argument("--concurrency", type=int, default=64)
@@ -345,13 +392,14 @@ def main() -> None:
     parser.add_argument("--soak-jobs", type=int, default=100_000)
     parser.add_argument("--soak-workers", type=int, default=4)
     args = parser.parse_args()
-    server = Server(args.url)
+    server = Server(args.url, args.driver)
     try:
         version = server.sql("SELECT VERSION()")[0][0]
         print(
             f"server: {version}; machine: {platform.machine()}, {os.cpu_count()} cores, "
             f"Python {platform.python_version()}, load average {os.getloadavg()[0]:.1f}"
         )
+        print(f"driver: {driver_label(args.driver)}")
         if args.soak:
             soak(server, args.soak_jobs, args.soak_workers)
             return
@@ -367,6 +415,13 @@ def main() -> None:
                 lambda: process(server, args.jobs, args.concurrency, args.batch_size),
                 args.runs,
             )
+            cpu = ", ".join(f"{c:.1f}" for c in PROCESS_CPU)
+            print(f"{'  worker process CPU per job':<44} median "
+                  f"{statistics.median(PROCESS_CPU):>10,.1f} us     runs: {cpu}")  # fmt: skip
+            if PROCESS_SERVER_CPU:
+                cpu = ", ".join(f"{c:.1f}" for c in PROCESS_SERVER_CPU)
+                print(f"{'  server CPU per job':<44} median "
+                      f"{statistics.median(PROCESS_SERVER_CPU):>10,.1f} us     runs: {cpu}")  # fmt: skip
         if "storeloop" in only:
             loops = [store_loop(server, args.jobs, args.batch_size) for _ in range(args.runs)]
             print(
@@ -374,6 +429,9 @@ def main() -> None:
                 f"{statistics.median(r for r, _ in loops):>10,.1f} jobs/s   client CPU "
                 f"{statistics.median(c for _, c in loops):,.0f} us/job"
             )
+            if STORE_SERVER_CPU:
+                print(f"{'  server CPU per job':<44} median "
+                      f"{statistics.median(STORE_SERVER_CPU):>10,.1f} us")  # fmt: skip
         for waiting in (1_000, args.max_waiting) if "claim" in only else ():
             ms, reads = claim_cost(server, waiting, 100, 50)
             print(

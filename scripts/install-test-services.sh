@@ -1,9 +1,11 @@
 #!/usr/bin/env bash
 # Install the database server binaries that the test suite starts itself (throwaway
 # PostgreSQL, MariaDB and Redis instances on free loopback ports; see
-# ratchet/testing/servers.py). Idempotent: installs only what is missing, from Debian's
-# packages, and never starts, stops or reconfigures the system-wide services -- the tests
-# do not use them. Run as root (or with sudo) on Debian 12.
+# ratchet/testing/servers.py), and what building mysqlclient (the optional C MySQL driver,
+# part of the development install) needs: MariaDB's client library headers, pkg-config and
+# a C compiler. Idempotent: installs only what is missing, from Debian's packages, and never
+# starts, stops or reconfigures the system-wide services -- the tests do not use them. Run as
+# root (or with sudo) on Debian 12, before `uv sync` (dev.py does).
 set -euo pipefail
 
 log() { printf 'install-test-services: %s\n' "$*"; }
@@ -43,6 +45,15 @@ else
     missing+=(redis-server)
 fi
 
+have_mysqlclient_build_deps() {
+    have pkg-config gcc && pkg-config --exists mariadb 2>/dev/null
+}
+if have_mysqlclient_build_deps; then
+    log "mysqlclient build dependencies present (libmariadb-dev, pkg-config, gcc)"
+else
+    missing+=(libmariadb-dev pkg-config gcc libc6-dev)
+fi
+
 if ((${#missing[@]} == 0)); then
     log "nothing to install"
     exit 0
@@ -74,7 +85,7 @@ apt-get update
 apt-get install -y --no-install-recommends "${missing[@]}"
 
 if have_postgres && have mariadbd mariadb-install-db mariadb-admin mariadb \
-    && have redis-server redis-cli; then
+    && have redis-server redis-cli && have_mysqlclient_build_deps; then
     log "done: ${missing[*]} installed; the system services are not needed by the tests" \
         "(they start their own servers on free ports)"
 else

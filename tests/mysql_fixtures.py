@@ -13,8 +13,11 @@ Fixtures:
 * ``mysql_template`` (session): the :class:`MySQLTemplate` (server URL, admin SQL, databases).
 * ``mysql_database_url``: URL of the migrated database, emptied for this test.
 * ``mysql_store_url``: the same, for the contract suite's parametrized ``store`` fixture.
-* ``mysql_store``: a :class:`~ratchet_mysql.MySQLStore` on it (teardown asserts that no
-  connection is still checked out, then closes it).
+* ``mysqlclient_store_url``: the same database through mysqlclient (``mysql+mysqldb://``), the
+  optional C driver, for the contract suite.
+* ``mysql_driver``: ``"pymysql"`` and ``"mysqldb"`` (parametrized): the driver of ``mysql_store``.
+* ``mysql_store``: a :class:`~ratchet_mysql.MySQLStore` on it through each driver (teardown
+  asserts that no connection is still checked out, then closes it).
 
 Test URLs carry ``ssl_disabled=true``: PyMySQL >= 1.2 otherwise builds a TLS context for every
 connection (~40 ms of CPU) to try TLS, which the throwaway server does not offer.
@@ -185,12 +188,45 @@ def mysql_store_url(mysql_database_url: str) -> str:
     return mysql_database_url
 
 
+def with_driver(url: str, driver: str) -> str:
+    """``url`` through the DBAPI driver ``driver`` (``pymysql`` or ``mysqldb``)."""
+    from sqlalchemy.engine import make_url
+
+    parsed = make_url(url)
+    backend = parsed.get_backend_name()
+    return parsed.set(drivername=f"{backend}+{driver}").render_as_string(hide_password=False)
+
+
+def require_mysqlclient(config: pytest.Config) -> None:
+    """Fail (mysql required) or skip unless mysqlclient, the optional C driver, imports."""
+    try:
+        import MySQLdb  # noqa: F401
+    except ImportError as exc:
+        backend_unavailable(config, "mysql", f"mysqlclient (MySQLdb) does not import: {exc}")
+
+
 @pytest.fixture
-def mysql_store(mysql_database_url: str) -> Iterator[Any]:
-    """A :class:`~ratchet_mysql.MySQLStore` on a fresh database (closed after the test)."""
+def mysqlclient_store_url(request: pytest.FixtureRequest, mysql_database_url: str) -> str:
+    """For the contract suite: the test database through mysqlclient."""
+    require_mysqlclient(request.config)
+    return with_driver(mysql_database_url, "mysqldb")
+
+
+@pytest.fixture(params=["pymysql", "mysqldb"])
+def mysql_driver(request: pytest.FixtureRequest) -> str:
+    """Each supported DBAPI driver (mysqlclient's absence fails when mysql is required)."""
+    if request.param == "mysqldb":
+        require_mysqlclient(request.config)
+    return str(request.param)
+
+
+@pytest.fixture
+def mysql_store(mysql_database_url: str, mysql_driver: str) -> Iterator[Any]:
+    """A :class:`~ratchet_mysql.MySQLStore` on a fresh database through ``mysql_driver``
+    (closed after the test)."""
     from ratchet_mysql import MySQLStore
 
-    store = MySQLStore(mysql_database_url)
+    store = MySQLStore(with_driver(mysql_database_url, mysql_driver))
     try:
         yield store
         assert store.engine.pool.checkedout() == 0, "the test left store connections checked out"

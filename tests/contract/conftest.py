@@ -13,6 +13,8 @@ BACKENDS = [
     pytest.param("sqlite", id="sqlite"),
     pytest.param("postgres", id="postgres15", marks=pytest.mark.postgres),
     pytest.param("mysql", id="mysql-mariadb10.11", marks=pytest.mark.mysql),
+    # The optional C driver (mysqlclient, ``mysql+mysqldb://``) on the same server.
+    pytest.param("mysqlclient", id="mysql-mariadb10.11-mysqlclient", marks=pytest.mark.mysql),
 ]
 
 

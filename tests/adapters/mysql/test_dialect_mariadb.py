@@ -25,24 +25,33 @@ from ratchet.sql.dialect import ErrorKind
 from ratchet.testing import FakeClock
 from ratchet.testing.store_contract import new_job
 from ratchet_mysql import MySQLDialect, MySQLStore, normalize_url
-from ratchet_mysql.dialect import error_code
+from ratchet_mysql.dialect import driver_of, error_code
 
 BOOST = timedelta(minutes=15)
 Q = schema.job_queue
 IDEM = schema.idempotency_key
 
 
-def wait_until(predicate: Callable[[], bool], timeout: float = 20.0) -> None:
+def wait_until(
+    predicate: Callable[[], bool], timeout: float = 20.0, interval: float = 0.01
+) -> None:
     """Poll a real condition until it holds (fail after ``timeout`` seconds)."""
     deadline = time.monotonic() + timeout
     while not predicate():
         if time.monotonic() > deadline:
             raise AssertionError("condition not reached in time")
-        time.sleep(0.01)
+        time.sleep(interval)
+
+
+#: InnoDB refreshes the cache behind ``INNODB_TRX`` only when it was not read for 0.1 s: polled
+#: faster than that, it keeps showing the transactions of whenever it was last refreshed (of a
+#: previous test, say).
+TRX_POLL_INTERVAL = 0.15
 
 
 def lock_wait_of(template: Any, connection_id: int) -> bool:
-    """Whether the session ``connection_id`` is waiting for a row lock."""
+    """Whether the session ``connection_id`` is waiting for a row lock (poll it no faster than
+    :data:`TRX_POLL_INTERVAL`)."""
     rows = template.execute(
         "SELECT COUNT(*) FROM information_schema.INNODB_TRX"
         " WHERE trx_mysql_thread_id = %s AND trx_state = 'LOCK WAIT'",
@@ -147,7 +156,7 @@ def test_mariadb_1011_real_deadlock_is_retryable(
     waiter = threading.Thread(target=a_takes_two)
     waiter.start()
     try:
-        wait_until(lambda: lock_wait_of(mysql_template, a_id))
+        wait_until(lambda: lock_wait_of(mysql_template, a_id), interval=TRX_POLL_INTERVAL)
         try:
             b.execute(select(Q.c.job_id).where(Q.c.job_id == one.job_id).with_for_update()).all()
             errors["b"] = None
@@ -238,12 +247,13 @@ def test_mariadb_1011_killed_connection_is_transient_and_store_reconnects(
     assert len(mysql_store.claim("n", 5, now=clock.now(), boost_interval=BOOST)) == 1
 
 
-def test_connection_refused_is_transient() -> None:
-    store = MySQLStore("mysql+pymysql://nobody:x@127.0.0.1:1/none?connect_timeout=2")
+def test_connection_refused_is_transient(mysql_driver: str) -> None:
+    store = MySQLStore(f"mysql+{mysql_driver}://nobody:x@127.0.0.1:1/none?connect_timeout=2")
     try:
         with pytest.raises(DBAPIError) as caught, store.engine.connect():
             pass
-        assert error_code(caught.value) == 2003
+        # PyMySQL says 2003 (can't connect); MariaDB's client library, under mysqlclient, 2002.
+        assert error_code(caught.value) == {"pymysql": 2003, "mysqldb": 2002}[mysql_driver]
         assert store.dialect.classify(caught.value) is ErrorKind.TRANSIENT
     finally:
         store.close()
@@ -276,15 +286,25 @@ def test_mariadb_1011_warns_when_isolation_is_not_read_committed(
 
 def test_plugin_serves_mysql_and_mariadb_urls() -> None:
     plugins = Plugins(make_plugin_manager())
-    for url in ("mysql+pymysql://u@h/db", "mariadb+pymysql://u@h/db", "mysql://u@h/db"):
+    urls = {
+        "mysql+pymysql://u@h/db": "pymysql",
+        "mariadb+pymysql://u@h/db": "pymysql",
+        "mysql://u@h/db": "pymysql",
+        "mysql+mysqldb://u@h/db": "mysqldb",
+        "mariadb+mysqldb://u@h/db": "mysqldb",
+    }
+    for url, driver in urls.items():
         store = plugins.store_factory(url)(url, None)
         try:
             assert isinstance(store, MySQLStore)
             assert store.capabilities.skip_locked and store.capabilities.multi_host
+            assert store.driver.name == driver == store.engine.dialect.driver
         finally:
             store.close()
     assert normalize_url("mysql://u@h/db") == "mysql+pymysql://u@h/db"
     assert normalize_url("mariadb://u@h/db") == "mariadb+pymysql://u@h/db"
+    with pytest.raises(ValueError, match="unsupported MySQL driver"):
+        MySQLStore("mysql+asyncmy://u@h/db")
 
 
 def test_ssl_disabled_query_flag_is_a_real_boolean() -> None:
@@ -292,6 +312,67 @@ def test_ssl_disabled_query_flag_is_a_real_boolean() -> None:
     for value, expected in (("true", True), ("false", False), ("0", False), ("1", True)):
         args = dialect.engine_kwargs(f"mysql+pymysql://u@h/db?ssl_disabled={value}")
         assert args["connect_args"]["ssl_disabled"] is expected
+
+
+def test_ssl_disabled_becomes_ssl_mode_for_mysqlclient() -> None:
+    """mysqlclient has no ``ssl_disabled`` argument (it would refuse to connect)."""
+    driver = driver_of("mysql+mysqldb://u@h/db")
+    for value, expected in (("true", {"ssl_mode": "DISABLED"}), ("false", {}), ("0", {})):
+        cparams: dict[str, Any] = {"host": "h", "ssl_disabled": value}
+        driver.prepare_connect(cparams)
+        assert cparams == {"host": "h", **expected}
+    kwargs = MySQLDialect().engine_kwargs("mysql+mysqldb://u@h/db?ssl_disabled=true")
+    assert "ssl_disabled" not in kwargs["connect_args"]
+
+
+TRICKY_VALUES: list[Any] = [
+    'it\'s a \\ "test" 100% %s %% \n\r\t\x1a\x00 é 中 🚀',
+    b"\x00\xff'\\\"%s" + bytes(range(256)),
+    "",
+    b"",
+    None,
+    0,
+    -(2**63),
+    2**64 - 1,
+    True,
+    1.5,
+]
+
+
+@pytest.mark.parametrize("no_backslash_escapes", [False, True])
+def test_mariadb_1011_values_the_store_renders_round_trip(
+    mysql_store: MySQLStore, no_backslash_escapes: bool
+) -> None:
+    """The store interpolates parameters itself (``Driver.literal``): every value comes back
+    as it went in, one at a time, in a batch and in a multi-row insert, also under
+    ``NO_BACKSLASH_ESCAPES`` (where a backslash is an ordinary character)."""
+    with mysql_store.engine.begin() as conn:
+        if no_backslash_escapes:
+            conn.exec_driver_sql(
+                "SET SESSION sql_mode = CONCAT(@@sql_mode, ',NO_BACKSLASH_ESCAPES')"
+            )
+        placeholders = ", ".join(["%s"] * len(TRICKY_VALUES))
+        row = conn.exec_driver_sql(f"SELECT {placeholders}", tuple(TRICKY_VALUES)).one()
+        conn.exec_driver_sql(
+            "CREATE TEMPORARY TABLE tricky (n INT PRIMARY KEY, s LONGTEXT, b LONGBLOB)"
+        )
+        texts = [v for v in TRICKY_VALUES if isinstance(v, str)]
+        blobs = [v for v in TRICKY_VALUES if isinstance(v, bytes)]
+        rows = [(n, t, b) for n, (t, b) in enumerate((t, b) for t in texts for b in blobs)]
+        conn.exec_driver_sql("INSERT INTO tricky (n, s, b) VALUES (%s, %s, %s)", rows)
+        conn.exec_driver_sql(  # a batched UPDATE: the multi-statement pipeline
+            "UPDATE tricky SET s = CONCAT(s, %s) WHERE n = %s", [(t, n) for n, t, _ in rows]
+        )
+        back = conn.exec_driver_sql("SELECT n, s, b FROM tricky ORDER BY n").all()
+        if no_backslash_escapes:
+            conn.exec_driver_sql(
+                "SET SESSION sql_mode = REPLACE(@@sql_mode, 'NO_BACKSLASH_ESCAPES', '')"
+            )
+    assert list(row) == [
+        v if not isinstance(v, bool | float) else float(v) if isinstance(v, float) else int(v)
+        for v in TRICKY_VALUES
+    ]
+    assert [tuple(r) for r in back] == [(n, t + t, b) for n, t, b in rows]
 
 
 # ---------------------------------------------------------------------- claim plan

@@ -1,5 +1,11 @@
 """The MySQL / MariaDB dialect: ``SKIP LOCKED`` claims, a ``GET_LOCK`` migration lock, error codes.
 
+Two DBAPI drivers are supported, chosen by the URL (``mysql+pymysql://``, the default, or
+``mysql+mysqldb://`` for mysqlclient, the C driver); :class:`Driver` holds what differs between
+them (connection arguments, how a value becomes an SQL literal). Both raise errors whose first
+argument is the server's or the client library's error number, which is all the classification
+reads.
+
 Sessions run under READ COMMITTED: under InnoDB's default REPEATABLE READ, locking reads also
 take gap and next-key locks on the claim index, so concurrent ``SKIP LOCKED`` claims, inserts and
 deletes of queue rows block and deadlock each other (Solid Queue's MySQL deadlocks). READ
@@ -10,12 +16,12 @@ from __future__ import annotations
 
 import logging
 import re
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from typing import Any
 
 from sqlalchemy import Select, event, text
-from sqlalchemy.engine import Connection, Engine, make_url
+from sqlalchemy.engine import URL, Connection, Engine, make_url
 from sqlalchemy.exc import DBAPIError
 
 from ratchet.sql.dialect import ErrorKind, SqlDialect
@@ -39,10 +45,11 @@ ER_DUP_ENTRY = 1062
 #: Deadlock found (1213), lock wait timeout (1205), MySQL 8 ``NOWAIT`` (3572), MariaDB's
 #: "record has changed since last read" under snapshot isolation (1020).
 RETRYABLE_CODES = frozenset({1213, 1205, 3572, 1020})
-#: Server gone away (2006), lost connection (2013), cannot connect (2003), lost connection at
-#: handshake (2055), connection killed (1927), shutdown in progress (1053), too many
-#: connections (1040), MySQL 8 inactivity disconnect (4031).
-TRANSIENT_CODES = frozenset({2006, 2013, 2003, 2055, 1927, 1053, 1040, 4031})
+#: Server gone away (2006), lost connection (2013), cannot connect (2003; 2002 from MariaDB's and
+#: MySQL's client libraries, under mysqlclient, for a refused TCP connection too), lost
+#: connection at handshake (2055), connection killed (1927), shutdown in progress (1053), too
+#: many connections (1040), MySQL 8 inactivity disconnect (4031).
+TRANSIENT_CODES = frozenset({2006, 2013, 2002, 2003, 2055, 1927, 1053, 1040, 4031})
 
 #: Pool defaults: a worker uses a poller, a writer and a heartbeat connection plus occasional
 #: reads from job threads; submitters in the same process share the pool.
@@ -54,14 +61,18 @@ POOL_RECYCLE_SECONDS = 3600
 #: Largest multi-statement query the batched-update pipeline sends (well under the smallest
 #: default ``max_allowed_packet``, 16 MiB on MariaDB 10.6 and 64 MiB on MySQL 8).
 PIPELINE_MAX_BYTES = 1 << 20
-#: PyMySQL's ``CLIENT.MULTI_STATEMENTS`` capability flag.
+#: The protocol's ``CLIENT_MULTI_STATEMENTS`` capability flag (PyMySQL and mysqlclient alike).
 CLIENT_MULTI_STATEMENTS = 1 << 16
+
+#: Execution option of a multi-statement query (``Connection.exec_driver_sql`` with
+#: ``no_parameters``): a list that receives ``(rowcount, rows or None)`` of every statement.
+MULTI_RESULTS = "ratchet_multi_results"
 
 _DUP_KEY = re.compile(r"for key '(?:[^'.]*\.)?([^']+)'")
 
 
 def error_code(exc: BaseException) -> int | None:
-    """The server or client error number of a PyMySQL error (wrapped or not), if any."""
+    """The server or client error number of a PyMySQL or mysqlclient error (wrapped or not)."""
     orig = exc.orig if isinstance(exc, DBAPIError) else exc
     args = getattr(orig, "args", ())
     if args and isinstance(args[0], int):
@@ -69,8 +80,130 @@ def error_code(exc: BaseException) -> int | None:
     return None
 
 
+def _flag(value: Any) -> bool:
+    """A URL query flag as a boolean (``"false"`` is false, unlike ``bool("false")``)."""
+    if isinstance(value, str):
+        return value.strip().lower() in ("1", "true", "yes", "on")
+    return bool(value)
+
+
+class Driver:
+    """What differs between the DBAPI drivers: PyMySQL (pure Python, the default)."""
+
+    name = "pymysql"
+
+    def connect_args(self, query: Any) -> dict[str, Any]:
+        """Driver-specific connection arguments, given the URL's query."""
+        flag = query.get("ssl_disabled")
+        if isinstance(flag, str):
+            # PyMySQL would take the string "false" as true.
+            return {"ssl_disabled": _flag(flag)}
+        return {}
+
+    def prepare_connect(self, cparams: dict[str, Any]) -> None:
+        """Adjust the arguments of each new connection (after SQLAlchemy's, before connecting)."""
+
+    def quote(self, dbapi_conn: Any) -> Callable[[str], str]:
+        """``str -> quoted, escaped SQL string literal`` for the connection (its charset and
+        ``NO_BACKSLASH_ESCAPES``)."""
+        return dbapi_conn.escape  # type: ignore[no-any-return]
+
+    def fallback(self, dbapi_conn: Any) -> Callable[[Any], str]:
+        """The driver's own literal of any value (used for the uncommon types)."""
+        return dbapi_conn.escape  # type: ignore[no-any-return]
+
+    def literal(self, dbapi_conn: Any) -> Callable[[Any], str]:
+        """``value -> SQL literal``: what the driver's client-side interpolation makes of it.
+
+        Both drivers interpolate parameters into the statement text on the client (neither uses
+        server-side prepared statements) through a generic, per-type dispatch written in Python.
+        The store's statements bind only integers, byte strings (ids), strings and NULL; those
+        are rendered here directly (byte strings as ``X'..'`` hex literals, as PyMySQL does), any
+        other type by the driver.
+        """
+        quote = self.quote(dbapi_conn)
+        fallback = self.fallback(dbapi_conn)
+
+        def literal(value: Any) -> str:
+            kind = type(value)
+            if kind is bytes:
+                return "X'" + value.hex() + "'"
+            if kind is int:
+                return int.__repr__(value)
+            if value is None:
+                return "NULL"
+            if kind is str:
+                return quote(value)
+            return fallback(value)
+
+        return literal
+
+    def render(self, dbapi_conn: Any, statement: str, params: Any) -> str:
+        """``statement`` (``format`` paramstyle) with ``params`` interpolated, as the driver's
+        ``execute`` would send it."""
+        literal = self.literal(dbapi_conn)
+        if isinstance(params, dict):
+            return statement % {k: literal(v) for k, v in params.items()}
+        return statement % tuple(map(literal, params))
+
+
+class MySQLdbDriver(Driver):
+    """mysqlclient (``MySQLdb``): libmariadb / libmysqlclient through a C extension.
+
+    It reads the protocol and parses rows in C. It has no ``ssl_disabled`` argument: the flag
+    becomes ``ssl_mode="DISABLED"``, which mysqlclient emulates on MariaDB's client library too.
+    """
+
+    name = "mysqldb"
+
+    def connect_args(self, query: Any) -> dict[str, Any]:
+        return {}
+
+    def prepare_connect(self, cparams: dict[str, Any]) -> None:
+        if "ssl_disabled" in cparams and _flag(cparams.pop("ssl_disabled")):
+            cparams.setdefault("ssl_mode", "DISABLED")
+
+    def quote(self, dbapi_conn: Any) -> Callable[[str], str]:
+        string_literal = dbapi_conn.string_literal  # C: mysql_real_escape_string, quoted
+        encoding = dbapi_conn.encoding
+
+        def quote(value: str) -> str:
+            return string_literal(value.encode(encoding)).decode(encoding)  # type: ignore[no-any-return]
+
+        return quote
+
+    def fallback(self, dbapi_conn: Any) -> Callable[[Any], str]:
+        to_bytes = dbapi_conn.literal
+        encoding = dbapi_conn.encoding
+
+        def fallback(value: Any) -> str:
+            if isinstance(value, bytes | bytearray):
+                return "X'" + bytes(value).hex() + "'"
+            return to_bytes(value).decode(encoding)  # type: ignore[no-any-return]
+
+        return fallback
+
+
+#: The drivers by SQLAlchemy driver name (``mysql+<name>://``).
+DRIVERS: dict[str, Driver] = {d.name: d for d in (Driver(), MySQLdbDriver())}
+
+
+def driver_of(url: str | URL) -> Driver:
+    """The :class:`Driver` of a ``mysql+<driver>://`` URL (PyMySQL when none is named)."""
+    name = make_url(url).get_driver_name()
+    if name in ("", "mysql", "mariadb"):  # no "+driver": SQLAlchemy's default would be MySQLdb
+        name = "pymysql"
+    try:
+        return DRIVERS[name]
+    except KeyError:
+        raise ValueError(
+            f"unsupported MySQL driver {name!r}: use mysql+pymysql:// or mysql+mysqldb:// "
+            "(mysqlclient)"
+        ) from None
+
+
 class MySQLDialect(SqlDialect):
-    """MySQL 8.0+ and MariaDB 10.6+ through PyMySQL."""
+    """MySQL 8.0+ and MariaDB 10.6+ through PyMySQL or mysqlclient."""
 
     name = "mysql"
     skip_locked = True
@@ -85,11 +218,8 @@ class MySQLDialect(SqlDialect):
             "connect_timeout": 5,
             # CURRENT_TIMESTAMP & co. in UTC (the schema itself stores integer microseconds).
             "init_command": "SET time_zone = '+00:00'",
+            **driver_of(url).connect_args(make_url(url).query),
         }
-        flag = make_url(url).query.get("ssl_disabled")
-        if isinstance(flag, str):
-            # PyMySQL would take the string "false" as true.
-            connect_args["ssl_disabled"] = flag.strip().lower() in ("1", "true", "yes", "on")
         return {
             "pool_recycle": POOL_RECYCLE_SECONDS,
             "pool_size": DEFAULT_POOL_SIZE,
@@ -108,16 +238,39 @@ class MySQLDialect(SqlDialect):
         one multi-statement query instead: same statements, same order, same transaction.
         """
         state = {"checked": False}
+        driver = driver_of(engine.url)
 
         @event.listens_for(engine, "do_connect")
         def _multi_statements(dialect: Any, rec: Any, cargs: Any, cparams: dict[str, Any]) -> None:
             cparams["client_flag"] = int(cparams.get("client_flag", 0)) | CLIENT_MULTI_STATEMENTS
+            driver.prepare_connect(cparams)
 
         @event.listens_for(engine, "do_executemany")
         def _pipeline(cursor: Any, statement: str, parameters: Any, context: Any) -> bool | None:
-            if len(parameters) < 2 or statement.lstrip()[:6].upper() not in ("UPDATE", "DELETE"):
+            if len(parameters) < 2:
                 return None
-            pipeline_executemany(cursor, statement, parameters)
+            verb = statement.lstrip()[:6].upper()
+            if verb == "INSERT":
+                return insert_executemany(cursor, statement, parameters, driver) or None
+            if verb not in ("UPDATE", "DELETE"):
+                return None
+            pipeline_executemany(cursor, statement, parameters, driver)
+            return True
+
+        @event.listens_for(engine, "do_execute_no_params")
+        def _multi(cursor: Any, statement: str, context: Any) -> bool | None:
+            results = context.execution_options.get(MULTI_RESULTS)
+            if results is None:
+                return None
+            run_multi(cursor, statement, results)
+            return True
+
+        @event.listens_for(engine, "do_execute")
+        def _interpolate(cursor: Any, statement: str, parameters: Any, context: Any) -> bool | None:
+            # The driver would do the same interpolation through its generic per-type dispatch.
+            if not parameters:
+                return None
+            cursor.execute(driver.render(cursor.connection, statement, parameters))
             return True
 
         @event.listens_for(engine, "connect")
@@ -190,12 +343,57 @@ def migration_lock_name(database: str | None) -> str:
     return f"{MIGRATION_LOCK_NAME}.{database or ''}"[:64]
 
 
-def pipeline_executemany(cursor: Any, statement: str, parameters: Any) -> int:
+def run_multi(cursor: Any, query: str, results: list[tuple[int, Any]]) -> None:
+    """Send a multi-statement ``query``; append ``(rowcount, rows or None)`` of each statement.
+
+    The server stops at a failing statement; its error is raised by ``nextset()``, inside the
+    engine's error handling (so it is classified and a lost connection invalidated as usual).
+    """
+    cursor.execute(query)
+    while True:
+        rows = cursor.fetchall() if cursor.description else None
+        results.append((cursor.rowcount, rows))
+        if not cursor.nextset():
+            return
+
+
+def insert_executemany(cursor: Any, statement: str, parameters: Any, driver: Driver) -> bool:
+    """Run ``INSERT ... VALUES (%s, ...)`` for every parameter set as multi-row ``INSERT`` statements of
+    up to :data:`PIPELINE_MAX_BYTES`, values rendered by ``driver`` (as the drivers' own
+    ``executemany`` does, minus their per-value type dispatch). Returns False, having done
+    nothing, for any other shape of statement (the driver then runs it)."""
+    head, sep, row = statement.rpartition(" VALUES ")
+    if not sep or row.count("(") != 1 or not (row.startswith("(") and row.endswith(")")):
+        return False
+    render = driver.render
+    conn = cursor.connection
+    head += sep
+    total = 0
+    batch: list[str] = []
+    size = 0
+    for params in parameters:
+        values = render(conn, row, params)
+        if batch and size + len(values) > PIPELINE_MAX_BYTES:
+            cursor.execute(head + ",".join(batch))
+            total += max(cursor.rowcount, 0)
+            batch, size = [], 0
+        batch.append(values)
+        size += len(values) + 1
+    cursor.execute(head + ",".join(batch))
+    cursor.rowcount = total + max(cursor.rowcount, 0)
+    return True
+
+
+def pipeline_executemany(
+    cursor: Any, statement: str, parameters: Any, driver: Driver | None = None
+) -> int:
     """Run ``statement`` once per parameter set in as few multi-statement queries as fit.
 
     Sets and returns ``cursor.rowcount`` as the sum over all statements, like ``executemany``.
     An error stops the server at the failing statement and is raised from ``nextset()``.
     """
+    render = (driver or DRIVERS["pymysql"]).render
+    conn = cursor.connection
     total = 0
     batch: list[str] = []
     size = 0
@@ -210,7 +408,7 @@ def pipeline_executemany(cursor: Any, statement: str, parameters: Any) -> int:
         size = 0
 
     for params in parameters:
-        sql = cursor.mogrify(statement, params)
+        sql = render(conn, statement, params)
         if batch and size + len(sql) > PIPELINE_MAX_BYTES:
             flush()
         batch.append(sql)

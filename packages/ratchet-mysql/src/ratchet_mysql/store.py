@@ -5,25 +5,46 @@ rows that nobody else holds, ``ORDER BY scheduled_time, job_id LIMIT n FOR UPDAT
 one parenthesised branch per level in one ``UNION ALL`` (an index range scan on
 ``idx_queue_claim`` each). A concurrent claimer therefore never sees a candidate it then fails
 to lock, and looks past rows others hold instead of coming back short.
+
+The claim and the outcome batch are the shared store's statements, written out as SQL text by
+the store (ids as hex literals, strings through the driver's escaping) and sent as
+multi-statement queries: a claim is two round trips (candidates; then the update, the attempt
+rows and the definitions), an outcome batch two (the fenced read; then every write). The shared
+store would take five and four, and run every value through SQLAlchemy's bind processing and the
+driver's per-type dispatch. ``tests/adapters/mysql/test_store_mariadb.py`` checks both against
+the shared store's versions, row for row.
 """
 
 from __future__ import annotations
 
 import logging
+import uuid
+from collections import namedtuple
 from collections.abc import Iterator, Sequence
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
-from sqlalchemy import Select, select, text, union_all
+from sqlalchemy import Integer, Select, bindparam, select, text, union_all
 from sqlalchemy.engine import Connection, make_url
 from sqlalchemy.exc import ProgrammingError
 
 from ratchet.domain.lifecycle import JobPriority, JobStatus
-from ratchet.domain.model import ClaimedJob
+from ratchet.domain.model import ClaimedJob, Outcome, OutcomeKind
+from ratchet.domain.priority import claim_order_key
+from ratchet.ports import iter_chunks
 from ratchet.sql import schema
+from ratchet.sql.claimed import DEFINITIONS, claimed_job
 from ratchet.sql.prepared import PreparedInsert
-from ratchet.sql.store import SqlStore
-from ratchet_mysql.dialect import PIPELINE_MAX_BYTES, MySQLDialect, error_code
+from ratchet.sql.store import CHUNK, SqlStore
+from ratchet.sql.types import UTCMicros, to_micros
+from ratchet.sql.watcher import OWNED
+from ratchet_mysql.dialect import (
+    MULTI_RESULTS,
+    PIPELINE_MAX_BYTES,
+    MySQLDialect,
+    driver_of,
+    error_code,
+)
 
 log = logging.getLogger("ratchet.mysql")
 
@@ -32,6 +53,26 @@ Q = schema.job_queue
 SYNTAX_ERRORS = frozenset({1064, 1221, 1235})
 
 DRIVER = "pymysql"
+
+_RUNNING, _PENDING = JobStatus.RUNNING.value, JobStatus.PENDING.value
+_TERMINAL = {
+    OutcomeKind.SUCCEEDED: JobStatus.SUCCEEDED.value,
+    OutcomeKind.DEAD: JobStatus.FAILED.value,
+}
+_BACK = (OutcomeKind.RETRY, OutcomeKind.RESCHEDULE)
+_OWNED_IN = ", ".join(f"'{status}'" for status in OWNED)
+_NO_PARAMETERS = {"no_parameters": True}
+
+#: The claim's read of the claimed jobs' definitions: the shared store's ``DEFINITIONS`` (its
+#: columns and expressions, converted by their types as SQLAlchemy would), rendered once per
+#: store for its engine's dialect, followed by the ids.
+_DEFINITION_COLUMNS = list(DEFINITIONS.selected_columns)
+_Definition = namedtuple("_Definition", [c.key for c in _DEFINITION_COLUMNS])  # type: ignore[misc]
+
+
+def _hex(job_id: uuid.UUID) -> str:
+    """A job id as the literal of its ``BINARY(16)`` column."""
+    return "X'" + job_id.hex + "'"
 
 
 def normalize_url(url: str) -> str:
@@ -44,8 +85,8 @@ def normalize_url(url: str) -> str:
 
 
 def render_values(escape: Any, rows: Sequence[tuple[Any, ...]]) -> Iterator[str]:
-    """Each row as a ``(v1,v2,...)`` SQL literal; strings and bytes through the driver's
-    ``escape`` (which follows the session's ``NO_BACKSLASH_ESCAPES``)."""
+    """Each row as a ``(v1,v2,...)`` SQL literal; other values than integers and NULL through
+    the driver's ``escape`` (which follows the session's ``NO_BACKSLASH_ESCAPES``)."""
     for row in rows:
         parts = []
         for value in row:
@@ -70,17 +111,31 @@ class MySQLStore(SqlStore):
         if "connect_args" in engine_options:
             defaults = dialect.engine_kwargs(url)["connect_args"]
             engine_options["connect_args"] = {**defaults, **engine_options["connect_args"]}
+        self.driver = driver_of(url)
+        """The DBAPI driver the URL names (PyMySQL or mysqlclient)."""
         self._locking_union = True
         """Whether the server accepts the per-level locking UNION (else: the generic claim)."""
+        self._definition_processors: list[Any] | None = None
+        self._definitions_head: str | None = None
         super().__init__(url, dialect, **engine_options)
 
+    # ------------------------------------------------------------------ claim
     def _claim(
         self, conn: Connection, node_id: str, limit: int, now: datetime, boost: timedelta
     ) -> list[ClaimedJob]:
-        try:
+        if not self._locking_union:
             return super()._claim(conn, node_id, limit, now, boost)
+        stmt = self._candidate_stmt
+        if stmt is None:
+            stmt = self._candidates(
+                bindparam("c_now", type_=UTCMicros()),  # type: ignore[arg-type]
+                bindparam("c_limit", type_=Integer()),  # type: ignore[arg-type]
+            )
+            self._candidate_stmt = stmt
+        try:
+            rows = list(conn.execute(stmt, {"c_now": now, "c_limit": limit}).all())
         except ProgrammingError as exc:
-            if not self._locking_union or error_code(exc) not in SYNTAX_ERRORS:
+            if error_code(exc) not in SYNTAX_ERRORS:
                 raise
             # A statement the server refuses to parse leaves the transaction usable.
             log.warning(
@@ -91,6 +146,142 @@ class MySQLStore(SqlStore):
             self._locking_union = False
             self._candidate_stmt = None  # rebuilt without the locking union
             return super()._claim(conn, node_id, limit, now, boost)
+        if not rows:
+            return []
+        # The rows are locked by this transaction and were PENDING when read (a locking read
+        # sees the latest committed version): the shared store's re-check is not needed.
+        rows.sort(
+            key=lambda r: claim_order_key(r.priority, r.scheduled_time, str(r.job_id), now, boost)
+        )
+        chosen = rows[:limit]
+        literal = self.driver.literal(conn.connection.driver_connection)
+        node, at = literal(node_id), to_micros(now)
+        ids = ",".join(_hex(r.job_id) for r in chosen)
+        attempts = ",".join(
+            f"({_hex(r.job_id)},{r.attempts + 1},{r.epoch + 1},{node},{at},'{_RUNNING}')"
+            for r in chosen
+        )
+        results = self._multi(
+            conn,
+            f"UPDATE {Q.name} SET status = '{_RUNNING}', picked_by = {node}, picked_at = {at},"
+            f" epoch = epoch + 1 WHERE job_id IN ({ids}) AND status = '{_PENDING}';\n"
+            f"INSERT INTO {schema.job_execution.name}"
+            " (job_id, attempt_no, epoch, node_id, started_at, outcome)"
+            f" VALUES {attempts};\n{self._definitions_sql()}({ids})",
+        )
+        if results[0][0] != len(chosen):
+            raise AssertionError("claimed rows changed under the claim lock")
+        definitions = self._definitions(results[2][1])
+        return [claimed_job(r, definitions[r.job_id], now, epoch=r.epoch + 1) for r in chosen]
+
+    def _definitions_sql(self) -> str:
+        """``SELECT <the columns of DEFINITIONS> FROM scheduler_job WHERE job_id IN `` (the id
+        list follows)."""
+        head = self._definitions_head
+        if head is None:
+            columns = select(*_DEFINITION_COLUMNS)  # DEFINITIONS without its WHERE
+            compiled = columns.compile(
+                dialect=self.engine.dialect, compile_kwargs={"literal_binds": True}
+            )
+            # No parameters follow: a driver would not turn an escaped "%%" back into "%".
+            head = str(compiled).replace("%%", "%") + f" WHERE {schema.job.name}.job_id IN "
+            self._definitions_head = head
+        return head
+
+    def _definitions(self, rows: Sequence[tuple[Any, ...]]) -> dict[uuid.UUID, Any]:
+        """Raw rows of :meth:`_definitions_sql` by job id, converted by their column types."""
+        processors = self._definition_processors
+        if processors is None:
+            dialect = self.engine.dialect
+            processors = self._definition_processors = [
+                c.type.result_processor(dialect, None) for c in _DEFINITION_COLUMNS
+            ]
+        out = {}
+        for row in rows:
+            d = _Definition(
+                *(v if p is None else p(v) for p, v in zip(processors, row, strict=True))
+            )
+            out[d.job_id] = d
+        return out
+
+    def _multi(self, conn: Connection, query: str) -> list[tuple[int, Any]]:
+        """Run a multi-statement ``query``; ``(rowcount, rows or None)`` of each statement."""
+        results: list[tuple[int, Any]] = []
+        conn.exec_driver_sql(
+            query, execution_options={**_NO_PARAMETERS, MULTI_RESULTS: results}
+        ).close()
+        return results
+
+    # ------------------------------------------------------------------ outcomes
+    def _record(
+        self, conn: Connection, node_id: str, outcomes: Sequence[Outcome], now: datetime
+    ) -> list[uuid.UUID]:
+        """The shared store's fenced write: a locking read of the rows this node still owns,
+        then every write (the same statements, one per job and table) in as few multi-statement
+        queries as fit in :data:`PIPELINE_MAX_BYTES`."""
+        literal = self.driver.literal(conn.connection.driver_connection)
+        node = literal(node_id)
+        owned: dict[bytes, tuple[int, int]] = {}
+        for chunk in iter_chunks(outcomes, CHUNK):
+            ids = ",".join(_hex(o.job_id) for o in chunk)
+            rows = conn.exec_driver_sql(
+                f"SELECT job_id, epoch, attempts FROM {Q.name} WHERE job_id IN ({ids})"
+                f" AND picked_by = {node} AND status IN ({_OWNED_IN}) FOR UPDATE",
+                execution_options=_NO_PARAMETERS,
+            )
+            owned.update({job_id: (epoch, attempts) for job_id, epoch, attempts in rows})
+        fenced: list[uuid.UUID] = []
+        accepted: list[tuple[Outcome, int]] = []
+        for o in outcomes:
+            row = owned.get(o.job_id.bytes)
+            if row is None or row[0] != o.epoch:
+                fenced.append(o.job_id)
+            else:
+                accepted.append((o, row[1]))
+        if not accepted:
+            return fenced
+        terminal = [(o, a) for o, a in accepted if o.kind in _TERMINAL]
+        back = [(o, a) for o, a in accepted if o.kind in _BACK]
+        # One statement per job (deletes by primary key: with an IN list MySQL/MariaDB may scan
+        # the table and wait on, then deadlock with, other workers' rows).
+        statements = [f"DELETE FROM {Q.name} WHERE job_id = {_hex(o.job_id)}" for o, _ in terminal]
+        statements += [
+            f"UPDATE {schema.job.name} SET terminal_status = '{_TERMINAL[o.kind]}',"
+            f" terminal_error = {literal(o.error)}, result = {literal(o.result)},"
+            f" terminated_at = {to_micros(o.finished_at)},"
+            f" attempts = {a + (0 if o.kind is OutcomeKind.SUCCEEDED else 1)}"
+            f" WHERE job_id = {_hex(o.job_id)}"
+            for o, a in terminal
+        ]
+        statements += [
+            f"UPDATE {Q.name} SET status = '{_PENDING}',"
+            f" scheduled_time = {to_micros(o.retry_at or now)},"
+            f" attempts = {a + (1 if o.kind is OutcomeKind.RETRY else 0)},"
+            f" last_error = {literal(o.error if o.kind is OutcomeKind.RETRY else None)},"
+            " picked_by = NULL, picked_at = NULL, timed_out_at = NULL"
+            f" WHERE job_id = {_hex(o.job_id)}"
+            for o, a in back
+        ]
+        statements += [
+            f"UPDATE {schema.job_execution.name} SET finished_at = {to_micros(o.finished_at)},"
+            f" outcome = '{o.kind.value}', error = {literal(o.error)}"
+            f" WHERE job_id = {_hex(o.job_id)} AND attempt_no = {a + 1} AND epoch = {o.epoch}"
+            for o, a in accepted
+        ]
+        batch: list[str] = []
+        size = 0
+        for sql in statements:
+            if batch and size + len(sql) > PIPELINE_MAX_BYTES:
+                self._multi(conn, ";\n".join(batch))
+                batch, size = [], 0
+            batch.append(sql)
+            size += len(sql) + 2
+        self._multi(conn, ";\n".join(batch))
+        if self.outcome_hooks:
+            applied = [o for o, _ in accepted]
+            for hook in self.outcome_hooks:
+                hook(conn, applied, now)
+        return fenced
 
     def _insert_rows(
         self, conn: Connection, statement: PreparedInsert, rows: Sequence[tuple[Any, ...]]
@@ -104,7 +295,7 @@ class MySQLStore(SqlStore):
         if not rows:
             return
         head = statement.sql.partition(" VALUES ")[0] + " VALUES "
-        escape = conn.connection.driver_connection.escape  # type: ignore[union-attr]
+        escape = self.driver.literal(conn.connection.driver_connection)
         batch: list[str] = []
         size = 0
         for values in render_values(escape, rows):
