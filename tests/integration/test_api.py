@@ -366,3 +366,32 @@ def test_cli_jobs_commands(app: Ratchet, sqlite_url: str) -> None:
     assert run("jobs", "cancel", str(handle.id)).returncode == 0
     assert handle.status() is JobStatus.CANCELED
     assert run("jobs", "cancel", str(handle.id)).returncode == 1
+
+
+def test_written_outcomes_wake_the_poller_after_a_short_claim_but_not_after_an_empty_one(
+    app: Ratchet,
+) -> None:
+    """A claim may come back short while jobs still wait (another node held the rows it
+    skipped): the slots its outcomes free must wake the poller. After a poll that found
+    nothing, a write must not (that would poll an empty queue once per batch)."""
+    app.submit_many([app.enqueue(sample_jobs.noop) for _ in range(3)])
+    worker = app.worker(concurrency=10)  # wants 10, gets 3
+
+    def run_and_write(jobs: list[Any]) -> None:
+        for job in jobs:
+            worker._run_and_queue(job)
+        batch = [worker._outcomes.get_nowait() for _ in jobs]
+        worker._wake.clear()
+        worker._write(batch, retry_forever=False)
+
+    claimed = worker.poll_once()
+    assert len(claimed) == 3
+    run_and_write(claimed)
+    assert worker._wake.is_set(), "a short claim's freed slots wake the poller"
+
+    assert worker.poll_once() == []
+    app.submit_many([app.enqueue(sample_jobs.noop)])
+    claimed = worker.poll_once()
+    assert worker.poll_once() == []  # the queue is empty now
+    run_and_write(claimed)
+    assert not worker._wake.is_set(), "after an empty poll a write does not wake the poller"

@@ -177,7 +177,10 @@ class Worker:
         self._pending_writes = 0
         self._idle = threading.Condition(self._lock)
         self._due: list[datetime] = []
-        self._saturated = False
+        self._found_work = False
+        """The last poll claimed something: a slot that frees may find more waiting (the
+        poller is woken then). After a poll that found nothing, only the poll delay, a wakeup
+        hint or a due time wakes it."""
         self._threads: list[threading.Thread] = []
         self._targets: dict[str, Callable[..., Any]] = {}
         self._refs: dict[str, TargetRef] = {}
@@ -342,7 +345,7 @@ class Worker:
         with self._lock:
             for job in claimed:
                 self._inflight[job.job_id] = job
-            self._saturated = len(claimed) == want
+            self._found_work = bool(claimed)
         if claimed and self.app.observed():
             for job in claimed:
                 self.app.emit(
@@ -466,7 +469,7 @@ class Worker:
                 self._pending_writes += 1
             # With an outcome to write, the slot frees when the writer has written it (and the
             # writer wakes the poller then); without one it is free now.
-            wake = self._saturated and outcome is None
+            wake = self._found_work and outcome is None
         if outcome is not None:
             self._outcomes.put(outcome)
         if wake:
@@ -850,7 +853,7 @@ class Worker:
         with self._idle:
             self._pending_writes -= len(batch)
             self._idle.notify_all()
-            wake = self._saturated
+            wake = self._found_work
         if wake:
             self._wake.set()  # the written runs' slots are free now
 
