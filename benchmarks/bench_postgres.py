@@ -365,7 +365,7 @@ def claim_cost(bench: Bench, waiting: int, rounds: int = 12, batch: int = 50) ->
     from sqlalchemy import text
 
     from ratchet_postgres import PostgresStore
-    from ratchet_postgres.store import claim_statement
+    from ratchet_postgres.store import claim_parameters, claim_statement
 
     with bench.database() as url:
         store = PostgresStore(url, connect_args={"options": "-c synchronous_commit=off"})
@@ -400,8 +400,7 @@ def claim_cost(bench: Bench, waiting: int, rounds: int = 12, batch: int = 50) ->
             got = store.claim("bench", batch, now=now, boost_interval=boost)
             times.append((time.perf_counter() - started) * 1000)
             assert len(got) == batch
-        params = {"now": int(now.timestamp() * 1e6), "lim": batch, "node": "explain",
-                  "boost": boost // timedelta(microseconds=1)}  # fmt: skip
+        params = claim_parameters("explain", batch, now, boost)
         with store.engine.begin() as conn:
             plan = conn.execute(
                 text("EXPLAIN (ANALYZE, BUFFERS, FORMAT JSON) " + claim_statement(True).text),

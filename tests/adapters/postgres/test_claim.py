@@ -22,7 +22,7 @@ from ratchet.sql.types import to_micros
 from ratchet.testing.clock import FakeClock
 from ratchet.testing.store_contract import new_job
 from ratchet_postgres import PostgresStore
-from ratchet_postgres.store import claim_statement
+from ratchet_postgres.store import claim_parameters, claim_statement
 
 pytestmark = pytest.mark.postgres
 
@@ -251,25 +251,20 @@ def test_claim_plan_uses_the_partial_index(store: PostgresStore) -> None:
     with store.engine.begin() as conn:
         fill(conn, 20_000, 20_000)
     now = datetime(2030, 1, 2, tzinfo=UTC)
-    params = {
-        "now": to_micros(now),
-        "lim": 50,
-        "node": "n",
-        "boost": BOOST // timedelta(microseconds=1),
-    }
+    params = claim_parameters("n", 50, now, BOOST)
     sql = claim_statement(True).text
     with store.engine.connect() as conn:
         custom = _plan(conn, sql, params)
         # The statement as psycopg runs it after five executions: a server-side prepared
         # statement, here forced to its generic plan.
-        positional = {"now": "$1", "lim": "$2", "node": "$3", "boost": "$4"}
-        prepared = re.sub(r":(now|lim|node|boost)\b", lambda m: positional[m.group(1)], sql)
-        conn.execute(text(f"PREPARE claim_probe (bigint, int, text, bigint) AS {prepared}"))
+        positional = {"now": "$1", "lim": "$2", "node": "$3", "boost": "$4", "cand": "$5"}
+        prepared = re.sub(r":(now|lim|node|boost|cand)\b", lambda m: positional[m.group(1)], sql)
+        conn.execute(text(f"PREPARE claim_probe (bigint, int, text, bigint, int) AS {prepared}"))
         conn.execute(text("SET plan_cache_mode = force_generic_plan"))
         generic = conn.execute(
             text(
                 "EXPLAIN (FORMAT JSON) EXECUTE claim_probe"
-                f"({params['now']}, {params['lim']}, 'n', {params['boost']})"
+                f"({params['now']}, {params['lim']}, 'n', {params['boost']}, {params['cand']})"
             )
         ).scalar_one()
         conn.rollback()

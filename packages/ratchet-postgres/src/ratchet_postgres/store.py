@@ -57,16 +57,37 @@ def _branch(level: int) -> str:
         "(SELECT job_id, priority, scheduled_time FROM scheduler_job_queue"
         f" WHERE status = '{JobStatus.PENDING.value}' AND priority = {int(level)}"
         " AND scheduled_time <= :now"
-        " ORDER BY scheduled_time, job_id LIMIT :lim)"
+        " ORDER BY scheduled_time, job_id LIMIT :cand)"
     )
+
+
+def claim_parameters(node_id: str, limit: int, now: datetime, boost: timedelta) -> dict[str, Any]:
+    """The bound parameters of :func:`claim_statement` (``boost`` only when the boost is on)."""
+    params: dict[str, Any] = {
+        "now": to_micros(now),
+        "lim": limit,
+        "cand": limit * CANDIDATES_PER_CLAIMED,
+        "node": node_id,
+    }
+    boost_us = boost // timedelta(microseconds=1)
+    if boost_us > 0:
+        params["boost"] = boost_us
+    return params
+
+
+#: Candidates read per priority level for each job a claim wants. Twice as many: a claimer
+#: racing another one skips the rows the other holds (``SKIP LOCKED``) and still finds its
+#: batch among the next ones instead of coming back short or empty.
+CANDIDATES_PER_CLAIMED = 2
 
 
 @cache
 def claim_statement(boosted: bool) -> TextClause:
     """The claim as one statement (``boosted``: whether the age boost is on).
 
-    ``cand``: per priority level the ``:lim`` oldest due PENDING jobs (an index-only range scan
-    each); their union holds the true top ``:lim`` because the boost never reorders jobs of one
+    ``cand``: per priority level the ``:cand`` oldest due PENDING jobs (``:lim`` times
+    :data:`CANDIDATES_PER_CLAIMED`; an index-only range scan each); their union holds the true
+    top ``:lim`` because the boost never reorders jobs of one
     level. ``picked``: the candidates sorted by effective priority, scheduled time and id, then
     fetched by primary key and locked one at a time in that order (``FOR UPDATE SKIP LOCKED`` in
     a lateral subquery), skipping rows other claimers hold, until ``:lim`` are locked: only the
@@ -445,11 +466,8 @@ class PostgresStore(SqlStore):
     def _claim(
         self, conn: Connection, node_id: str, limit: int, now: datetime, boost: timedelta
     ) -> list[ClaimedJob]:
-        boost_us = boost // timedelta(microseconds=1)
-        params: dict[str, Any] = {"now": to_micros(now), "lim": limit, "node": node_id}
-        if boost_us > 0:
-            params["boost"] = boost_us
-        rows = conn.execute(claim_statement(boost_us > 0), params).all()
+        params = claim_parameters(node_id, limit, now, boost)
+        rows = conn.execute(claim_statement("boost" in params), params).all()
         return [
             claimed_job(r, r, now, epoch=r.epoch, scheduled_time=from_micros(r.scheduled_time))
             for r in rows
