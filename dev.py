@@ -55,7 +55,8 @@ def main(argv: list[str]) -> int:
         # The demo needs no MySQL driver: skip building mysqlclient (a C extension), keeping it
         # if a development install already has it.
         sync(uv, "--no-group", "mysqlclient", "--inexact")
-        return subprocess.call([uv, "run", "ratchet", "demo", *rest], cwd=ROOT)
+        # --no-sync: a plain `uv run` would sync the default groups again, mysqlclient included.
+        return subprocess.call([uv, "run", "--no-sync", "ratchet", "demo", *rest], cwd=ROOT)
     if os.name == "posix":
         # Before the sync: it also installs what building mysqlclient needs.
         run(["bash", str(ROOT / "scripts" / "install-test-services.sh")])
