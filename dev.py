@@ -59,7 +59,8 @@ def main(argv: list[str]) -> int:
         return subprocess.call([uv, "run", "--no-sync", "ratchet", "demo", *rest], cwd=ROOT)
     if os.name == "posix":
         # Before the sync: it also installs what building mysqlclient needs.
-        run(["bash", str(ROOT / "scripts" / "install-test-services.sh")])
+        env = {**os.environ, "RATCHET_PYTHON": sys.executable}
+        run(["bash", str(ROOT / "scripts" / "install-test-services.sh")], env=env)
     sync(uv)
     return subprocess.call([uv, "run", "pytest", *rest], cwd=ROOT)
 

@@ -54,6 +54,21 @@ else
     missing+=(libmariadb-dev pkg-config gcc libc6-dev)
 fi
 
+# Building a C extension also needs the headers of the Python it is built for; Debian's own
+# Python keeps them in a separate package (pyenv and uv-managed Pythons ship them).
+have_python_headers() {
+    local py=${RATCHET_PYTHON:-python3}
+    "$py" -c 'import os, sys, sysconfig
+sys.exit(0 if os.path.exists(os.path.join(sysconfig.get_paths()["include"], "Python.h")) else 1)'
+}
+if have_python_headers; then
+    log "Python headers present"
+elif [[ "$(command -v "${RATCHET_PYTHON:-python3}")" == /usr/bin/* ]]; then
+    missing+=(python3-dev)
+else
+    log "warning: no Python.h for ${RATCHET_PYTHON:-python3}; building mysqlclient may fail" >&2
+fi
+
 if ((${#missing[@]} == 0)); then
     log "nothing to install"
     exit 0
