@@ -24,7 +24,7 @@ from collections.abc import Iterator, Sequence
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
-from sqlalchemy import Integer, Select, bindparam, select, text, union_all
+from sqlalchemy import Select, select, text, union_all
 from sqlalchemy.engine import Connection, make_url
 from sqlalchemy.exc import ProgrammingError
 
@@ -36,7 +36,7 @@ from ratchet.sql import schema
 from ratchet.sql.claimed import DEFINITIONS, claimed_job
 from ratchet.sql.prepared import PreparedInsert
 from ratchet.sql.store import CHUNK, SqlStore
-from ratchet.sql.types import UTCMicros, to_micros
+from ratchet.sql.types import to_micros
 from ratchet.sql.watcher import OWNED
 from ratchet_mysql.dialect import (
     MULTI_RESULTS,
@@ -125,15 +125,8 @@ class MySQLStore(SqlStore):
     ) -> list[ClaimedJob]:
         if not self._locking_union:
             return super()._claim(conn, node_id, limit, now, boost)
-        stmt = self._candidate_stmt
-        if stmt is None:
-            stmt = self._candidates(
-                bindparam("c_now", type_=UTCMicros()),  # type: ignore[arg-type]
-                bindparam("c_limit", type_=Integer()),  # type: ignore[arg-type]
-            )
-            self._candidate_stmt = stmt
         try:
-            rows = list(conn.execute(stmt, {"c_now": now, "c_limit": limit}).all())
+            rows = self._candidate_rows(conn, now, limit)
         except ProgrammingError as exc:
             if error_code(exc) not in SYNTAX_ERRORS:
                 raise

@@ -579,9 +579,8 @@ class SqlStore(
             return []
         return self._run(lambda conn: self._claim(conn, node_id, limit, now, boost_interval))
 
-    def _claim(
-        self, conn: Connection, node_id: str, limit: int, now: datetime, boost: timedelta
-    ) -> list[ClaimedJob]:
+    def _candidate_rows(self, conn: Connection, now: datetime, limit: int) -> list[Row[Any]]:
+        """The claim's candidates (:meth:`_candidates`) due at ``now``, ``limit`` per level."""
         stmt = self._candidate_stmt
         if stmt is None:
             # Built once, with the time and the batch size as bound parameters: constructing
@@ -591,7 +590,12 @@ class SqlStore(
                 bindparam("c_limit", type_=Integer()),  # type: ignore[arg-type]
             )
             self._candidate_stmt = stmt
-        rows = list(conn.execute(stmt, {"c_now": now, "c_limit": limit}).all())
+        return list(conn.execute(stmt, {"c_now": now, "c_limit": limit}).all())
+
+    def _claim(
+        self, conn: Connection, node_id: str, limit: int, now: datetime, boost: timedelta
+    ) -> list[ClaimedJob]:
+        rows = self._candidate_rows(conn, now, limit)
         if not rows:
             return []
         rows.sort(
