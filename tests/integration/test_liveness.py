@@ -353,3 +353,45 @@ def test_progress_needs_a_worker_run_context(clock: FakeClock) -> None:
         ctx.checkpoint(1, None)
     with pytest.raises(RuntimeError, match="worker"):
         ctx.touch()
+
+
+def test_reservations_that_takeovers_left_no_room_for_stay_reserved(
+    app: Ratchet, clock: FakeClock
+) -> None:
+    """A poll takes over eligible jobs before it starts its reserved ones; a reservation that
+    found no free slot is still this node's and starts on a later poll (it used to be dropped
+    from memory and sit QUEUED until the queued-stall deadline revoked it)."""
+    store: Any = app.store
+    gone = NodeInfo("gone-1", "gone", "other-host", 1, 4)
+    store.register_incarnation(gone, now=clock.now())
+    payload = '{"args":[3],"kwargs":{}}'
+    orphan = new_job(clock, target="liveness_jobs:quick", payload=payload)
+    store.insert_jobs([orphan], now=clock.now())
+    assert len(store.claim("gone-1", 1, now=clock.now(), boost_interval=timedelta(0))) == 1
+    assert store.declare_dead(["gone-1"], now=clock.now()) == ["gone-1"]
+    b = app.worker(**{**FAST, "concurrency": 1, "prefetch": 1})  # not started: polled here
+    assert b.liveness is not None
+    b.liveness.register()
+    waiting = new_job(clock, target="liveness_jobs:quick", payload=payload)
+    store.insert_jobs([waiting], now=clock.now())
+    b.liveness.refill()
+    assert b.liveness.reserved == 1
+    assert b.liveness.watch_once().orphaned == 1
+
+    def finish(jobs: list[Any]) -> None:  # the poll claimed them; nothing runs them here
+        for job in jobs:
+            b._inflight.pop(job.job_id)
+            outcome = Outcome(
+                job.job_id, job.epoch, job.attempt, OutcomeKind.SUCCEEDED, clock.now(), clock.now()
+            )
+            assert b.record([outcome]) == []
+
+    taken = b.poll_once()
+    assert [j.job_id for j in taken] == [orphan.job_id], "the takeover used the only slot"
+    assert b.liveness.reserved == 1, "the untried reservation is still held"
+    assert view(app, waiting.job_id).status is JobStatus.QUEUED
+    finish(taken)
+    started = b.poll_once()
+    assert [j.job_id for j in started] == [waiting.job_id]
+    finish(started)
+    b.liveness.stop()

@@ -433,8 +433,8 @@ class WatcherStore(Protocol):
         supports: Callable[[str, str | None], bool] | None = None,
         without_row: bool = False,
     ) -> AcquiredWork:
-        """One poll in one transaction: takeovers (of jobs ``supports`` accepts), then reserved
-        jobs started, then claims."""
+        """One poll: takeovers (of jobs ``supports`` accepts), then reserved jobs started (only
+        as many as the takeovers left room for; the others stay reserved), then claims."""
 
     def reserve(
         self, node_id: str, limit: int, *, now: datetime, boost_interval: timedelta

@@ -503,6 +503,10 @@ class Liveness:
                 self._reserved.extendleft(reversed(reserved))
                 return []  # declared dead (or draining): no claims; the next beat restarts it
             taken, started, claimed = list(work.taken), list(work.started), list(work.claimed)
+            # Takeovers go first: the reservations they left no slot for were not tried and
+            # are still this node's (QUEUED here); they start on a later poll.
+            untried = reserved[max(0, want - len(taken)) :]
+            self._reserved.extendleft(reversed(untried))
             for job in taken:
                 self.stats.taken_over += 1
                 log.warning(

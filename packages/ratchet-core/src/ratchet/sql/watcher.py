@@ -627,7 +627,8 @@ class WatcherStoreMixin:
         (T1).
 
         Only an ALIVE node obtains work (``without_row``: also a node that never registered,
-        e.g. a worker driven by hand). ``reserved`` jobs that did not start were revoked.
+        e.g. a worker driven by hand). Only the first ``want - len(taken)`` of ``reserved`` are
+        tried: those that did not start were revoked; the rest are untouched, still reserved.
         """
         if want <= 0:
             return AcquiredWork(None)
