@@ -152,12 +152,18 @@ class Chaos:
             conn.close()
 
     def kill(self, rng: random.Random) -> None:
-        victim = self.busy_victim(rng)
-        victim.popen.send_signal(signal.SIGKILL)
-        victim.popen.wait()
-        victim.killed = True
-        self.actions.append(f"SIGKILL {victim.name}-{victim.index}")
-        self.start(victim.name)  # the replacement recovers its previous incarnation at once
+        while True:
+            victim = self.busy_victim(rng)
+            victim.popen.send_signal(signal.SIGKILL)
+            victim.popen.wait()
+            # Its run may have ended (outcome written) between the choice and the signal: only
+            # a kill that left a RUNNING job behind counts, else kill again.
+            hit = self.owns_running(victim)
+            self.start(victim.name)  # the replacement recovers its previous incarnation at once
+            if hit:
+                victim.killed = True
+                self.actions.append(f"SIGKILL {victim.name}-{victim.index}")
+                return
 
     def freeze(self, rng: random.Random) -> None:
         victim = self.busy_victim(rng)
