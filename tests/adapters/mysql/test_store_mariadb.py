@@ -5,7 +5,6 @@ versions (run on the same data, rolled back), in fewer round trips, through eith
 from __future__ import annotations
 
 import random
-import uuid
 from datetime import timedelta
 from functools import partial
 from typing import Any
@@ -18,7 +17,7 @@ from ratchet.domain.lifecycle import JobPriority
 from ratchet.domain.model import OutcomeKind
 from ratchet.sql.store import SqlStore
 from ratchet.testing import FakeClock
-from ratchet.testing.store_contract import new_job, outcome
+from ratchet.testing.store_contract import mixed_outcomes, new_job
 from ratchet_mysql import MySQLStore
 from ratchet_mysql.dialect import error_code
 
@@ -102,15 +101,7 @@ def test_mariadb_1011_record_agrees_with_the_generic_write(
         (OutcomeKind.RESCHEDULE, {"error": "circuit open", "retry_at": later}),
         (OutcomeKind.SUCCEEDED, {}),
     ]
-    outcomes = []
-    for i, job in enumerate(mine[:25]):
-        kind, extra = kinds[i % len(kinds)]
-        outcomes.append(outcome(job, kind, clock, **extra))
-    stale = mine[25]
-    outcomes.append(outcome(stale, OutcomeKind.SUCCEEDED, clock, epoch=stale.epoch + 1))
-    outcomes += [outcome(job, OutcomeKind.SUCCEEDED, clock) for job in others[:2]]
-    ghost = outcome(mine[26], OutcomeKind.DEAD, clock, job_id=uuid.uuid4())
-    outcomes.append(ghost)
+    outcomes, expected_fenced = mixed_outcomes(mine, others, clock, kinds)
     now = clock.now()
 
     fenced, rows, queries = _run_and_roll_back(
@@ -120,7 +111,7 @@ def test_mariadb_1011_record_agrees_with_the_generic_write(
         mysql_store, lambda c: SqlStore._record(mysql_store, c, "me", outcomes, now)
     )
     assert fenced == generic_fenced
-    assert fenced == [stale.job_id, others[0].job_id, others[1].job_id, ghost.job_id]
+    assert fenced == expected_fenced
     assert rows == generic_rows
     # The fenced read, then every write in one query; outcome hooks add their own.
     assert generic_queries - queries == 3

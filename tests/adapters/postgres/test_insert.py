@@ -259,10 +259,8 @@ def _record_and_roll_back(
 
 
 def test_record_outcomes_agrees_with_the_generic_write(store: PostgresStore) -> None:
-    import uuid
-
     from ratchet.domain.model import OutcomeKind
-    from ratchet.testing.store_contract import outcome
+    from ratchet.testing.store_contract import mixed_outcomes
 
     clock = FakeClock()
     store.insert_jobs([new_job(clock) for _ in range(40)], now=clock.now())
@@ -277,22 +275,14 @@ def test_record_outcomes_agrees_with_the_generic_write(store: PostgresStore) -> 
         (OutcomeKind.RETRY, {"error": "now"}),
         (OutcomeKind.RESCHEDULE, {"error": "circuit open", "retry_at": later}),
     ]
-    outcomes = []
-    for i, job in enumerate(mine[:25]):
-        kind, extra = kinds[i % len(kinds)]
-        outcomes.append(outcome(job, kind, clock, **extra))
-    stale = mine[25]
-    outcomes.append(outcome(stale, OutcomeKind.SUCCEEDED, clock, epoch=stale.epoch + 1))
-    outcomes += [outcome(job, OutcomeKind.SUCCEEDED, clock) for job in others[:2]]
-    ghost = outcome(mine[26], OutcomeKind.DEAD, clock, job_id=uuid.uuid4())
-    outcomes.append(ghost)
+    outcomes, expected_fenced = mixed_outcomes(mine, others, clock, kinds)
 
     fenced, rows, statements = _record_and_roll_back(store, outcomes, clock.now(), False)
     generic_fenced, generic_rows, generic_statements = _record_and_roll_back(
         store, outcomes, clock.now(), True
     )
     assert fenced == generic_fenced
-    assert fenced == [stale.job_id, others[0].job_id, others[1].job_id, ghost.job_id]
+    assert fenced == expected_fenced
     assert rows == generic_rows
     # One statement for the writes; outcome hooks (e.g. resource permits) add their own.
     assert generic_statements - statements >= 4

@@ -66,6 +66,31 @@ def outcome(job: ClaimedJob, kind: OutcomeKind, clock: FakeClock, **overrides: A
     return Outcome(**fields)
 
 
+def mixed_outcomes(
+    mine: Sequence[ClaimedJob],
+    others: Sequence[ClaimedJob],
+    clock: FakeClock,
+    kinds: Sequence[tuple[OutcomeKind, dict[str, Any]]],
+) -> tuple[list[Outcome], list[uuid.UUID]]:
+    """An outcome batch to compare a dialect's own outcome write with the generic one.
+
+    Needs 27 jobs in ``mine`` (claimed by the writing node) and 2 in ``others`` (claimed by
+    another node). The first 25 of ``mine`` end with ``kinds`` in turn (kind, extra outcome
+    fields); then a stale epoch, two jobs of the other node and an unknown id. Returns the batch
+    and the ids a correct write fences, in batch order.
+    """
+    batch = [
+        outcome(job, kinds[i % len(kinds)][0], clock, **kinds[i % len(kinds)][1])
+        for i, job in enumerate(mine[:25])
+    ]
+    stale = mine[25]
+    batch.append(outcome(stale, OutcomeKind.SUCCEEDED, clock, epoch=stale.epoch + 1))
+    batch += [outcome(job, OutcomeKind.SUCCEEDED, clock) for job in others[:2]]
+    ghost = outcome(mine[26], OutcomeKind.DEAD, clock, job_id=uuid.uuid4())
+    batch.append(ghost)
+    return batch, [stale.job_id, others[0].job_id, others[1].job_id, ghost.job_id]
+
+
 class StoreContract:
     """Behaviour every store must have. Needs fixtures ``store`` and ``clock``."""
 
