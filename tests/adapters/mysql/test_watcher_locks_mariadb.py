@@ -20,23 +20,15 @@ import pytest
 from sqlalchemy import create_engine, select
 
 from ratchet.domain.lifecycle import JobStatus
-from ratchet.domain.watcher import NodeInfo, WatcherSettings
+from ratchet.domain.watcher import NodeInfo
 from ratchet.plugins import Plugins, make_plugin_manager
 from ratchet.sql import schema
 from ratchet.testing.clock import FakeClock
 from ratchet.testing.store_contract import BOOST, new_job
-from ratchet.testing.watcher_contract import fail_or_retry
+from ratchet.testing.watcher_contract import SETTINGS, fail_or_retry
 
 T = TypeVar("T")
 Q, NODE = schema.job_queue, schema.node
-SETTINGS = WatcherSettings(
-    queued_stall=timedelta(seconds=30),
-    running_stall=timedelta(seconds=60),
-    timed_out_grace=timedelta(seconds=60),
-    takeover_window=timedelta(seconds=120),
-    max_takeovers=2,
-    dead_after=timedelta(seconds=30),
-)
 #: Far below the server's lock wait timeout (50 s) and the store's retries of it: a pass that
 #: waited for the other transaction's locks could not finish within this bound.
 BOUND = 20.0
