@@ -11,6 +11,7 @@ from ratchet.domain.breaker import check_profile_name, resolve_profiles
 from ratchet.domain.errors import ConfigurationError
 from ratchet.domain.priority import DEFAULT_BOOST_INTERVAL
 from ratchet.domain.resources import parse_resource_limits
+from ratchet.domain.text import is_storable_text
 from ratchet.domain.timeouts import TimeoutSettings
 from ratchet.domain.watcher import WatcherSettings
 
@@ -46,6 +47,13 @@ class RatchetConfig:
             raise ConfigurationError("payload and result caps must be positive byte counts")
         if self.boost_interval < timedelta(0):
             raise ConfigurationError("boost_interval must not be negative")
+        if self.node_name is not None and not (
+            self.node_name and len(self.node_name) <= 60 and is_storable_text(self.node_name)
+        ):
+            raise ConfigurationError(
+                f"node_name {self.node_name!r} cannot name a node: use 1 to 60 characters "
+                "without NUL or lone surrogates"
+            )
         resolve_profiles(self.breaker_profiles)
         check_profile_name(self.default_breaker_profile)
         parse_resource_limits(self.resource_limits)
@@ -69,8 +77,6 @@ class WorkerConfig:
     """Recurring masters claimed per materializer transaction."""
     drain_timeout: timedelta = timedelta(seconds=30)
     """How long SIGTERM waits for running jobs before handing them back."""
-    recheck_after: timedelta = timedelta(seconds=1)
-    """A job that waited longer than this between claim and start re-reads its status first."""
     completion_batch: int = 256
     """Most attempt outcomes written in one transaction."""
     burst_delay: timedelta = timedelta(milliseconds=500)

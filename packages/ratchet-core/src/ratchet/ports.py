@@ -130,8 +130,9 @@ class Store(Protocol):
         receive the same job.
         """
 
-    def is_owned(self, job_id: uuid.UUID, epoch: int, node_id: str) -> bool:
-        """Whether ``node_id`` still owns the RUNNING job under ``epoch``."""
+    def owned_jobs(self, node_id: str, jobs: Sequence[tuple[uuid.UUID, int]]) -> set[uuid.UUID]:
+        """Which of ``jobs`` (``(job_id, epoch)`` pairs) ``node_id`` still owns under that
+        epoch (RUNNING or TIMED_OUT): one read for all of them."""
 
     def record_outcomes(
         self, node_id: str, outcomes: Sequence[Outcome], *, now: datetime

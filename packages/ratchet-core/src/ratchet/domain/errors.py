@@ -106,6 +106,13 @@ class StoreUnavailable(RatchetError):
     """The database could not be reached; the operation may be retried later."""
 
 
+class OutcomeNotStorable(RatchetError):
+    """The store refused an attempt's outcome for a reason other than an outage; the job was
+    failed with this error instead (its original outcome is in the message)."""
+
+    __ratchet_do_not_retry__ = True
+
+
 class JobTimeoutError(BaseException):
     """An attempt ran past its deadline and was interrupted (or recorded as timed out).
 

@@ -10,6 +10,7 @@ from datetime import datetime, timedelta
 
 from ratchet.domain.lifecycle import JobPriority, JobStatus
 from ratchet.domain.options import BackoffPolicy
+from ratchet.domain.text import is_storable_text, storable_text
 
 
 @dataclass(frozen=True)
@@ -97,6 +98,13 @@ class Outcome:
     retry_at: datetime | None = None
     flow_effects: bool = True
     """As :attr:`ClaimedJob.flow_effects` (True when unknown: the store then looks)."""
+
+    def __post_init__(self) -> None:
+        # Whatever a job raised or returned, the outcome must be writable on every store.
+        if self.error is not None and not is_storable_text(self.error):
+            object.__setattr__(self, "error", storable_text(self.error))
+        if self.result is not None and not is_storable_text(self.result):
+            object.__setattr__(self, "result", storable_text(self.result))
 
 
 @dataclass(frozen=True)

@@ -41,6 +41,7 @@ from ratchet.domain.errors import FencedOut, UnknownPluginError
 from ratchet.domain.model import ClaimedJob, Outcome, OutcomeKind
 from ratchet.domain.options import BackoffPolicy
 from ratchet.domain.retry import decide_retry
+from ratchet.domain.text import storable_text
 from ratchet.domain.watcher import (
     Checkpoint,
     JobStalledError,
@@ -75,8 +76,8 @@ _LOCAL_LOCK = threading.Lock()
 
 
 def host_name() -> str:
-    """This machine's name (at most 60 characters)."""
-    return socket.gethostname()[:60]
+    """This machine's name (at most 60 characters, storable on every database)."""
+    return storable_text(socket.gethostname())[:60]
 
 
 def new_node_id(name: str | None = None) -> str:

@@ -26,10 +26,16 @@ from typing import TYPE_CHECKING, Any, cast
 
 from ratchet.config import WorkerConfig
 from ratchet.domain.breaker import CircuitOpenError
-from ratchet.domain.errors import FencedOut, JobTimeoutError, StoreUnavailable
+from ratchet.domain.errors import (
+    FencedOut,
+    JobTimeoutError,
+    OutcomeNotStorable,
+    StoreUnavailable,
+)
 from ratchet.domain.model import ClaimedJob, Outcome, OutcomeKind
 from ratchet.domain.polling import AdaptivePollingStrategy, PollingConfig
 from ratchet.domain.retry import decide_retry
+from ratchet.domain.text import storable_text
 from ratchet.engine.context import (
     JobContext,
     bound,
@@ -46,6 +52,7 @@ from ratchet.engine.pipeline import (
     breaker_service,
     reschedule,
 )
+from ratchet.engine.start_check import StartCheck
 from ratchet.engine.watchdog import (
     Attempt,
     CancellationRequestPoller,
@@ -76,17 +83,23 @@ def default_node_id(name: str | None = None) -> str:
 
 
 def describe_error(exc: BaseException) -> str:
-    """``module.Type: message``, truncated."""
+    """``module.Type: message``, storable on every database, at most ``MAX_ERROR_CHARS``."""
     remote = getattr(exc, "ratchet_description", None)  # an error reported by a child process
     if isinstance(remote, str):
-        return remote if len(remote) <= MAX_ERROR_CHARS else remote[: MAX_ERROR_CHARS - 3] + "..."
-    klass = type(exc)
-    name = (
-        klass.__qualname__
-        if klass.__module__ == "builtins"
-        else f"{klass.__module__}.{klass.__qualname__}"
-    )
-    text = f"{name}: {exc}"
+        text = remote
+    else:
+        klass = type(exc)
+        name = (
+            klass.__qualname__
+            if klass.__module__ == "builtins"
+            else f"{klass.__module__}.{klass.__qualname__}"
+        )
+        try:
+            message = str(exc)
+        except Exception as unprintable:  # a job's exception type may break its own __str__
+            message = f"<message unavailable: its __str__ raised {type(unprintable).__name__}>"
+        text = f"{name}: {message}"
+    text = storable_text(text)
     return text if len(text) <= MAX_ERROR_CHARS else text[: MAX_ERROR_CHARS - 3] + "..."
 
 
@@ -188,6 +201,11 @@ class Worker:
         """Circuit-breaker service per target (the breaker is configured on first use)."""
         self._started = False
         self._outage_logged = False
+        self._progress = threading.Condition(threading.Lock())
+        self._progress_count = 0
+        """Bumped (and ``_progress`` notified) whenever a run ends or an outcome batch lands."""
+        self.start_check = StartCheck(lambda jobs: self.store.owned_jobs(self.node_id, jobs))
+        """Every attempt confirms the job is still this node's right before it starts."""
         self.strategy = AdaptivePollingStrategy(
             PollingConfig(
                 burst_delay=config.burst_delay,
@@ -291,15 +309,29 @@ class Worker:
         log.info("worker %s stopped", self.node_id)
 
     def wait_until(self, predicate: Callable[[], bool], timeout: float) -> bool:
-        """Block until ``predicate()`` holds (checked after every outcome batch) or timeout."""
+        """Block until ``predicate()`` holds (checked again whenever a run ends or an outcome
+        batch is written) or ``timeout`` seconds pass; returns whether it held.
+
+        The predicate runs on the calling thread without any of the worker's locks held, so it
+        may call the worker (``free_slots()``) or read the database.
+        """
         deadline = time.monotonic() + timeout
-        with self._idle:
-            while not predicate():
-                remaining = deadline - time.monotonic()
-                if remaining <= 0:
-                    return False
-                self._idle.wait(timeout=min(remaining, 0.25))
-        return True
+        while True:
+            with self._progress:
+                seen = self._progress_count
+            if predicate():
+                return True
+            remaining = deadline - time.monotonic()
+            if remaining <= 0:
+                return False
+            with self._progress:
+                if self._progress_count == seen:
+                    self._progress.wait(timeout=min(remaining, 0.25))
+
+    def _notify_progress(self) -> None:
+        with self._progress:
+            self._progress_count += 1
+            self._progress.notify_all()
 
     # ------------------------------------------------------------------ wakeups
     def _on_hint(self, hint: WakeupHint) -> None:
@@ -442,12 +474,16 @@ class Worker:
             return max(0.0, (self._due[0] - now).total_seconds())
 
     def _outage(self, exc: Exception) -> None:
+        """Count and log (once per run of failures) an error of a store call that is retried."""
         self.stats.store_errors += 1
         if not self._outage_logged:
             self._outage_logged = True
-            log.error("database unavailable (%s); retrying with backoff", exc)
+            if isinstance(exc, StoreUnavailable):
+                log.error("%s; retrying with backoff", exc)
+            else:
+                log.error("store call failed (%s); retrying with backoff", describe_error(exc))
         else:
-            log.debug("still unavailable: %s", exc)
+            log.debug("still failing: %s", exc)
 
     def _outage_over(self) -> None:
         if self._outage_logged:
@@ -478,6 +514,8 @@ class Worker:
             # stop() waits for the last running job; wait_until() hears from the writer.
             with self._idle:
                 self._idle.notify_all()
+        if outcome is None:
+            self._notify_progress()
 
     def target_ref(self, target: str) -> TargetRef:
         """The parsed form of a stored target (cached)."""
@@ -539,11 +577,16 @@ class Worker:
         with bound(ctx):
             passed: list[Gate] = []
             try:
-                if started - job.claimed_at > self.config.recheck_after and not self.store.is_owned(
-                    job.job_id, job.epoch, self.node_id
-                ):
-                    log.info("job %s was canceled or taken before it started", job.job_id)
-                    return None
+                owned = self.start_check.confirm(job.job_id, job.epoch)
+            except StoreUnavailable as exc:
+                finished = app.now()
+                return reschedule(
+                    job, started, finished, finished, f"not started: {describe_error(exc)}"
+                )
+            if not owned:
+                log.info("job %s was canceled or taken before it started; not run", job.job_id)
+                return None
+            try:
                 for gate in self.gates:
                     stop = gate.enter(self, job, started)
                     if stop is not None:
@@ -834,28 +877,90 @@ class Worker:
         return fenced
 
     def _write(self, batch: list[Outcome], *, retry_forever: bool) -> None:
+        """Record ``batch``: through database outages with backoff (until stopping, unless
+        ``retry_forever``); an outcome the store refuses for any other reason is isolated and
+        its job failed with a storable error, so it never holds up the rest."""
         delay = 0.05
-        while True:
+        pending = batch
+        while pending:
             try:
-                self.record(batch)
+                self.record(pending)
                 self._outage_over()
                 break
-            except Exception as exc:
+            except StoreUnavailable as exc:
                 self._outage(exc)
-                if not retry_forever and self._stopping.is_set():
-                    log.error(
-                        "could not record %d outcome(s); orphan recovery will rerun them",
-                        len(batch),
-                    )
+            except Exception as exc:
+                pending = self._write_one_by_one(pending, exc)
+                if not pending:
                     break
-                time.sleep(delay)  # waiting out a database outage, not synchronising
-                delay = min(delay * 2, 5.0)
+            if not retry_forever and self._stopping.is_set():
+                log.error(
+                    "could not record %d outcome(s); the watcher will recover their jobs",
+                    len(pending),
+                )
+                break
+            time.sleep(delay)  # waiting out a database outage, not synchronising
+            delay = min(delay * 2, 5.0)
         with self._idle:
             self._pending_writes -= len(batch)
             self._idle.notify_all()
             wake = self._found_work
+        self._notify_progress()
         if wake:
             self._wake.set()  # the written runs' slots are free now
+
+    def _write_one_by_one(self, batch: list[Outcome], error: Exception) -> list[Outcome]:
+        """After a batch write failed with ``error`` (not an outage): write each outcome on its
+        own; one the store refuses becomes a dead-lettering failure that names the refusal.
+        Returns what is left to write once the database is reachable again."""
+        log.error(
+            "writing %d outcome(s) failed (%s); writing them one at a time to isolate the "
+            "outcome the store refuses",
+            len(batch),
+            describe_error(error),
+        )
+        for index, outcome in enumerate(batch):
+            try:
+                self.record([outcome])
+                continue
+            except StoreUnavailable as exc:
+                self._outage(exc)
+                return batch[index:]
+            except Exception as exc:
+                refused = self._refused_outcome(outcome, exc)
+            try:
+                self.record([refused])
+            except StoreUnavailable as exc:
+                self._outage(exc)
+                return [refused, *batch[index + 1 :]]
+            except Exception as exc:
+                self.stats.store_errors += 1
+                log.error(
+                    "job %s: the store refused even the failure that replaced its outcome (%s); "
+                    "the job stays RUNNING here until the watcher recovers it",
+                    outcome.job_id,
+                    describe_error(exc),
+                )
+        return []
+
+    def _refused_outcome(self, outcome: Outcome, exc: Exception) -> Outcome:
+        """The dead-lettering failure that replaces an outcome the store refused."""
+        self.stats.store_errors += 1
+        error = OutcomeNotStorable(
+            f"the {outcome.kind.value} outcome of attempt {outcome.attempt} could not be "
+            f"stored ({describe_error(exc)}); the job was failed instead"
+        )
+        log.error("job %s: %s", outcome.job_id, error)
+        return Outcome(
+            outcome.job_id,
+            outcome.epoch,
+            outcome.attempt,
+            OutcomeKind.DEAD,
+            outcome.started_at,
+            outcome.finished_at,
+            error=describe_error(error),
+            flow_effects=outcome.flow_effects,
+        )
 
     def _after_write(self, outcomes: list[Outcome], fenced: set[uuid.UUID]) -> None:
         stats = self.stats

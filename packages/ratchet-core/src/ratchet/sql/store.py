@@ -631,16 +631,17 @@ class SqlStore(
         )
         return [claimed_job(r, definitions[r.job_id], now, epoch=r.epoch + 1) for r in chosen]
 
-    def is_owned(self, job_id: uuid.UUID, epoch: int, node_id: str) -> bool:
-        def work(conn: Connection) -> bool:
-            row = conn.execute(
-                select(Q.c.epoch).where(
-                    Q.c.job_id == job_id,
-                    Q.c.picked_by == node_id,
-                    Q.c.status.in_(OWNED),
-                )
-            ).first()
-            return row is not None and row.epoch == epoch
+    def owned_jobs(self, node_id: str, jobs: Sequence[tuple[uuid.UUID, int]]) -> set[uuid.UUID]:
+        if not jobs:
+            return set()
+        epochs = dict(jobs)
+
+        def work(conn: Connection) -> set[uuid.UUID]:
+            owned: set[uuid.UUID] = set()
+            for chunk in iter_chunks(list(epochs), CHUNK):
+                rows = conn.execute(_OWNED_ROWS, {"ids": chunk, "node": node_id})
+                owned.update(r.job_id for r in rows if r.epoch == epochs[r.job_id])
+            return owned
 
         return self._run(work, write=False)
 

@@ -469,6 +469,25 @@ class StoreContract:
         assert self.status(store, job.job_id) is JobStatus.CANCELED
         assert store.attempts(job.job_id)[0].outcome == "CANCELED"
 
+    def test_owned_jobs_names_only_jobs_still_running_here_under_their_epoch(
+        self, store: Any, clock: FakeClock
+    ) -> None:
+        self.insert(store, clock, n=3)
+        kept, canceled, stale = self.claim(store, clock)
+        self.insert(store, clock)
+        [theirs] = self.claim(store, clock, node=OTHER)
+        assert store.cancel_job(canceled.job_id, now=clock.now())
+        asked = [
+            (kept.job_id, kept.epoch),
+            (canceled.job_id, canceled.epoch),
+            (stale.job_id, stale.epoch + 1),
+            (theirs.job_id, theirs.epoch),
+            (uuid7(), 1),
+        ]
+        assert store.owned_jobs(NODE, asked) == {kept.job_id}
+        assert store.owned_jobs(OTHER, asked) == {theirs.job_id}
+        assert store.owned_jobs(NODE, []) == set()
+
     def test_cancel_by_tag_skips_running_jobs(self, store: Any, clock: FakeClock) -> None:
         running = self.insert(store, clock, tags=("batch-7",))[0]
         self.claim(store, clock)
