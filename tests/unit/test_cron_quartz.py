@@ -173,7 +173,8 @@ SYNTAX_TABLE: list[tuple[str, str, list[str]]] = [
         ["2024-06-03T00:00", "2024-07-01T00:00", "2024-08-01T00:00", "2024-09-02T00:00"],
     ),
     (
-        # Mar 31 is a Sunday -> Fri 29 (not Apr 1); April and June have no 31st.
+        # Mar 31 is a Sunday -> Fri 29 (not Apr 1). April and June have no 31st, and their
+        # last days (Tue Apr 30, Sun Jun 30) are not Fridays: they fire nothing (see below).
         "0 0 0 31W * ?",
         "2024-03-01T00:00:00+00:00",
         ["2024-03-29T00:00", "2024-05-31T00:00", "2024-07-31T00:00"],
@@ -454,6 +455,94 @@ def test_quarter_hours_on_transition_days(zone: str, day: str, expected: int) ->
     assert len(set(walls)) == len(walls)
     instants = [f.astimezone(UTC) for f in fires]
     assert instants == sorted(instants)
+
+
+# `nW` in a month that has no day n. Quartz counts on past the month's last day, so "day n" of a
+# shorter month is a day of the next month; its weekday rule then applies to that day: a Saturday
+# moves back one day, a Sunday forward one day. Only when n is the day right after the last day
+# and that day is a Saturday (so the last day is a Friday) does the move land inside the month,
+# on its last day. In every other case the short month fires nothing. It never fires on the
+# weekday nearest the last day otherwise: a month ending on a Sunday gets no Friday fire.
+# (expression, after, expected UTC fire times); a trailing END: the schedule has no further fire.
+NEAREST_WEEKDAY_SHORT_MONTHS: list[tuple[str, str, list[str]]] = [
+    (
+        # 2027. Jan 31 is a Sunday -> Fri 29. February has 28 days: day 31 would be Mar 3, a
+        # Wednesday, so February fires nothing (its last day, Sun 28, does not pull a fire to
+        # Fri 26). Mar 31 is a Wednesday. April has 30 days and Fri Apr 30 is its last day: day
+        # 31 would be Sat May 1, which moves back to Fri Apr 30. May 31 is a Monday. June has 30
+        # days and Jun 30 is a Wednesday: day 31 would be Thu Jul 1, so June fires nothing.
+        # Jul 31 is a Saturday -> Fri 30.
+        "0 0 0 31W * ?",
+        "2027-01-01T00:00:00+00:00",
+        [
+            "2027-01-29T00:00",
+            "2027-03-31T00:00",
+            "2027-04-30T00:00",
+            "2027-05-31T00:00",
+            "2027-07-30T00:00",
+        ],
+    ),
+    (
+        # 2028. Apr 30 is a Sunday: day 31 would be Mon May 1, so April fires nothing (not on
+        # Fri Apr 28). May 31 is a Wednesday. Jun 30 is a Friday: day 31 would be Sat Jul 1,
+        # back to Fri Jun 30. Jul 31 is a Monday.
+        "0 30 12 31W * ?",
+        "2028-04-01T00:00:00+00:00",
+        ["2028-05-31T12:30", "2028-06-30T12:30", "2028-07-31T12:30"],
+    ),
+    (
+        # 2036 is a leap year and Feb 29 is a Friday: day 30 would be Sat Mar 1, back to
+        # Fri Feb 29. Mar 30 is a Sunday -> Mon 31. Apr 30 is a Wednesday.
+        "0 0 0 30W * ?",
+        "2036-02-01T00:00:00+00:00",
+        ["2036-02-29T00:00", "2036-03-31T00:00", "2036-04-30T00:00"],
+    ),
+    (
+        # 2025: Feb 28 is a Friday: day 29 would be Sat Mar 1, back to Fri Feb 28. Mar 29 is a
+        # Saturday -> Fri 28.
+        "0 0 0 29W * ?",
+        "2025-02-01T00:00:00+00:00",
+        ["2025-02-28T00:00", "2025-03-28T00:00"],
+    ),
+    (
+        # February only. 2025: Fri Feb 28 (as above). 2026: Feb 28 is a Saturday, day 29 would
+        # be Sun Mar 1, which moves forward: nothing. 2027: Feb 28 is a Sunday, day 29 would be
+        # Mon Mar 1: nothing. 2028 is a leap year and Feb 29 is a Tuesday.
+        "0 0 0 29W 2 ?",
+        "2024-03-01T00:00:00+00:00",
+        ["2025-02-28T00:00", "2028-02-29T00:00"],
+    ),
+    (
+        # Two days past the end never comes back: Feb 2036 ends on Friday the 29th, but day 31
+        # would be Sun Mar 2, which moves forward to Mar 3. No February has a 31W fire.
+        "0 0 0 31W 2 ?",
+        "2024-01-01T00:00:00+00:00",
+        [END],
+    ),
+]
+
+
+@pytest.mark.parametrize(("expression", "after", "expected"), NEAREST_WEEKDAY_SHORT_MONTHS)
+def test_nearest_weekday_in_months_without_the_day(
+    expression: str, after: str, expected: list[str]
+) -> None:
+    test_quartz_syntax_table(expression, after, expected)
+
+
+def test_nearest_weekday_past_the_end_does_not_depend_on_where_the_search_starts() -> None:
+    # 30W in 2036 fires on Wed Jan 30 and on Fri Feb 29 (see above). Quartz 2.3.2 itself skips
+    # Feb 29 when its search stops on Jan 31 at a time of day that could fire: from the Jan 30
+    # fire it steps to Jan 31 00:00, finds January's day already past and jumps to "Feb 30",
+    # which is Mar 1. From Jan 31 12:00 or Feb 1 it finds Feb 29. Ratchet gives the same answer
+    # from any instant between two fires, so a schedule's fires do not depend on where a
+    # search began.
+    for after in (
+        "2036-01-30T00:00:00+00:00",
+        "2036-01-31T12:00:00+00:00",
+        "2036-02-01T00:00:00+00:00",
+    ):
+        fires = next_fire_times("0 0 0 30W * ?", "UTC", datetime.fromisoformat(after), 1)
+        assert _iso(fires) == [_utc("2036-02-29T00:00")]
 
 
 def test_far_searches_are_fast() -> None:

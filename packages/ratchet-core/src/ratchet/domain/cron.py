@@ -324,9 +324,14 @@ class _NearestWeekday:
 
     def days_in(self, year: int, month: int) -> Sequence[int]:
         last = calendar.monthrange(year, month)[1]
-        if self.day > last:
-            return ()
-        return (_nearest_weekday(year, month, self.day, last),)
+        if self.day <= last:
+            return (_nearest_weekday(year, month, self.day, last),)
+        # The month has no such day. Quartz counts on past the last day, into the next month,
+        # and applies the Saturday/Sunday moves there. Only the day right after the last one,
+        # when it is a Saturday, moves back into the month: onto its last day, a Friday.
+        if self.day == last + 1 and date(year, month, last).weekday() == 4:
+            return (last,)
+        return ()
 
 
 @dataclass(frozen=True)
