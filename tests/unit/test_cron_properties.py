@@ -18,7 +18,7 @@ from zoneinfo import ZoneInfo
 from hypothesis import example, given, settings
 from hypothesis import strategies as st
 
-from ratchet.domain.cron import CronExpression
+from ratchet.domain.cron import HORIZON_YEARS, MAX_YEAR, CronExpression
 
 MONTHS = ["JAN", "FEB", "MAR", "APR", "MAY", "JUN", "JUL", "AUG", "SEP", "OCT", "NOV", "DEC"]
 DAYS = ["SUN", "MON", "TUE", "WED", "THU", "FRI", "SAT"]
@@ -367,3 +367,48 @@ def test_nearest_weekday_fires_at_most_once_a_month_on_a_weekday_of_that_month(
     else:
         # Day n lies further into the next month, or on a weekday or Sunday there.
         assert fires == []
+
+
+@settings(max_examples=100)
+@given(
+    now=st.datetimes(datetime(1971, 1, 1), datetime(2950, 12, 31), timezones=st.just(UTC)),
+    zone=st.sampled_from(ZONES),
+    month=st.integers(1, 12),
+    day=st.integers(1, 28),
+    clock=st.tuples(st.integers(6, 20), st.integers(0, 59), st.integers(0, 59)),
+)
+def test_a_yearly_schedule_fires_every_year_up_to_a_century_after_now(
+    now: datetime, zone: str, month: int, day: int, clock: tuple[int, int, int]
+) -> None:
+    tz = ZoneInfo(zone)
+    last = min(MAX_YEAR, now.astimezone(tz).year + HORIZON_YEARS)
+    hour, minute, second = clock
+    cron = CronExpression.parse(f"{second} {minute} {hour} {day} {month} ?")
+    fires: list[datetime] = []
+    current = cron.next_after(datetime(last - 3, 12, 31, tzinfo=tz), tz, now=now)
+    while current is not None and len(fires) < 5:
+        fires.append(current)
+        current = cron.next_after(current, tz, now=now)
+    assert [f.year for f in fires] == [last - 2, last - 1, last]
+    for fire in fires:
+        assert (fire.month, fire.day, fire.hour, fire.minute, fire.second) == (month, day, *clock)
+
+
+@settings(max_examples=100)
+@given(spec=specs(), zone=st.sampled_from(ZONES), data=st.data())
+def test_the_present_only_cuts_off_fires_past_its_horizon(
+    spec: Spec, zone: str, data: st.DataObject
+) -> None:
+    tz = ZoneInfo(zone)
+    after = data.draw(window_start(zone, timedelta(hours=3)))
+    now = data.draw(
+        st.datetimes(datetime(1971, 1, 1), datetime(2098, 12, 1), timezones=st.just(UTC))
+    )
+    cron = CronExpression.parse(spec.text)
+    found = cron.next_after(after, tz, now=now)
+    # A present late enough that none of these schedules runs into its horizon.
+    unlimited = cron.next_after(after, tz, now=datetime(2898, 1, 1, tzinfo=UTC))
+    if unlimited is not None and unlimited.year > now.astimezone(tz).year + HORIZON_YEARS:
+        assert found is None
+    else:
+        assert found == unlimited
