@@ -40,8 +40,8 @@ INVALID: list[tuple[str, str, str, str]] = [
     ("0 0 0-24 * * ?", "hour", "24", "out of range"),
     ("0 0 0 1,40 * ?", "day-of-month", "40", "out of range"),
     # Years.
-    ("0 0 0 1 1 ? 1969", "year", "1969", "year value 1969 out of range; allowed 1970-2099"),
-    ("0 0 0 1 1 ? 2100", "year", "2100", "allowed 1970-2099"),
+    ("0 0 0 1 1 ? 1969", "year", "1969", "year value 1969 out of range; allowed 1970-2999"),
+    ("0 0 0 1 1 ? 3000", "year", "3000", "allowed 1970-2999"),
     ("0 0 0 1 1 ? 2030-2020", "year", "2030-2020", "runs backwards"),
     # Names.
     ("0 0 0 1 JANUARY ?", "month", "JANUARY", "unknown name 'JANUARY'"),
@@ -174,6 +174,9 @@ def test_naive_after_is_refused() -> None:
         next_fire_times("0 0 0 * * ?", "UTC", naive, 1)
     with pytest.raises(ValueError, match="timezone-aware"):
         CronExpression.parse("0 0 0 * * ?").next_after(naive, ZoneInfo("UTC"))
+    aware = datetime(2024, 1, 1, tzinfo=UTC)
+    with pytest.raises(ValueError, match="now must be a timezone-aware"):
+        CronExpression.parse("0 0 0 * * ?").next_after(aware, ZoneInfo("UTC"), now=naive)
     with pytest.raises(ValueError, match="timezone-aware"):
         cron_next_lines("0 0 0 * * ?", "UTC", None, 1, naive)
 

@@ -9,15 +9,16 @@ kept once. The evaluator must return exactly that list.
 
 from __future__ import annotations
 
+import calendar
 from collections.abc import Callable
 from dataclasses import dataclass
-from datetime import UTC, datetime, timedelta
+from datetime import UTC, date, datetime, timedelta
 from zoneinfo import ZoneInfo
 
-from hypothesis import given, settings
+from hypothesis import example, given, settings
 from hypothesis import strategies as st
 
-from ratchet.domain.cron import CronExpression
+from ratchet.domain.cron import HORIZON_YEARS, MAX_YEAR, CronExpression
 
 MONTHS = ["JAN", "FEB", "MAR", "APR", "MAY", "JUN", "JUL", "AUG", "SEP", "OCT", "NOV", "DEC"]
 DAYS = ["SUN", "MON", "TUE", "WED", "THU", "FRI", "SAT"]
@@ -59,6 +60,25 @@ ANCHORS: dict[str, list[datetime]] = {
 ZONES = sorted(ANCHORS)
 
 
+def quartz_nearest_weekday(year: int, month: int, n: int) -> int | None:
+    """The day of ``year-month`` on which ``nW`` fires, or None (oracle).
+
+    Quartz's steps, on a calendar that counts on past the month's end (day 31 of a 30-day month
+    is the 1st of the next): take day n; a Saturday moves back one day (forward two when n is
+    1), a Sunday forward one day (back two when n is the month's last day). The result fires only
+    if it is a day of the month.
+    """
+    last = calendar.monthrange(year, month)[1]
+    weekday = (date(year, month, 1) + timedelta(days=n - 1)).weekday()
+    if weekday == 5:
+        day = n + 2 if n == 1 else n - 1
+    elif weekday == 6:
+        day = n - 2 if n == last else n + 1
+    else:
+        day = n
+    return day if 1 <= day <= last else None
+
+
 @dataclass(frozen=True)
 class Spec:
     """A generated expression and the value sets it stands for."""
@@ -70,9 +90,12 @@ class Spec:
     days_of_month: frozenset[int] | None  # None: '?'
     months: frozenset[int]
     days_of_week: frozenset[int] | None  # None: '?'; 1 = Sunday ... 7 = Saturday
+    nearest_weekday: int | None = None  # n of a day-of-month 'nW'
 
     def matches(self, wall: datetime) -> bool:
-        if self.days_of_month is not None:
+        if self.nearest_weekday is not None:
+            day_ok = wall.day == quartz_nearest_weekday(wall.year, wall.month, self.nearest_weekday)
+        elif self.days_of_month is not None:
             day_ok = wall.day in self.days_of_month
         else:
             assert self.days_of_week is not None
@@ -168,10 +191,11 @@ def specs(
             st.one_of(
                 st.tuples(st.just("dom"), field(1, 31, 31)),
                 st.tuples(st.just("dow"), field(1, 7, 7, DAYS)),
+                st.integers(1, 31).map(lambda n: ("nW", (f"{n}W", frozenset({n})))),
             )
         )
     which, (day_text, day_values) = days
-    dom_text, dow_text = (day_text, "?") if which == "dom" else ("?", day_text)
+    dom_text, dow_text = ("?", day_text) if which == "dow" else (day_text, "?")
     text = f"{sec[0]} {mins[0]} {hrs[0]} {dom_text} {month[0]} {dow_text}"
     return Spec(
         text,
@@ -181,6 +205,7 @@ def specs(
         day_values if which == "dom" else None,
         month[1],
         day_values if which == "dow" else None,
+        min(day_values) if which == "nW" else None,
     )
 
 
@@ -298,3 +323,92 @@ def test_second_schedules_match_a_second_by_second_scan(
     cron = CronExpression.parse(spec.text)
     expected = brute_force(spec, tz, after, end, timedelta(seconds=1))
     assert _same(fires_until(cron, tz, after, end), expected)
+
+
+@settings(max_examples=300)
+@given(
+    n=st.one_of(st.integers(1, 31), st.integers(28, 31)),  # often past a month's end
+    year=st.integers(1971, 2098),
+    month=st.integers(1, 12),
+    zone=st.sampled_from(ZONES),
+    clock=st.tuples(st.integers(6, 20), st.integers(0, 59), st.integers(0, 59)),
+)
+# Months that end on a Friday, with n the day after: Apr 2027 (30 days), Feb 2036 (29), Feb 2025
+# (28); and Feb 2027, which ends on a Sunday.
+@example(n=31, year=2027, month=4, zone="UTC", clock=(9, 0, 0))
+@example(n=30, year=2036, month=2, zone="America/New_York", clock=(12, 30, 0))
+@example(n=29, year=2025, month=2, zone="Pacific/Chatham", clock=(6, 0, 59))
+@example(n=31, year=2027, month=2, zone="UTC", clock=(9, 0, 0))
+def test_nearest_weekday_fires_at_most_once_a_month_on_a_weekday_of_that_month(
+    n: int, year: int, month: int, zone: str, clock: tuple[int, int, int]
+) -> None:
+    # Hours 6-20: no zone here changes its offset then, so each matching day fires exactly once.
+    hour, minute, second = clock
+    tz = ZoneInfo(zone)
+    cron = CronExpression.parse(f"{second} {minute} {hour} {n}W * ?")
+    start = datetime(year, month, 1, tzinfo=tz)
+    end = (start + timedelta(days=32)).replace(day=1)
+    fires = fires_until(cron, tz, start - timedelta(seconds=1), end.astimezone(UTC))
+    for fire in fires:
+        assert (fire.year, fire.month) == (year, month)
+        assert (fire.hour, fire.minute, fire.second) == clock
+        assert fire.weekday() < 5  # Monday to Friday
+    last = calendar.monthrange(year, month)[1]
+    if n <= last:
+        # The one weekday of the month closest to day n (it is always unique and never more than
+        # two days away).
+        weekdays = [d for d in range(1, last + 1) if date(year, month, d).weekday() < 5]
+        best = min(abs(d - n) for d in weekdays)
+        assert best <= 2
+        assert [f.day for f in fires] == [d for d in weekdays if abs(d - n) == best]
+    elif n == last + 1 and date(year, month, last).weekday() == 4:
+        # Day n would be the Saturday after the month's last day, a Friday: back to that Friday.
+        assert [f.day for f in fires] == [last]
+    else:
+        # Day n lies further into the next month, or on a weekday or Sunday there.
+        assert fires == []
+
+
+@settings(max_examples=100)
+@given(
+    now=st.datetimes(datetime(1971, 1, 1), datetime(2950, 12, 31), timezones=st.just(UTC)),
+    zone=st.sampled_from(ZONES),
+    month=st.integers(1, 12),
+    day=st.integers(1, 28),
+    clock=st.tuples(st.integers(6, 20), st.integers(0, 59), st.integers(0, 59)),
+)
+def test_a_yearly_schedule_fires_every_year_up_to_a_century_after_now(
+    now: datetime, zone: str, month: int, day: int, clock: tuple[int, int, int]
+) -> None:
+    tz = ZoneInfo(zone)
+    last = min(MAX_YEAR, now.astimezone(tz).year + HORIZON_YEARS)
+    hour, minute, second = clock
+    cron = CronExpression.parse(f"{second} {minute} {hour} {day} {month} ?")
+    fires: list[datetime] = []
+    current = cron.next_after(datetime(last - 3, 12, 31, tzinfo=tz), tz, now=now)
+    while current is not None and len(fires) < 5:
+        fires.append(current)
+        current = cron.next_after(current, tz, now=now)
+    assert [f.year for f in fires] == [last - 2, last - 1, last]
+    for fire in fires:
+        assert (fire.month, fire.day, fire.hour, fire.minute, fire.second) == (month, day, *clock)
+
+
+@settings(max_examples=100)
+@given(spec=specs(), zone=st.sampled_from(ZONES), data=st.data())
+def test_the_present_only_cuts_off_fires_past_its_horizon(
+    spec: Spec, zone: str, data: st.DataObject
+) -> None:
+    tz = ZoneInfo(zone)
+    after = data.draw(window_start(zone, timedelta(hours=3)))
+    now = data.draw(
+        st.datetimes(datetime(1971, 1, 1), datetime(2098, 12, 1), timezones=st.just(UTC))
+    )
+    cron = CronExpression.parse(spec.text)
+    found = cron.next_after(after, tz, now=now)
+    # A present late enough that none of these schedules runs into its horizon.
+    unlimited = cron.next_after(after, tz, now=datetime(2898, 1, 1, tzinfo=UTC))
+    if unlimited is not None and unlimited.year > now.astimezone(tz).year + HORIZON_YEARS:
+        assert found is None
+    else:
+        assert found == unlimited

@@ -173,7 +173,8 @@ SYNTAX_TABLE: list[tuple[str, str, list[str]]] = [
         ["2024-06-03T00:00", "2024-07-01T00:00", "2024-08-01T00:00", "2024-09-02T00:00"],
     ),
     (
-        # Mar 31 is a Sunday -> Fri 29 (not Apr 1); April and June have no 31st.
+        # Mar 31 is a Sunday -> Fri 29 (not Apr 1). April and June have no 31st, and their
+        # last days (Tue Apr 30, Sun Jun 30) are not Fridays: they fire nothing (see below).
         "0 0 0 31W * ?",
         "2024-03-01T00:00:00+00:00",
         ["2024-03-29T00:00", "2024-05-31T00:00", "2024-07-31T00:00"],
@@ -221,9 +222,14 @@ SYNTAX_TABLE: list[tuple[str, str, list[str]]] = [
     ("0 0 12 25 DEC ? 2025-2026", JAN1, ["2025-12-25T12:00", "2026-12-25T12:00", END]),
     ("0 0 0 1 1 ? *", JAN1, ["2025-01-01T00:00", "2026-01-01T00:00"]),
     ("0 0 0 1 1 ? 2020", JAN1, [END]),
-    ("0 0 0 1 1 ?", "2099-01-01T00:00:00+00:00", [END]),
+    (
+        "0 0 0 1 1 ? 2996-2999",
+        "2997-06-01T00:00:00+00:00",
+        ["2998-01-01T00:00", "2999-01-01T00:00", END],
+    ),
     ("0 0 0 29 2 ?", "2024-03-01T00:00:00+00:00", ["2028-02-29T00:00", "2032-02-29T00:00"]),
-    ("0 0 0 29 2 ? 2096", "1970-01-01T00:00:00+00:00", ["2096-02-29T00:00", END]),
+    # Within a century of `after` (the present, unless given; see the horizon tests below).
+    ("0 0 0 29 2 ? 2096", "2000-01-01T00:00:00+00:00", ["2096-02-29T00:00", END]),
     ("0 0 0 31 2 ?", JAN1, [END]),
     # Strictly after: a fire time equal to `after` is not returned; sub-seconds are honoured.
     ("0 0 12 * * ?", "2024-01-01T12:00:00+00:00", ["2024-01-02T12:00"]),
@@ -456,9 +462,169 @@ def test_quarter_hours_on_transition_days(zone: str, day: str, expected: int) ->
     assert instants == sorted(instants)
 
 
+# `nW` in a month that has no day n. Quartz counts on past the month's last day, so "day n" of a
+# shorter month is a day of the next month; its weekday rule then applies to that day: a Saturday
+# moves back one day, a Sunday forward one day. Only when n is the day right after the last day
+# and that day is a Saturday (so the last day is a Friday) does the move land inside the month,
+# on its last day. In every other case the short month fires nothing. It never fires on the
+# weekday nearest the last day otherwise: a month ending on a Sunday gets no Friday fire.
+# (expression, after, expected UTC fire times); a trailing END: the schedule has no further fire.
+NEAREST_WEEKDAY_SHORT_MONTHS: list[tuple[str, str, list[str]]] = [
+    (
+        # 2027. Jan 31 is a Sunday -> Fri 29. February has 28 days: day 31 would be Mar 3, a
+        # Wednesday, so February fires nothing (its last day, Sun 28, does not pull a fire to
+        # Fri 26). Mar 31 is a Wednesday. April has 30 days and Fri Apr 30 is its last day: day
+        # 31 would be Sat May 1, which moves back to Fri Apr 30. May 31 is a Monday. June has 30
+        # days and Jun 30 is a Wednesday: day 31 would be Thu Jul 1, so June fires nothing.
+        # Jul 31 is a Saturday -> Fri 30.
+        "0 0 0 31W * ?",
+        "2027-01-01T00:00:00+00:00",
+        [
+            "2027-01-29T00:00",
+            "2027-03-31T00:00",
+            "2027-04-30T00:00",
+            "2027-05-31T00:00",
+            "2027-07-30T00:00",
+        ],
+    ),
+    (
+        # 2028. Apr 30 is a Sunday: day 31 would be Mon May 1, so April fires nothing (not on
+        # Fri Apr 28). May 31 is a Wednesday. Jun 30 is a Friday: day 31 would be Sat Jul 1,
+        # back to Fri Jun 30. Jul 31 is a Monday.
+        "0 30 12 31W * ?",
+        "2028-04-01T00:00:00+00:00",
+        ["2028-05-31T12:30", "2028-06-30T12:30", "2028-07-31T12:30"],
+    ),
+    (
+        # 2036 is a leap year and Feb 29 is a Friday: day 30 would be Sat Mar 1, back to
+        # Fri Feb 29. Mar 30 is a Sunday -> Mon 31. Apr 30 is a Wednesday.
+        "0 0 0 30W * ?",
+        "2036-02-01T00:00:00+00:00",
+        ["2036-02-29T00:00", "2036-03-31T00:00", "2036-04-30T00:00"],
+    ),
+    (
+        # 2025: Feb 28 is a Friday: day 29 would be Sat Mar 1, back to Fri Feb 28. Mar 29 is a
+        # Saturday -> Fri 28.
+        "0 0 0 29W * ?",
+        "2025-02-01T00:00:00+00:00",
+        ["2025-02-28T00:00", "2025-03-28T00:00"],
+    ),
+    (
+        # February only. 2025: Fri Feb 28 (as above). 2026: Feb 28 is a Saturday, day 29 would
+        # be Sun Mar 1, which moves forward: nothing. 2027: Feb 28 is a Sunday, day 29 would be
+        # Mon Mar 1: nothing. 2028 is a leap year and Feb 29 is a Tuesday.
+        "0 0 0 29W 2 ?",
+        "2024-03-01T00:00:00+00:00",
+        ["2025-02-28T00:00", "2028-02-29T00:00"],
+    ),
+    (
+        # Two days past the end never comes back: Feb 2036 ends on Friday the 29th, but day 31
+        # would be Sun Mar 2, which moves forward to Mar 3. No February has a 31W fire.
+        "0 0 0 31W 2 ?",
+        "2024-01-01T00:00:00+00:00",
+        [END],
+    ),
+]
+
+
+@pytest.mark.parametrize(("expression", "after", "expected"), NEAREST_WEEKDAY_SHORT_MONTHS)
+def test_nearest_weekday_in_months_without_the_day(
+    expression: str, after: str, expected: list[str]
+) -> None:
+    test_quartz_syntax_table(expression, after, expected)
+
+
+def test_nearest_weekday_past_the_end_does_not_depend_on_where_the_search_starts() -> None:
+    # 30W in 2036 fires on Wed Jan 30 and on Fri Feb 29 (see above). Quartz 2.3.2 itself skips
+    # Feb 29 when its search stops on Jan 31 at a time of day that could fire: from the Jan 30
+    # fire it steps to Jan 31 00:00, finds January's day already past and jumps to "Feb 30",
+    # which is Mar 1. From Jan 31 12:00 or Feb 1 it finds Feb 29. Ratchet gives the same answer
+    # from any instant between two fires, so a schedule's fires do not depend on where a
+    # search began.
+    for after in (
+        "2036-01-30T00:00:00+00:00",
+        "2036-01-31T12:00:00+00:00",
+        "2036-02-01T00:00:00+00:00",
+    ):
+        fires = next_fire_times("0 0 0 30W * ?", "UTC", datetime.fromisoformat(after), 1)
+        assert _iso(fires) == [_utc("2036-02-29T00:00")]
+
+
+# The search horizon. A search finds fire times up to the end of the year 100 years after the
+# present, the `now` of the search (which defaults to `after`); Quartz's limit is the same, with
+# the year its process started in as the present. PRESENT is 2026-12-01, so its horizon is 2126.
+PRESENT = datetime(2026, 12, 1, tzinfo=UTC)
+
+
+def test_a_rare_schedule_is_found_up_to_a_century_ahead() -> None:
+    # Seconds 54/8 are {54} and minutes 14-15/3 are {14}. A fifth Friday in February needs a leap
+    # year whose Feb 1 is a Friday: 2036, 2064, 2092, then 2104 (2100 is not a leap year), then
+    # 2132, past the horizon 2126.
+    fires = next_fire_times("54/8 14-15/3 8 ? 2 FRI#5", "UTC", PRESENT, 10)
+    assert _iso(fires) == [
+        _utc("2036-02-29T08:14:54"),
+        _utc("2064-02-29T08:14:54"),
+        _utc("2092-02-29T08:14:54"),
+        _utc("2104-02-29T08:14:54"),
+    ]
+    # The horizon belongs to the present, not to where a search starts: from 1970, with the
+    # present in 2026, the list ends at 2104 too.
+    from_1970 = next_fire_times(
+        "54/8 14-15/3 8 ? 2 FRI#5", "UTC", datetime(1970, 1, 1, tzinfo=UTC), 10, now=PRESENT
+    )
+    assert _iso(from_1970) == [
+        _utc("1980-02-29T08:14:54"),
+        _utc("2008-02-29T08:14:54"),
+        *_iso(fires),
+    ]
+
+
+def test_the_horizon_is_the_end_of_the_year_a_century_after_now() -> None:
+    after = datetime(2120, 1, 1, tzinfo=UTC)
+    yearly = [_utc(f"{year}-01-01T00:00") for year in range(2121, 2128)]
+    # Present 2026: every 1 January up to 2126, then nothing.
+    assert _iso(next_fire_times("0 0 0 1 1 ?", "UTC", after, 10, now=PRESENT)) == yearly[:6]
+    # Present 2027: one year more.
+    now = datetime(2027, 1, 1, tzinfo=UTC)
+    assert _iso(next_fire_times("0 0 0 1 1 ?", "UTC", after, 10, now=now)) == yearly
+    # Without a present, `after` is the present: 2120 + 100 is far away.
+    assert len(next_fire_times("0 0 0 1 1 ?", "UTC", after, 10)) == 10
+    cron = CronExpression.parse("0 0 0 1 1 ?")
+    assert cron.next_after(datetime(2126, 6, 1, tzinfo=UTC), ZoneInfo("UTC"), now=PRESENT) is None
+
+
+def test_the_year_field_may_name_years_past_the_horizon() -> None:
+    # They parse, and fire once the present is within a century of them.
+    cron = CronExpression.parse("0 0 0 1 1 ? 2104,2127")
+    utc = ZoneInfo("UTC")
+    first = cron.next_after(PRESENT, utc, now=PRESENT)
+    assert first == datetime(2104, 1, 1, tzinfo=utc)
+    assert cron.next_after(first, utc, now=PRESENT) is None  # 2127 is past 2126
+    later = datetime(2027, 1, 1, tzinfo=UTC)
+    assert cron.next_after(first, utc, now=later) == datetime(2127, 1, 1, tzinfo=utc)
+
+
+def test_the_horizon_year_is_the_present_year_in_the_zone() -> None:
+    # 2026-12-31T20:00 UTC is already 2027-01-01T05:00 in Tokyo: the horizon there is 2127.
+    now = datetime(2026, 12, 31, 20, tzinfo=UTC)
+    after = datetime(2126, 6, 1, tzinfo=UTC)
+    tokyo = next_fire_times("0 0 0 1 1 ?", "Asia/Tokyo", after, 2, now=now)
+    assert _iso(tokyo) == ["2127-01-01T00:00:00+09:00"]
+    assert next_fire_times("0 0 0 1 1 ?", "UTC", after, 2, now=now) == []
+
+
+def test_nothing_fires_after_the_last_year_of_the_year_field() -> None:
+    now = datetime(2950, 1, 1, tzinfo=UTC)
+    after = datetime(2997, 6, 1, tzinfo=UTC)
+    fires = next_fire_times("0 0 0 1 1 ?", "UTC", after, 5, now=now)
+    assert _iso(fires) == [_utc("2998-01-01T00:00"), _utc("2999-01-01T00:00")]
+
+
 def test_far_searches_are_fast() -> None:
     started = time.perf_counter()
-    leap = next_fire_times("0 0 0 29 2 ? 2096", "UTC", datetime(1970, 1, 1, tzinfo=UTC), 2)
+    leap = next_fire_times(
+        "0 0 0 29 2 ? 2096", "UTC", datetime(1970, 1, 1, tzinfo=UTC), 2, now=PRESENT
+    )
     fifth = next_fire_times("0 0 0 ? * 6#5", NY, datetime(1970, 1, 1, tzinfo=UTC), 50)
     never = next_fire_times("0 0 0 30 2 ?", "UTC", datetime(1970, 1, 1, tzinfo=UTC), 1)
     seconds = next_fire_times("* * * * * ?", NY, datetime(2024, 11, 3, 6, 0, 1, tzinfo=UTC), 1)
@@ -517,3 +683,7 @@ def test_cron_next_lines() -> None:
     ]
     with pytest.raises(ValueError, match="ISO-8601"):
         cron_next_lines("0 0 2 * * ?", NY, "yesterday", 1, now)
+    # The horizon is a century after `now`, wherever --after starts.
+    assert cron_next_lines("0 0 0 1 1 ?", "UTC", "2120-01-01T00:00:00+00:00", 10, PRESENT) == [
+        f"{year}-01-01T00:00:00+00:00" for year in range(2121, 2127)
+    ]

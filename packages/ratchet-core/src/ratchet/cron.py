@@ -56,12 +56,19 @@ def validate(expression: str, zone: str | ZoneInfo = "UTC") -> CronExpression:
 
 
 def next_fire_times(
-    expression: str, zone: str | ZoneInfo, after: datetime, count: int
+    expression: str,
+    zone: str | ZoneInfo,
+    after: datetime,
+    count: int,
+    *,
+    now: datetime | None = None,
 ) -> list[datetime]:
     """Up to ``count`` fire times strictly after ``after``, oldest first, as aware datetimes in
-    ``zone``. Fewer come back when the schedule ends (its last year has passed).
+    ``zone``. Fewer come back when the schedule ends (its last year has passed) or its next fire
+    lies beyond the search horizon: the end of the year 100 years after the year of ``now``
+    (the present; defaults to ``after``), the same for the whole list.
 
-    :raises ValueError: ``after`` is naive or ``count`` is negative.
+    :raises ValueError: ``after`` or ``now`` is naive, or ``count`` is negative.
     :raises InvalidCronExpression: the expression is not valid Quartz syntax.
     :raises UnknownTimeZone: the zone is not a known IANA zone.
     """
@@ -76,8 +83,9 @@ def next_fire_times(
     tz = _zone(zone)
     fires: list[datetime] = []
     current: datetime | None = after
+    present = after if now is None else now
     while len(fires) < count and current is not None:
-        current = parsed.next_after(current, tz)
+        current = parsed.next_after(current, tz, now=present)
         if current is not None:
             fires.append(current)
     return fires
@@ -89,7 +97,7 @@ def cron_next_lines(
     """Lines for ``ratchet cron next``: one ISO-8601 fire time with its UTC offset per line.
 
     ``after_iso`` defaults to ``now``; an ISO time without an offset is read as a wall time in
-    ``zone``.
+    ``zone``. The search horizon is a century after ``now``.
 
     :raises ValueError: ``after_iso`` is not ISO-8601, ``now`` is naive or ``count`` < 0.
     :raises InvalidCronExpression: the expression is not valid Quartz syntax.
@@ -108,4 +116,4 @@ def cron_next_lines(
             ) from None
         if after.tzinfo is None:
             after = after.replace(tzinfo=tz)
-    return [fire.isoformat() for fire in next_fire_times(expression, tz, after, count)]
+    return [fire.isoformat() for fire in next_fire_times(expression, tz, after, count, now=now)]

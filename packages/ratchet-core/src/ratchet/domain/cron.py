@@ -9,6 +9,9 @@ over precomputed value sets, so even rare schedules are found quickly. Daylight 
 follows one rule: a wall time that does not exist (spring-forward gap) is skipped, and a wall time
 that happens twice (fall-back overlap) fires once, at its first occurrence.
 
+A search looks a century ahead of the present, as Quartz does: fire times in years more than
+:data:`HORIZON_YEARS` after the present year are not found. The present is a parameter.
+
 Nothing here reads the clock or does I/O beyond what :mod:`zoneinfo` does to load a zone.
 """
 
@@ -16,7 +19,7 @@ from __future__ import annotations
 
 import calendar
 import re
-from bisect import bisect_left
+from bisect import bisect_left, bisect_right
 from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, date, datetime, timedelta
@@ -26,6 +29,7 @@ from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 from ratchet.domain.errors import RatchetError
 
 __all__ = [
+    "HORIZON_YEARS",
     "MAX_YEAR",
     "MIN_YEAR",
     "CronExpression",
@@ -35,9 +39,12 @@ __all__ = [
 ]
 
 MIN_YEAR = 1970
-"""The first year a cron expression can fire in."""
-MAX_YEAR = 2099
-"""The last year a cron expression can fire in."""
+"""The first year a cron expression can fire in, and the lowest value of its year field."""
+MAX_YEAR = 2999
+"""The highest value of the year field; nothing fires after this year, whatever the present."""
+HORIZON_YEARS = 100
+"""How far a search looks ahead: up to the end of the year this many years after the present
+one. A year field may name later years; they fire once the present has come close enough."""
 
 _ONE_SECOND = timedelta(seconds=1)
 
@@ -324,9 +331,14 @@ class _NearestWeekday:
 
     def days_in(self, year: int, month: int) -> Sequence[int]:
         last = calendar.monthrange(year, month)[1]
-        if self.day > last:
-            return ()
-        return (_nearest_weekday(year, month, self.day, last),)
+        if self.day <= last:
+            return (_nearest_weekday(year, month, self.day, last),)
+        # The month has no such day. Quartz counts on past the last day, into the next month,
+        # and applies the Saturday/Sunday moves there. Only the day right after the last one,
+        # when it is a Saturday, moves back into the month: onto its last day, a Friday.
+        if self.day == last + 1 and date(year, month, last).weekday() == 4:
+            return (last,)
+        return ()
 
 
 @dataclass(frozen=True)
@@ -419,6 +431,19 @@ _EARLIEST_UTC = datetime(MIN_YEAR - 1, 12, 30, tzinfo=UTC)
 _LATEST_UTC = datetime(MAX_YEAR + 1, 1, 2, tzinfo=UTC)
 
 
+def _last_search_year(now: datetime, zone: ZoneInfo) -> int:
+    """The last year whose fire times a search made at the instant ``now`` finds: the year of
+    ``now`` in ``zone`` plus :data:`HORIZON_YEARS`, at most :data:`MAX_YEAR`."""
+    now_utc = now.astimezone(UTC)
+    if now_utc >= _LATEST_UTC:
+        return MAX_YEAR
+    if now_utc < _EARLIEST_UTC:
+        # Long before any fire; the UTC year (at most a day off the zone's) avoids converting
+        # instants near datetime.min.
+        return now_utc.year + HORIZON_YEARS
+    return min(MAX_YEAR, now_utc.astimezone(zone).year + HORIZON_YEARS)
+
+
 # --------------------------------------------------------------------------------------------
 # The expression
 
@@ -486,10 +511,14 @@ class CronExpression:
 
     # -- evaluation -----------------------------------------------------------------------
 
-    def _walls_from(self, start: datetime) -> Iterator[datetime]:
-        """Every matching naive wall time >= ``start`` (whole seconds), in increasing order."""
+    def _walls_from(self, start: datetime, last_year: int) -> Iterator[datetime]:
+        """Every matching naive wall time >= ``start`` (whole seconds) in a year up to
+        ``last_year``, in increasing order."""
         hours, minutes, seconds = self.hours, self.minutes, self.seconds
-        for year in self.years[bisect_left(self.years, start.year) :]:
+        years = self.years[
+            bisect_left(self.years, start.year) : bisect_right(self.years, last_year)
+        ]
+        for year in years:
             in_year = year == start.year
             months = (
                 self.months[bisect_left(self.months, start.month) :] if in_year else self.months
@@ -514,19 +543,30 @@ class CronExpression:
                             ):
                                 yield datetime(year, month, day, hour, minute, second)
 
-    def next_after(self, after: datetime, zone: ZoneInfo) -> datetime | None:
+    def next_after(
+        self, after: datetime, zone: ZoneInfo, *, now: datetime | None = None
+    ) -> datetime | None:
         """The first fire time strictly after the instant ``after``, as an aware datetime in
-        ``zone``; None when the schedule has no later fire (past its last year, or never).
+        ``zone``; None when the schedule has no later fire within the search horizon (past its
+        last year, too far ahead, or never).
+
+        The horizon is the end of the year :data:`HORIZON_YEARS` after the year of the instant
+        ``now`` in ``zone`` (``now`` defaults to ``after``), and never later than
+        :data:`MAX_YEAR`. Pass the present as ``now`` when ``after`` is an earlier fire time,
+        so that a run of successive searches keeps one horizon.
 
         Wall times inside a spring-forward gap never fire; a repeated wall time fires only at
         its first occurrence (fold=0).
 
-        :raises ValueError: ``after`` is naive.
+        :raises ValueError: ``after`` or ``now`` is naive.
         """
         if after.tzinfo is None or after.utcoffset() is None:
             raise ValueError(
                 f"after must be a timezone-aware datetime, got naive {after.isoformat()}"
             )
+        if now is not None and (now.tzinfo is None or now.utcoffset() is None):
+            raise ValueError(f"now must be a timezone-aware datetime, got naive {now.isoformat()}")
+        last_year = _last_search_year(after if now is None else now, zone)
         after_utc = after.astimezone(UTC)
         if after_utc >= _LATEST_UTC:
             return None
@@ -538,7 +578,7 @@ class CronExpression:
             if local.fold == 1:
                 start = max(start, _end_of_repeat(local, zone))
         while True:
-            for wall in self._walls_from(start):
+            for wall in self._walls_from(start, last_year):
                 candidate = wall.replace(tzinfo=zone)
                 candidate_utc = candidate.astimezone(UTC)
                 if candidate_utc.astimezone(zone).replace(tzinfo=None) != wall:

@@ -166,7 +166,7 @@ def plan_fires(
     wanted = max(2, keep)  # two tell a backlog from a single due occurrence
     due: list[datetime] = [next_fire.astimezone(zone)]
     while len(due) < wanted:
-        following = cron.next_after(due[-1], zone)
+        following = cron.next_after(due[-1], zone, now=now)
         if following is None or following.astimezone(UTC) > now_utc:
             break
         due.append(following)

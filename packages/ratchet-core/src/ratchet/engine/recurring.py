@@ -82,7 +82,8 @@ def zone_name(zone: str | ZoneInfo) -> str:
 
 
 def next_fire_after(cron: str, zone: str, after: datetime) -> datetime | None:
-    """The first fire time strictly after ``after`` (UTC), or None when the schedule ended."""
+    """The first fire time strictly after ``after`` (UTC), or None when the schedule ended or its
+    next fire is more than a century ahead of ``after`` (callers pass the present)."""
     following = parse(cron).next_after(after, resolve_zone(zone))
     return None if following is None else following.astimezone(UTC)
 
@@ -92,7 +93,7 @@ def _first_fire(cron: str, zone: str, now: datetime) -> datetime:
     if first is None:
         raise InvalidJobOptions(
             f"cron expression {cron!r} has no fire time after {now.isoformat()} in {zone} "
-            "(its years are over, or its days never exist)"
+            "(its years are over or more than 100 years ahead, or its days never exist)"
         )
     return first
 
@@ -404,7 +405,7 @@ def make_planner(
             )
             for fire in fires
         ]
-        following = cron.next_after(fires[-1], zone) if fires else master.next_fire
+        following = cron.next_after(fires[-1], zone, now=now) if fires else master.next_fire
         if following is not None and following.astimezone(UTC) <= now:
             log.warning(
                 "recurring master %s (%s): fire times from %s were missed; %s created %d and "
