@@ -1,97 +1,129 @@
-"""StartCheck: one store read confirms every attempt that starts at about the same time."""
+"""StartCheck: one store read confirms a whole claimed batch just before it starts."""
 
 from __future__ import annotations
 
 import threading
-import time
 import uuid
 from collections.abc import Sequence
 
+import pytest
+
 from ratchet.domain.errors import StoreUnavailable
-from ratchet.engine.start_check import StartCheck
+from ratchet.engine.start_check import Key, StartCheck
 
 
-def wait_for(condition: object, timeout: float = 5.0) -> None:
-    """Wait (bounded) until ``condition()`` holds: an observable state, not a fixed delay."""
-    deadline = time.monotonic() + timeout
-    while not condition():  # type: ignore[operator]
-        assert time.monotonic() < deadline, "condition never held"
-        time.sleep(0.001)
+class Reads:
+    """A store read over a set of owned jobs that records what it was asked; ``gate`` (when
+    set) holds each read open until released."""
 
-
-class GatedReads:
-    """A store read that blocks until released and records what it was asked."""
-
-    def __init__(self, owned: set[uuid.UUID], fail_first: bool = False) -> None:
+    def __init__(self, owned: set[Key], gate: threading.Event | None = None) -> None:
         self.owned = owned
-        self.asked: list[list[uuid.UUID]] = []
-        self.release = threading.Event()
-        self.fail_first = fail_first
+        self.asked: list[list[Key]] = []
+        self.gate = gate
+        self.entered = threading.Event()
+        self.fail = False
 
-    def __call__(self, jobs: Sequence[tuple[uuid.UUID, int]]) -> set[uuid.UUID]:
-        self.asked.append([job_id for job_id, _ in jobs])
-        self.release.wait(5)
-        if self.fail_first and len(self.asked) == 1:
+    def __call__(self, jobs: Sequence[Key]) -> set[Key]:
+        self.asked.append(list(jobs))
+        self.entered.set()
+        if self.gate is not None:
+            assert self.gate.wait(5)
+        if self.fail:
             raise StoreUnavailable("database unavailable: connection refused")
-        return {job_id for job_id, _ in jobs if job_id in self.owned}
+        return self.owned & set(jobs)
 
 
-def confirm_all(
-    check: StartCheck, reads: GatedReads, ids: Sequence[uuid.UUID]
-) -> dict[uuid.UUID, object]:
-    """Confirm ``ids`` from one thread each: the first one's read is held open until every
-    other attempt has queued behind it."""
-    results: dict[uuid.UUID, object] = {}
+class Clock:
+    def __init__(self) -> None:
+        self.now = 100.0
 
-    def one(job_id: uuid.UUID) -> None:
-        try:
-            results[job_id] = check.confirm(job_id, 1)
-        except StoreUnavailable as exc:
-            results[job_id] = exc
-
-    threads = [threading.Thread(target=one, args=(job_id,)) for job_id in ids]
-    threads[0].start()
-    wait_for(lambda: len(reads.asked) == 1)
-    for thread in threads[1:]:
-        thread.start()
-    wait_for(lambda: check.waiting == len(ids) - 1)
-    reads.release.set()
-    for thread in threads:
-        thread.join(5)
-        assert not thread.is_alive()
-    return results
+    def __call__(self) -> float:
+        return self.now
 
 
-def test_attempts_queued_behind_a_read_share_the_next_one() -> None:
-    ids = [uuid.uuid4() for _ in range(10)]
-    owned = set(ids[::2])
-    reads = GatedReads(owned)
+def keys(n: int) -> list[Key]:
+    return [(uuid.uuid4(), 1) for _ in range(n)]
+
+
+def test_jobs_starting_right_after_their_claim_start_on_the_claims_answer() -> None:
+    batch = keys(4)
+    reads = Reads(set())
+    clock = Clock()
+    check = StartCheck(reads, max_age=0.05, monotonic=clock)
+    check.expect(batch)
+    clock.now += 0.05
+    assert all(check.confirm(*key) for key in batch)
+    assert reads.asked == []
+    assert check.pending == 0
+
+
+def test_attempts_starting_late_read_again_together() -> None:
+    batch = keys(3)
+    canceled = batch[1]
+    reads = Reads(set(batch) - {canceled})
+    clock = Clock()
+    check = StartCheck(reads, max_age=0.05, monotonic=clock)
+    check.expect(batch)
+    clock.now += 0.06
+    assert check.confirm(*batch[0]) is True
+    assert check.confirm(*batch[1]) is False  # canceled since the claim: never runs
+    assert check.confirm(*batch[2]) is True
+    assert [set(a) for a in reads.asked] == [set(batch)]  # one read for the three
+
+
+def test_an_attempt_without_an_answer_reads_for_itself() -> None:
+    [key] = keys(1)
+    reads = Reads(set())
     check = StartCheck(reads)
-    results = confirm_all(check, reads, ids)
-    assert results == {job_id: job_id in owned for job_id in ids}
-    asked = reads.asked
-    assert asked[0] == [ids[0]]
-    assert sorted(asked[1], key=str) == sorted(ids[1:], key=str)  # nine attempts, one read
-    assert check.reads == 2
-    assert check.waiting == 0
+    assert check.confirm(*key) is False
+    reads.owned.add(key)
+    assert check.confirm(*key) is True
+    assert reads.asked == [[key], [key]]
 
 
-def test_a_failed_read_fails_the_attempts_it_served_and_the_next_read_works() -> None:
-    ids = [uuid.uuid4() for _ in range(4)]
-    reads = GatedReads(set(ids), fail_first=True)
-    check = StartCheck(reads)
-    results = confirm_all(check, reads, ids)
-    assert isinstance(results[ids[0]], StoreUnavailable)
-    assert all(results[job_id] is True for job_id in ids[1:])
-    assert check.confirm(ids[0], 1) is True  # nobody is left holding the reader's role
+def test_an_attempt_waits_for_the_read_in_flight_that_covers_it() -> None:
+    batch = keys(2)
+    gate = threading.Event()
+    reads = Reads({batch[1]}, gate)
+    clock = Clock()
+    check = StartCheck(reads, monotonic=clock)
+    check.expect(batch)
+    clock.now += 1
+    results: dict[Key, bool] = {}
+    first = threading.Thread(target=lambda: results.update({batch[0]: check.confirm(*batch[0])}))
+    first.start()
+    assert reads.entered.wait(5)
+    second = threading.Thread(target=lambda: results.update({batch[1]: check.confirm(*batch[1])}))
+    second.start()
+    second.join(0.05)
+    assert second.is_alive(), "the second attempt must wait for the read in flight"
+    gate.set()
+    first.join(5)
+    second.join(5)
+    assert results == {batch[0]: False, batch[1]: True}
+    assert [set(a) for a in reads.asked] == [set(batch)]
 
 
-def test_a_lone_attempt_reads_for_itself() -> None:
-    job_id = uuid.uuid4()
-    reads = GatedReads(set())
-    reads.release.set()
-    check = StartCheck(reads)
-    assert check.confirm(job_id, 1) is False
-    reads.owned.add(job_id)
-    assert check.confirm(job_id, 1) is True
-    assert reads.asked == [[job_id], [job_id]]
+def test_a_failed_read_fails_its_reader_and_the_others_read_again() -> None:
+    batch = keys(3)
+    reads = Reads(set(batch))
+    reads.fail = True
+    clock = Clock()
+    check = StartCheck(reads, monotonic=clock)
+    check.expect(batch)
+    clock.now += 1
+    with pytest.raises(StoreUnavailable):
+        check.confirm(*batch[0])
+    reads.fail = False
+    assert check.confirm(*batch[1]) is True
+    assert check.confirm(*batch[2]) is True
+    assert [set(a) for a in reads.asked] == [set(batch), {batch[1], batch[2]}]  # 2nd: both
+
+
+def test_discard_forgets_an_attempt_that_ended() -> None:
+    batch = keys(2)
+    check = StartCheck(Reads(set(batch)))
+    check.expect(batch)
+    check.discard(batch[1])
+    assert check.confirm(*batch[0])
+    assert check.pending == 0

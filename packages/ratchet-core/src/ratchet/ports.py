@@ -130,7 +130,9 @@ class Store(Protocol):
         receive the same job.
         """
 
-    def owned_jobs(self, node_id: str, jobs: Sequence[tuple[uuid.UUID, int]]) -> set[uuid.UUID]:
+    def owned_jobs(
+        self, node_id: str, jobs: Sequence[tuple[uuid.UUID, int]]
+    ) -> set[tuple[uuid.UUID, int]]:
         """Which of ``jobs`` (``(job_id, epoch)`` pairs) ``node_id`` still owns under that
         epoch (RUNNING or TIMED_OUT): one read for all of them."""
 

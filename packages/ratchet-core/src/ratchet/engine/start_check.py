@@ -2,87 +2,113 @@
 
 A job can be canceled (or taken over) between the moment a node claims it and the moment one of
 the node's slots starts it. Its body must not run then: whatever side effects it has would happen
-for a job the user already canceled. So every attempt re-reads its ownership right before it
-starts. Attempts that start at about the same time (a claimed batch) share one read: the first
-caller reads for every attempt waiting, and hands the next read to whoever queued meanwhile.
+for a job the user already canceled. So no attempt runs the job's code unless the store said,
+no longer than ``max_age`` before, that the job is still this node's under its epoch.
+
+The claim itself says so: jobs the poller hands to their slots right after claiming them start
+on that answer (:meth:`StartCheck.expect`). An attempt that starts later than ``max_age`` after
+its answer, or without one (``Worker.execute`` called directly), reads again; attempts in that
+position at the same time share one read.
 """
 
 from __future__ import annotations
 
 import threading
+import time
 import uuid
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 
-OwnedJobs = Callable[[Sequence[tuple[uuid.UUID, int]]], set[uuid.UUID]]
-"""Which of these ``(job_id, epoch)`` pairs this node still owns (one store read)."""
+Key = tuple[uuid.UUID, int]
+"""A job and the epoch it was claimed under."""
+OwnedJobs = Callable[[Sequence[Key]], set[Key]]
+"""Which of these jobs this node still owns under those epochs (one store read)."""
 
 
-class _Check:
-    __slots__ = ("error", "key", "lead", "owned", "ready")
+class _Answer:
+    """What one store read (or a claim) said about some jobs; attempts wait for it if needed."""
 
-    def __init__(self, key: tuple[uuid.UUID, int]) -> None:
-        self.key = key
-        self.ready = threading.Event()
-        self.lead = False
-        self.owned = False
+    __slots__ = ("at", "done", "error", "owned")
+
+    def __init__(self, owned: set[Key] | None = None, at: float = float("inf")) -> None:
+        self.done = threading.Event()
+        self.owned: set[Key] = owned or set()
         self.error: BaseException | None = None
+        self.at = at
+        if owned is not None:
+            self.done.set()
+
+    def usable(self, now: float, max_age: float) -> bool:
+        """Still in flight, or arrived successfully no longer than ``max_age`` ago."""
+        if not self.done.is_set():
+            return True
+        return self.error is None and now - self.at <= max_age
 
 
 class StartCheck:
-    """Confirms, one shared read per group of attempts, that jobs are still owned."""
+    """Confirms that jobs are still this node's just before they start."""
 
-    def __init__(self, owned_jobs: OwnedJobs) -> None:
+    def __init__(
+        self,
+        owned_jobs: OwnedJobs,
+        *,
+        max_age: float = 0.05,
+        monotonic: Callable[[], float] = time.monotonic,
+    ) -> None:
         self._owned_jobs = owned_jobs
+        self._monotonic = monotonic
+        self.max_age = max_age
+        """Seconds an answer stays good for an attempt that has not started yet."""
         self._lock = threading.Lock()
-        self._queue: list[_Check] = []
-        self._reading = False
+        self._answers: dict[Key, _Answer] = {}
         self.reads = 0
-        """Store reads made so far (each confirmed one or more attempts)."""
+        """Store reads made so far."""
+
+    def expect(self, keys: Iterable[Key]) -> None:
+        """These jobs were just claimed (or started) by this node and are about to start."""
+        claimed = set(keys)
+        answer = _Answer(claimed, self._monotonic())
+        with self._lock:
+            for key in claimed:
+                self._answers[key] = answer
+
+    def discard(self, key: Key) -> None:
+        """Forget ``key`` (its attempt ended)."""
+        with self._lock:
+            self._answers.pop(key, None)
 
     @property
-    def waiting(self) -> int:
-        """Attempts queued for the next read."""
+    def pending(self) -> int:
+        """Jobs with an answer whose attempts have not confirmed yet."""
         with self._lock:
-            return len(self._queue)
+            return len(self._answers)
 
     def confirm(self, job_id: uuid.UUID, epoch: int) -> bool:
         """Whether this node still owns ``job_id`` under ``epoch``.
 
         :raises StoreUnavailable: the read failed (the caller must not start the job).
         """
-        check = _Check((job_id, epoch))
+        key = (job_id, epoch)
+        now = self._monotonic()
         with self._lock:
-            self._queue.append(check)
-            check.lead = not self._reading
-            self._reading = True
-        if not check.lead:
-            check.ready.wait()
-        if check.lead:  # read for everyone queued, this check included
-            self._read_queued()
-        if check.error is not None:
-            raise check.error
-        return check.owned
-
-    def _read_queued(self) -> None:
-        with self._lock:
-            batch, self._queue = self._queue, []
-        error: BaseException | None = None
-        owned: set[uuid.UUID] = set()
-        try:
-            owned = self._owned_jobs([c.key for c in batch])
-            self.reads += 1
-        except Exception as exc:
-            error = exc
-        with self._lock:
-            successor = self._queue[0] if self._queue else None
-            if successor is None:
-                self._reading = False
-            else:
-                successor.lead = True
-        for check in batch:
-            check.lead = False
-            check.owned = check.key[0] in owned
-            check.error = error
-            check.ready.set()
-        if successor is not None:
-            successor.ready.set()  # it reads next, for itself and whoever queued after it
+            answer = self._answers.pop(key, None)
+            lead = answer is None or not answer.usable(now, self.max_age)
+            if lead:
+                # Read for this attempt and for every other waiting one whose answer is stale.
+                stale = [k for k, a in self._answers.items() if not a.usable(now, self.max_age)]
+                answer = _Answer()
+                for other in stale:
+                    self._answers[other] = answer
+                self.reads += 1
+        assert answer is not None
+        if lead:
+            try:
+                answer.owned = self._owned_jobs([key, *stale])
+            except Exception as exc:
+                answer.error = exc
+            answer.at = self._monotonic()
+            answer.done.set()
+        else:
+            answer.done.wait()
+        if answer.error is not None:
+            raise answer.error
+        return key in answer.owned

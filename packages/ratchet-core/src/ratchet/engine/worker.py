@@ -396,6 +396,7 @@ class Worker:
         batch (without a future), else one per job."""
         by_provider: dict[int, tuple[ExecutorProvider, list[Callable[[], Any]]]] = {}
         run = self._run_and_queue
+        self.start_check.expect((job.job_id, job.epoch) for job in jobs)
         for job in jobs:
             provider = self.executor_for(job)
             entry = by_provider.get(id(provider))
@@ -729,6 +730,7 @@ class Worker:
     def _end_attempt(self, attempt: Attempt) -> None:
         """The task running ``attempt`` returned: stop timing it, account for a zombie."""
         self.watchdog.forget(attempt)
+        self.start_check.discard(attempt.key)
         with self._lock:
             self._attempts.pop(attempt.key, None)
             attempt.returned = True

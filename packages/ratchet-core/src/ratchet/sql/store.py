@@ -631,17 +631,19 @@ class SqlStore(
         )
         return [claimed_job(r, definitions[r.job_id], now, epoch=r.epoch + 1) for r in chosen]
 
-    def owned_jobs(self, node_id: str, jobs: Sequence[tuple[uuid.UUID, int]]) -> set[uuid.UUID]:
+    def owned_jobs(
+        self, node_id: str, jobs: Sequence[tuple[uuid.UUID, int]]
+    ) -> set[tuple[uuid.UUID, int]]:
         if not jobs:
             return set()
-        epochs = dict(jobs)
+        asked = set(jobs)
 
-        def work(conn: Connection) -> set[uuid.UUID]:
-            owned: set[uuid.UUID] = set()
-            for chunk in iter_chunks(list(epochs), CHUNK):
+        def work(conn: Connection) -> set[tuple[uuid.UUID, int]]:
+            owned: set[tuple[uuid.UUID, int]] = set()
+            for chunk in iter_chunks(list({job_id for job_id, _ in asked}), CHUNK):
                 rows = conn.execute(_OWNED_ROWS, {"ids": chunk, "node": node_id})
-                owned.update(r.job_id for r in rows if r.epoch == epochs[r.job_id])
-            return owned
+                owned.update((r.job_id, r.epoch) for r in rows)
+            return owned & asked
 
         return self._run(work, write=False)
 

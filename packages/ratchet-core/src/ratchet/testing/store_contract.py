@@ -484,8 +484,8 @@ class StoreContract:
             (theirs.job_id, theirs.epoch),
             (uuid7(), 1),
         ]
-        assert store.owned_jobs(NODE, asked) == {kept.job_id}
-        assert store.owned_jobs(OTHER, asked) == {theirs.job_id}
+        assert store.owned_jobs(NODE, asked) == {(kept.job_id, kept.epoch)}
+        assert store.owned_jobs(OTHER, asked) == {(theirs.job_id, theirs.epoch)}
         assert store.owned_jobs(NODE, []) == set()
 
     def test_cancel_by_tag_skips_running_jobs(self, store: Any, clock: FakeClock) -> None:
