@@ -296,6 +296,45 @@ def test_unknown_callable_at_run_time_dead_letters(app: Ratchet) -> None:
     assert "UnknownJobTarget" in rec.last_error and "vanished" in rec.last_error
 
 
+@pytest.mark.parametrize(
+    ("payload", "reason"),
+    [
+        pytest.param('{"args": ["unterminated', "not valid JSON", id="not-json"),
+        pytest.param('["a", "list"]', "an object", id="not-an-object"),
+        pytest.param(
+            '{"args":[{"__ratchet__":"enum","t":"sample_jobs:Vanished","v":"red"}],"kwargs":{}}',
+            "sample_jobs:Vanished",
+            id="enum-class-gone",
+        ),
+        pytest.param(
+            '{"args":[{"__ratchet__":"enum","t":"sample_jobs.gone:Color","v":"red"}],"kwargs":{}}',
+            "sample_jobs.gone",
+            id="enum-module-gone",
+        ),
+        pytest.param(
+            '{"args":[{"__ratchet__":"enum","t":"sample_jobs:Color","v":"purple"}],"kwargs":{}}',
+            "purple",
+            id="enum-member-gone",
+        ),
+        pytest.param(
+            '{"args":[{"__ratchet__":"date","v":"not a date"}],"kwargs":{}}',
+            "not a date",
+            id="bad-tagged-value",
+        ),
+    ],
+)
+def test_payload_that_no_longer_decodes_dead_letters_at_once(
+    app: Ratchet, payload: str, reason: str
+) -> None:
+    handle = app.enqueue(sample_jobs.record, "x").with_max_retries(3).submit()
+    with app.store.connect() as conn, conn.begin():
+        conn.execute(text("UPDATE scheduler_job SET payload = :p"), {"p": payload})
+    run_all(app)
+    rec = handle.record()
+    assert (rec.status, rec.attempts) == (JobStatus.FAILED, 1), "decoding again cannot succeed"
+    assert "PayloadDecodeError" in rec.last_error and reason in rec.last_error, rec.last_error
+
+
 def test_policy_change_after_submit_dead_letters(sqlite_url: str, clock: FakeClock) -> None:
     permissive = Ratchet(sqlite_url, allowed_modules=["sample_jobs"], clock=clock)
     handle = permissive.enqueue(sample_jobs.noop).with_max_retries(2).submit()

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import enum
+import json
 import uuid
 from datetime import UTC, date, datetime, timedelta, timezone
 from decimal import Decimal
@@ -12,7 +13,13 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from ratchet.domain.errors import PayloadTooLargeError, ResultTooLargeError, UnserializableArgument
+from ratchet.domain.errors import (
+    PayloadDecodeError,
+    PayloadTooLargeError,
+    ResultTooLargeError,
+    UnserializableArgument,
+)
+from ratchet.domain.retry import is_do_not_retry
 from ratchet.serialization import decode_payload, decode_result, encode_payload, encode_result
 
 
@@ -120,3 +127,44 @@ def test_rich_types_keep_their_types() -> None:
     assert args == [when, date(2026, 1, 2), uuid.UUID(int=7), Decimal("1.10"), Mood.BUSY]
     assert str(args[3]) == "1.10"
     assert type(args[1]) is date
+
+
+def _tagged(kind: str, value: Any, **extra: Any) -> str:
+    return json.dumps({"args": [{"__ratchet__": kind, "v": value, **extra}], "kwargs": {}})
+
+
+@pytest.mark.parametrize(
+    ("text", "hint"),
+    [
+        pytest.param('{"args": [1', "not valid JSON", id="truncated"),
+        pytest.param("", "not valid JSON", id="empty"),
+        pytest.param("[" * 5000 + "]" * 5000, "not valid JSON", id="deeper-than-recursion"),
+        pytest.param('{"args": [1]}', "'kwargs' object", id="no-kwargs"),
+        pytest.param('{"args": 1, "kwargs": {}}', "'args' list", id="args-not-a-list"),
+        pytest.param(_tagged("enum", "calm", t=f"{__name__}:Gone"), "Gone", id="enum-class-gone"),
+        pytest.param(
+            _tagged("enum", "calm", t="no_such_module_x:Mood"),
+            "no_such_module_x",
+            id="enum-module-gone",
+        ),
+        pytest.param(_tagged("enum", "sad", t=f"{__name__}:Mood"), "'sad'", id="member-gone"),
+        pytest.param(_tagged("enum", 1, t=f"{__name__}:same"), "not an Enum", id="not-an-enum"),
+        pytest.param(_tagged("enum", 1), "KeyError: 't'", id="enum-without-class"),
+        pytest.param(_tagged("date", "yesterday"), "yesterday", id="bad-date"),
+        pytest.param(_tagged("uuid", 7), "AttributeError", id="uuid-of-int"),
+        pytest.param(_tagged("decimal", "1,5"), "decimal", id="bad-decimal"),
+        pytest.param(_tagged("tuple", [1]), "'tuple'", id="unknown-tag"),
+    ],
+)
+def test_payloads_that_do_not_decode_raise_a_permanent_typed_error(text: str, hint: str) -> None:
+    with pytest.raises(PayloadDecodeError, match="stored job arguments") as info:
+        decode_payload(text)
+    assert hint.lower() in str(info.value).lower()
+    assert "submit the job again" in str(info.value)
+    assert is_do_not_retry(info.value) and isinstance(info.value, ValueError)
+
+
+@pytest.mark.parametrize("text", ['{"v": 1', '{"__ratchet__": "enum", "t": "x:Y", "v": 1}'])
+def test_results_that_do_not_decode_raise_a_permanent_typed_error(text: str) -> None:
+    with pytest.raises(PayloadDecodeError, match="stored result"):
+        decode_result(text)

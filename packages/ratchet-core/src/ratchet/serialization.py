@@ -17,7 +17,12 @@ from datetime import date, datetime
 from decimal import Decimal
 from typing import Any
 
-from ratchet.domain.errors import PayloadTooLargeError, ResultTooLargeError, UnserializableArgument
+from ratchet.domain.errors import (
+    PayloadDecodeError,
+    PayloadTooLargeError,
+    ResultTooLargeError,
+    UnserializableArgument,
+)
 
 TAG = "__ratchet__"
 
@@ -69,7 +74,11 @@ def _encode(value: Any, path: str) -> Any:
     )
 
 
-def _decode(value: Any, resolve_enum: Callable[[str], type[enum.Enum]]) -> Any:
+EnumResolver = Callable[[str], type[enum.Enum]]
+"""Turns a stored enum reference (``module:qualname``) into the class."""
+
+
+def _decode(value: Any, resolve_enum: EnumResolver) -> Any:
     if isinstance(value, list):
         return [_decode(item, resolve_enum) for item in value]
     if isinstance(value, dict):
@@ -93,12 +102,43 @@ def _decode(value: Any, resolve_enum: Callable[[str], type[enum.Enum]]) -> Any:
 
 def _import_enum(ref: str) -> type[enum.Enum]:
     module_name, _, qualname = ref.partition(":")
-    obj: Any = importlib.import_module(module_name)
-    for part in qualname.split("."):
-        obj = getattr(obj, part)
+    try:
+        obj: Any = importlib.import_module(module_name)
+        for part in qualname.split("."):
+            obj = getattr(obj, part)
+    except (ImportError, AttributeError) as exc:
+        raise PayloadDecodeError(f"enum class {ref} no longer imports ({exc})") from None
     if not (isinstance(obj, type) and issubclass(obj, enum.Enum)):
-        raise ValueError(f"{ref} is not an Enum")
+        raise PayloadDecodeError(f"{ref} is not an Enum class")
     return obj
+
+
+#: What decoding stored JSON raises when the text is damaged: JSONDecodeError and bad dates or
+#: enum members (ValueError), a missing key, a value of the wrong type (TypeError, or
+#: AttributeError from ``UUID``), a bad Decimal, nesting past the recursion limit.
+_DECODE_ERRORS = (ValueError, TypeError, KeyError, AttributeError, ArithmeticError, RecursionError)
+_RESUBMIT = (
+    "the row was changed outside Ratchet, or the code it names changed since (a renamed or "
+    "removed enum class or member): restore that code, or submit the job again"
+)
+
+
+def _load(text: str, what: str) -> Any:
+    try:
+        return json.loads(text)
+    except _DECODE_ERRORS as exc:
+        raise PayloadDecodeError(f"stored {what}: not valid JSON ({exc}); {_RESUBMIT}") from None
+
+
+def _decode_stored(doc: Any, resolve_enum: EnumResolver, what: str) -> Any:
+    try:
+        return _decode(doc, resolve_enum)
+    except PayloadDecodeError as exc:
+        raise PayloadDecodeError(f"stored {what}: {exc}; {_RESUBMIT}") from None
+    except _DECODE_ERRORS as exc:
+        raise PayloadDecodeError(
+            f"stored {what}: {type(exc).__name__}: {exc}; {_RESUBMIT}"
+        ) from None
 
 
 #: Types that JSON holds as they are (no tagging, no checks): the common arguments.
@@ -131,11 +171,26 @@ def encode_payload(args: Sequence[Any], kwargs: Mapping[str, Any], max_bytes: in
 
 
 def decode_payload(
-    text: str, resolve_enum: Callable[[str], type[enum.Enum]] = _import_enum
+    text: str, resolve_enum: EnumResolver = _import_enum
 ) -> tuple[list[Any], dict[str, Any]]:
-    """The ``(args, kwargs)`` stored by :func:`encode_payload`."""
-    doc = json.loads(text)
-    return _decode(doc["args"], resolve_enum), _decode(doc["kwargs"], resolve_enum)
+    """The ``(args, kwargs)`` stored by :func:`encode_payload`.
+
+    :raises PayloadDecodeError: the text is not such a payload (any more): not JSON, not an
+        object with an ``args`` list and a ``kwargs`` object, or a tagged value that no longer
+        decodes (an enum class or member that is gone, a malformed date...).
+    """
+    doc = _load(text, "job arguments")
+    if not (
+        isinstance(doc, dict)
+        and isinstance(doc.get("args"), list)
+        and isinstance(doc.get("kwargs"), dict)
+    ):
+        raise PayloadDecodeError(
+            "stored job arguments: not an object with an 'args' list and a 'kwargs' object; "
+            f"{_RESUBMIT}"
+        )
+    decoded = _decode_stored([doc["args"], doc["kwargs"]], resolve_enum, "job arguments")
+    return decoded[0], decoded[1]
 
 
 def encode_result(value: Any, max_bytes: int) -> str | None:
@@ -158,4 +213,4 @@ def decode_result(text: str | None) -> Any:
     """The value stored by :func:`encode_result`."""
     if text is None:
         return None
-    return _decode(json.loads(text), _import_enum)
+    return _decode_stored(_load(text, "result"), _import_enum, "result")

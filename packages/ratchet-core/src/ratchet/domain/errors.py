@@ -39,6 +39,14 @@ class PayloadTooLargeError(RatchetError, ValueError):
     """The serialized arguments exceed the configured payload cap."""
 
 
+class PayloadDecodeError(RatchetError, ValueError):
+    """Stored JSON (a job's arguments, a result or a signal) no longer decodes: it is not valid
+    JSON, or it names an enum class or member that no longer exists. Decoding again cannot
+    succeed, so a job failing with it goes straight to the dead-letter queue."""
+
+    __ratchet_do_not_retry__ = True
+
+
 class ResultTooLargeError(RatchetError, ValueError):
     """A job's JSON result exceeds the configured result cap."""
 
