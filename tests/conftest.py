@@ -12,7 +12,7 @@ from hypothesis import HealthCheck, settings
 from ratchet.testing import FakeClock
 
 # Per-test databases on the throwaway servers the run starts (see those modules).
-pytest_plugins = ["pg_fixtures", "mysql_fixtures"]
+pytest_plugins = ["pg_fixtures", "mysql_fixtures", "tripwire_fixtures"]
 
 # CI: a fixed example budget, derandomised, no per-example deadline (2-core machine, shared CPU).
 settings.register_profile(

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import gc
+import http
 import subprocess
 import sys
 from datetime import UTC, date, datetime, timedelta
@@ -33,6 +34,7 @@ from ratchet import (
 )
 from ratchet.engine.worker import Worker
 from ratchet.testing import FakeClock
+from tripwire_fixtures import Tripwire
 
 
 @pytest.fixture
@@ -294,6 +296,53 @@ def test_unknown_callable_at_run_time_dead_letters(app: Ratchet) -> None:
     rec = handle.record()
     assert (rec.status, rec.attempts) == (JobStatus.FAILED, 1), "no retry can fix a missing target"
     assert "UnknownJobTarget" in rec.last_error and "vanished" in rec.last_error
+
+
+def test_an_enum_argument_of_a_class_the_policy_refuses_is_refused_at_submit(app: Ratchet) -> None:
+    with pytest.raises(
+        ClassPolicyViolation, match=r"argument 0: .*http:HTTPStatus.*allowed_modules"
+    ):
+        app.enqueue(sample_jobs.record, http.HTTPStatus.OK).submit()
+    with pytest.raises(ClassPolicyViolation, match=r"argument 'value'"):
+        app.enqueue(sample_jobs.record, value={"status": http.HTTPStatus.OK}).submit()
+    builder = app.enqueue(sample_jobs.noop)
+    with pytest.raises(ClassPolicyViolation, match="http:HTTPStatus"):
+        builder.then(sample_jobs.record, http.HTTPStatus.OK)
+    assert app.list_jobs() == []
+    # A member of an allowed module's enum is stored as before.
+    builder.then(sample_jobs.record, sample_jobs.Color.RED).submit()
+
+
+def test_a_stored_enum_of_a_refused_module_fails_the_job_without_importing_it(
+    app: Ratchet, tripwire: Tripwire
+) -> None:
+    handle = app.enqueue(sample_jobs.record, "x").with_max_retries(3).submit()
+    tampered = (
+        f'{{"args":[{{"__ratchet__":"enum","t":"{tripwire.enum_ref}","v":"red"}}],"kwargs":{{}}}}'
+    )
+    with app.store.connect() as conn, conn.begin():
+        conn.execute(text("UPDATE scheduler_job SET payload = :p"), {"p": tampered})
+    calls = len(sample_jobs.CALLS)
+    run_all(app)
+    rec = handle.record()
+    assert (rec.status, rec.attempts) == (JobStatus.FAILED, 1), "dead-lettered at once"
+    assert "ClassPolicyViolation" in rec.last_error and tripwire.enum_ref in rec.last_error
+    assert not tripwire.imported, "the refused module's top-level code ran"
+    assert len(sample_jobs.CALLS) == calls, "the job ran"
+
+
+def test_reading_a_result_that_names_a_refused_enum_class_imports_nothing(
+    app: Ratchet, tripwire: Tripwire
+) -> None:
+    handle = app.enqueue(sample_jobs.record, sample_jobs.Color.BLUE).submit()
+    run_all(app)
+    assert handle.result() is sample_jobs.Color.BLUE
+    tampered = f'{{"__ratchet__":"enum","t":"{tripwire.enum_ref}","v":"red"}}'
+    with app.store.connect() as conn, conn.begin():
+        conn.execute(text("UPDATE scheduler_job SET result = :r"), {"r": tampered})
+    with pytest.raises(ClassPolicyViolation, match="was not imported"):
+        handle.result()
+    assert not tripwire.imported, "the refused module's top-level code ran"
 
 
 @pytest.mark.parametrize(

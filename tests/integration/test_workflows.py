@@ -6,6 +6,7 @@ step is deterministic. The same store logic runs on every backend in the workflo
 
 from __future__ import annotations
 
+import http
 import uuid
 from collections.abc import Iterator
 from datetime import UTC, datetime, timedelta
@@ -13,6 +14,7 @@ from typing import Any
 
 import flow_jobs
 import pytest
+from sqlalchemy import text
 
 from ratchet import (
     BatchChunkError,
@@ -30,6 +32,7 @@ from ratchet.engine.worker import Worker
 from ratchet.engine.workflows import SignalTimeoutScanner, apply_effects
 from ratchet.sql.workflows import EffectKind, FlowEffect
 from ratchet.testing import FakeClock
+from tripwire_fixtures import Tripwire
 
 
 @pytest.fixture
@@ -500,6 +503,26 @@ def test_signal_by_key_releases_every_waiting_job_once(
     assert other.status() is JobStatus.WAITING
     [bulk] = kinds(events, EventKind.BULK_SIGNALED)
     assert bulk.data == {"key": "order-7", "count": 3}
+
+
+def test_signal_payloads_hold_only_enums_the_class_policy_allows(
+    app: Ratchet, tripwire: Tripwire
+) -> None:
+    h = app.enqueue(flow_jobs.read_signal).with_await_signal("k", timedelta(hours=1)).submit()
+    with pytest.raises(ClassPolicyViolation, match="http:HTTPStatus"):
+        app.deliver_signal(h.id, {"status": http.HTTPStatus.OK})
+    with pytest.raises(ClassPolicyViolation, match="http:HTTPStatus"):
+        app.deliver_signal("k", SignalDecision.approved(payload=http.HTTPStatus.OK))
+    assert h.status() is JobStatus.WAITING, "nothing was delivered"
+    # A stored signal naming a refused module is refused when the job reads it, unimported.
+    assert app.deliver_signal(h.id, "placeholder") == 1
+    stored = f'{{"payload":{{"__ratchet__":"enum","t":"{tripwire.enum_ref}","v":"red"}}}}'
+    with app.store.connect() as conn, conn.begin():
+        conn.execute(text("UPDATE scheduler_job_queue SET signal_payload = :s"), {"s": stored})
+    run_all(app)
+    rec = app.get_job(h.id)
+    assert rec.status is JobStatus.FAILED and "ClassPolicyViolation" in rec.last_error
+    assert not tripwire.imported, "the refused module's top-level code ran"
 
 
 def test_signal_timeout_fails_through_the_retry_policy(

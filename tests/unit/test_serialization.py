@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import enum
+import http
 import json
 import uuid
 from datetime import UTC, date, datetime, timedelta, timezone
@@ -13,19 +14,33 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
+from ratchet.adapters.class_policy import PackagePrefixClassPolicy
 from ratchet.domain.errors import (
+    ClassPolicyViolation,
     PayloadDecodeError,
     PayloadTooLargeError,
     ResultTooLargeError,
     UnserializableArgument,
 )
 from ratchet.domain.retry import is_do_not_retry
-from ratchet.serialization import decode_payload, decode_result, encode_payload, encode_result
+from ratchet.serialization import (
+    EnumPolicy,
+    decode_payload,
+    decode_result,
+    encode_payload,
+    encode_result,
+    refuse_enums,
+)
+from tripwire_fixtures import Tripwire
 
 
 class Mood(enum.Enum):
     CALM = "calm"
     BUSY = 2
+
+
+#: The class policy of an app allowing this module only.
+ENUMS = EnumPolicy(PackagePrefixClassPolicy([Mood.__module__]), [Mood.__module__])
 
 
 json_leaves = (
@@ -71,14 +86,14 @@ def same(a: Any, b: Any) -> bool:
     kwargs=st.dictionaries(st.text(max_size=6), values, max_size=3),
 )
 def test_payload_round_trips_exactly(args: list[Any], kwargs: dict[str, Any]) -> None:
-    text = encode_payload(args, kwargs, max_bytes=10_000_000)
-    back_args, back_kwargs = decode_payload(text)
+    text = encode_payload(args, kwargs, max_bytes=10_000_000, enums=ENUMS)
+    back_args, back_kwargs = decode_payload(text, ENUMS)
     assert same(back_args, args) and same(back_kwargs, kwargs)
 
 
 @given(value=values)
 def test_result_round_trips_exactly(value: Any) -> None:
-    assert same(decode_result(encode_result(value, 10_000_000)), value)
+    assert same(decode_result(encode_result(value, 10_000_000), ENUMS), value)
 
 
 @pytest.mark.parametrize(
@@ -97,18 +112,18 @@ def test_result_round_trips_exactly(value: Any) -> None:
 )
 def test_unserialisable_arguments_are_refused_with_a_reason(value: Any, hint: str) -> None:
     with pytest.raises(UnserializableArgument, match=hint):
-        encode_payload([value], {}, max_bytes=10_000)
+        encode_payload([value], {}, max_bytes=10_000, enums=ENUMS)
 
 
 def test_payload_cap() -> None:
-    encode_payload(["x" * 900], {}, max_bytes=1000)
+    encode_payload(["x" * 900], {}, max_bytes=1000, enums=ENUMS)
     with pytest.raises(PayloadTooLargeError, match="cap is 1000 bytes"):
-        encode_payload(["x" * 1000], {}, max_bytes=1000)
+        encode_payload(["x" * 1000], {}, max_bytes=1000, enums=ENUMS)
 
 
 def test_payload_cap_counts_utf8_bytes() -> None:
     with pytest.raises(PayloadTooLargeError):
-        encode_payload(["é" * 600], {}, max_bytes=1000)
+        encode_payload(["é" * 600], {}, max_bytes=1000, enums=ENUMS)
 
 
 def test_result_cap() -> None:
@@ -121,8 +136,12 @@ def test_rich_types_keep_their_types() -> None:
     when = datetime(2026, 3, 8, 7, 0, tzinfo=UTC)
     args, _ = decode_payload(
         encode_payload(
-            [when, date(2026, 1, 2), uuid.UUID(int=7), Decimal("1.10"), Mood.BUSY], {}, 1000
-        )
+            [when, date(2026, 1, 2), uuid.UUID(int=7), Decimal("1.10"), Mood.BUSY],
+            {},
+            1000,
+            enums=ENUMS,
+        ),
+        ENUMS,
     )
     assert args == [when, date(2026, 1, 2), uuid.UUID(int=7), Decimal("1.10"), Mood.BUSY]
     assert str(args[3]) == "1.10"
@@ -143,8 +162,8 @@ def _tagged(kind: str, value: Any, **extra: Any) -> str:
         pytest.param('{"args": 1, "kwargs": {}}', "'args' list", id="args-not-a-list"),
         pytest.param(_tagged("enum", "calm", t=f"{__name__}:Gone"), "Gone", id="enum-class-gone"),
         pytest.param(
-            _tagged("enum", "calm", t="no_such_module_x:Mood"),
-            "no_such_module_x",
+            _tagged("enum", "calm", t=f"{Mood.__module__}.no_such_module:Mood"),
+            "no_such_module",
             id="enum-module-gone",
         ),
         pytest.param(_tagged("enum", "sad", t=f"{__name__}:Mood"), "'sad'", id="member-gone"),
@@ -158,13 +177,88 @@ def _tagged(kind: str, value: Any, **extra: Any) -> str:
 )
 def test_payloads_that_do_not_decode_raise_a_permanent_typed_error(text: str, hint: str) -> None:
     with pytest.raises(PayloadDecodeError, match="stored job arguments") as info:
-        decode_payload(text)
+        decode_payload(text, ENUMS)
     assert hint.lower() in str(info.value).lower()
     assert "submit the job again" in str(info.value)
     assert is_do_not_retry(info.value) and isinstance(info.value, ValueError)
 
 
-@pytest.mark.parametrize("text", ['{"v": 1', '{"__ratchet__": "enum", "t": "x:Y", "v": 1}'])
+@pytest.mark.parametrize(
+    "text", ['{"v": 1', json.dumps({"__ratchet__": "enum", "t": f"{Mood.__module__}:Y", "v": 1})]
+)
 def test_results_that_do_not_decode_raise_a_permanent_typed_error(text: str) -> None:
     with pytest.raises(PayloadDecodeError, match="stored result"):
-        decode_result(text)
+        decode_result(text, ENUMS)
+
+
+# --------------------------------------------------------------------------- enums and the policy
+
+
+def _enum_payload(ref: str, value: Any = "red") -> str:
+    return json.dumps({"args": [{"__ratchet__": "enum", "t": ref, "v": value}], "kwargs": {}})
+
+
+def test_an_enum_member_of_a_class_the_policy_refuses_is_refused_at_encode() -> None:
+    with pytest.raises(ClassPolicyViolation, match=r"argument 'status'.*http:HTTPStatus") as info:
+        encode_payload([Mood.CALM], {"status": http.HTTPStatus.OK}, 10_000, enums=ENUMS)
+    assert "allowed_modules" in str(info.value) and Mood.__module__ in str(info.value)
+    with pytest.raises(ClassPolicyViolation, match=r"argument 0\[0\]\['k'\]"):
+        encode_payload([[{"k": http.HTTPStatus.OK}]], {}, 10_000, enums=ENUMS)
+
+
+def test_a_result_or_signal_is_checked_when_a_policy_is_given() -> None:
+    with pytest.raises(ClassPolicyViolation, match="result"):
+        encode_result([http.HTTPStatus.OK], 10_000, ENUMS)
+    assert encode_result([Mood.CALM], 10_000, ENUMS) is not None
+
+
+def test_an_enum_defined_inside_a_function_is_refused_at_encode() -> None:
+    Local = enum.Enum("Local", "A")
+    Local.__module__ = Mood.__module__
+    Local.__qualname__ = "f.<locals>.Local"
+    with pytest.raises(UnserializableArgument, match="inside a function"):
+        encode_payload([Local.A], {}, 10_000, enums=ENUMS)
+
+
+def test_decoding_asks_the_policy_before_importing(tripwire: Tripwire) -> None:
+    for decode in (
+        lambda: decode_payload(_enum_payload(tripwire.enum_ref), ENUMS),
+        lambda: decode_result(
+            json.dumps([{"__ratchet__": "enum", "t": tripwire.enum_ref, "v": "red"}]), ENUMS
+        ),
+    ):
+        with pytest.raises(ClassPolicyViolation, match="was not imported") as info:
+            decode()
+        assert tripwire.enum_ref in str(info.value) and is_do_not_retry(info.value)
+        assert not tripwire.imported, "the refused module's top-level code ran"
+    # The same text under a policy that allows the module imports it: the tripwire works.
+    trusting = EnumPolicy(PackagePrefixClassPolicy([tripwire.module]))
+    [member], _ = decode_payload(_enum_payload(tripwire.enum_ref), trusting)
+    assert member.value == "red" and tripwire.imported
+
+
+def test_a_reader_without_a_policy_imports_nothing(tripwire: Tripwire) -> None:
+    text = json.dumps({"__ratchet__": "enum", "t": tripwire.enum_ref, "v": "red"})
+    with pytest.raises(ClassPolicyViolation, match="no class policy"):
+        decode_result(text, refuse_enums)
+    assert not tripwire.imported
+
+
+@pytest.mark.parametrize("ref", ["", "no_colon", ":Mood", "a:", "a:b:c", "a..b:C", "a:b c", 7])
+def test_a_malformed_enum_reference_does_not_decode(ref: Any) -> None:
+    with pytest.raises(PayloadDecodeError, match="enum reference"):
+        decode_payload(_enum_payload(ref), ENUMS)
+
+
+def test_the_policy_sees_the_module_and_qualname_of_the_enum() -> None:
+    asked: list[tuple[str, str]] = []
+
+    class Recording:
+        def is_allowed(self, module: str, qualname: str) -> bool:
+            asked.append((module, qualname))
+            return True
+
+    enums = EnumPolicy(Recording())
+    text = encode_payload([Mood.BUSY], {}, 10_000, enums=enums)
+    assert decode_payload(text, enums) == ([Mood.BUSY], {})
+    assert asked == [(Mood.__module__, "Mood"), (Mood.__module__, "Mood")]

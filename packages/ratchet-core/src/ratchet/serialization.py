@@ -3,6 +3,11 @@
 Arguments may be JSON-native values (None, bool, int, float, str, list, dict with string keys)
 plus datetime, date, UUID, Decimal and Enum members, which round-trip exactly through a tagged
 object ``{"__ratchet__": kind, "v": value}``. Anything else is refused at submit.
+
+An enum member is stored with its class's ``module:qualname``, so decoding imports that module.
+Every such import goes through the class policy (:class:`EnumPolicy`): a member of a class the
+policy refuses is refused at submit, and a stored reference to one is refused before anything is
+imported, so a tampered row cannot make a worker or a reader run a module's top-level code.
 """
 
 from __future__ import annotations
@@ -15,28 +20,112 @@ import uuid
 from collections.abc import Callable, Mapping, Sequence
 from datetime import date, datetime
 from decimal import Decimal
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from ratchet.domain.errors import (
+    ClassPolicyViolation,
     PayloadDecodeError,
     PayloadTooLargeError,
     ResultTooLargeError,
     UnserializableArgument,
 )
 
+if TYPE_CHECKING:
+    from ratchet.ports import ClassPolicy
+
 TAG = "__ratchet__"
 
+EnumResolver = Callable[[str], type[enum.Enum]]
+"""Turns a stored enum reference (``module:qualname``) into the class."""
 
-def _encode(value: Any, path: str) -> Any:
+
+class EnumPolicy:
+    """The enum classes stored JSON may name: those whose module and qualname the class policy
+    allows (the policy that decides which job targets may run).
+
+    Call it with a stored reference to resolve the class (an :data:`EnumResolver`): the policy
+    is asked before anything is imported.
+
+    :param policy: the app's class policy.
+    :param allowed_modules: the configured prefixes, quoted in refusals (None: not known).
+    """
+
+    def __init__(self, policy: ClassPolicy, allowed_modules: Sequence[str] | None = None) -> None:
+        self.policy = policy
+        self._allowed = None if allowed_modules is None else list(allowed_modules)
+        self._classes: dict[str, type[enum.Enum]] = {}
+
+    def _advice(self) -> str:
+        now = "" if self._allowed is None else f" (now {self._allowed})"
+        return f"add its module prefix to allowed_modules{now} if you trust that module"
+
+    def check(self, cls: type[enum.Enum], path: str) -> str:
+        """The stored reference of ``cls``, after the policy allowed it.
+
+        :raises ClassPolicyViolation: the policy refuses the class.
+        :raises UnserializableArgument: the class cannot be imported by name (defined inside a
+            function).
+        """
+        module, qualname = cls.__module__, cls.__qualname__
+        ref = f"{module}:{qualname}"
+        if "<" in qualname:
+            raise UnserializableArgument(
+                f"{path}: enum class {ref} is defined inside a function; another process cannot "
+                "import it by name. Define it at module level."
+            )
+        if not self.policy.is_allowed(module, qualname):
+            raise ClassPolicyViolation(
+                f"{path}: the class policy does not allow the enum class {ref}, so a worker could "
+                f"not decode it; {self._advice()}, or pass the member's value instead"
+            )
+        return ref
+
+    def __call__(self, ref: str) -> type[enum.Enum]:
+        """The enum class a stored reference names, imported only if the policy allows it.
+
+        :raises ClassPolicyViolation: the policy refuses it (nothing was imported).
+        :raises PayloadDecodeError: the reference is malformed, or no longer names an Enum class.
+        """
+        if not isinstance(ref, str):
+            raise PayloadDecodeError(f"enum reference {ref!r} is not a string")
+        module, sep, qualname = ref.partition(":")
+        if not (sep and _dotted(module) and _dotted(qualname)):
+            raise PayloadDecodeError(f"enum reference {ref!r} is not of the form module:qualname")
+        if not self.policy.is_allowed(module, qualname):
+            raise ClassPolicyViolation(
+                f"stored data names the enum class {ref}, which the class policy does not allow, "
+                f"so it was not imported; {self._advice()}"
+            )
+        found = self._classes.get(ref)
+        if found is None:
+            found = import_enum(ref)
+            if len(self._classes) < 10_000:
+                self._classes[ref] = found
+        return found
+
+
+def _dotted(name: str) -> bool:
+    return all(part.isidentifier() for part in name.split("."))
+
+
+def refuse_enums(ref: str) -> type[enum.Enum]:
+    """An :data:`EnumResolver` for readers without a class policy: refuses every enum class.
+
+    :raises ClassPolicyViolation: always (nothing is imported).
+    """
+    raise ClassPolicyViolation(
+        f"stored data names the enum class {ref}, but no class policy was given to decode it; "
+        "it was not imported"
+    )
+
+
+def _encode(value: Any, path: str, enums: EnumPolicy | None) -> Any:
     if value is None or isinstance(value, (bool, str)):
         return value
     if isinstance(value, enum.Enum):
         cls = type(value)
-        return {
-            TAG: "enum",
-            "t": f"{cls.__module__}:{cls.__qualname__}",
-            "v": _encode(value.value, path),
-        }
+        ref = f"{cls.__module__}:{cls.__qualname__}" if enums is None else enums.check(cls, path)
+        return {TAG: "enum", "t": ref, "v": _encode(value.value, path, enums)}
     if isinstance(value, int):
         return value
     if isinstance(value, float):
@@ -54,7 +143,7 @@ def _encode(value: Any, path: str) -> Any:
     if isinstance(value, Decimal):
         return {TAG: "decimal", "v": str(value)}
     if isinstance(value, list):
-        return [_encode(item, f"{path}[{i}]") for i, item in enumerate(value)]
+        return [_encode(item, f"{path}[{i}]", enums) for i, item in enumerate(value)]
     if isinstance(value, dict):
         out: dict[str, Any] = {}
         for key, item in value.items():
@@ -64,7 +153,7 @@ def _encode(value: Any, path: str) -> Any:
                 )
             if key == TAG:
                 raise UnserializableArgument(f"{path}: the key {TAG!r} is reserved")
-            out[key] = _encode(item, f"{path}[{key!r}]")
+            out[key] = _encode(item, f"{path}[{key!r}]", enums)
         return out
     hint = " (use a list)" if isinstance(value, (tuple, set, frozenset)) else ""
     raise UnserializableArgument(
@@ -72,10 +161,6 @@ def _encode(value: Any, path: str) -> Any:
         "JSON values, datetime, date, UUID, Decimal and Enum members. Pass an id and load the "
         "object inside the job instead."
     )
-
-
-EnumResolver = Callable[[str], type[enum.Enum]]
-"""Turns a stored enum reference (``module:qualname``) into the class."""
 
 
 def _decode(value: Any, resolve_enum: EnumResolver) -> Any:
@@ -100,7 +185,14 @@ def _decode(value: Any, resolve_enum: EnumResolver) -> Any:
     return value
 
 
-def _import_enum(ref: str) -> type[enum.Enum]:
+def import_enum(ref: str) -> type[enum.Enum]:
+    """The enum class ``module:qualname``, imported WITHOUT asking any class policy.
+
+    Only for text already decoded under the policy (the processes executor's child decodes the
+    payload its worker decoded before sending it); everything else uses an :class:`EnumPolicy`.
+
+    :raises PayloadDecodeError: the module or class is gone, or is not an Enum class.
+    """
     module_name, _, qualname = ref.partition(":")
     try:
         obj: Any = importlib.import_module(module_name)
@@ -141,15 +233,22 @@ def _decode_stored(doc: Any, resolve_enum: EnumResolver, what: str) -> Any:
         ) from None
 
 
+#: The payload of a call without arguments.
+NO_ARGUMENTS = '{"args":[],"kwargs":{}}'
+
 #: Types that JSON holds as they are (no tagging, no checks): the common arguments.
 _PLAIN = frozenset({int, str, bool, type(None)})
 _PAYLOAD_JSON = json.JSONEncoder(separators=(",", ":"), ensure_ascii=False, allow_nan=False)
 
 
-def encode_payload(args: Sequence[Any], kwargs: Mapping[str, Any], max_bytes: int) -> str:
+def encode_payload(
+    args: Sequence[Any], kwargs: Mapping[str, Any], max_bytes: int, *, enums: EnumPolicy
+) -> str:
     """Serialise call arguments to compact JSON.
 
+    :param enums: the enum classes arguments may be members of (the app's ``enums``).
     :raises UnserializableArgument: an argument is not storable.
+    :raises ClassPolicyViolation: an argument is a member of an enum class the policy refuses.
     :raises PayloadTooLargeError: the JSON is longer than ``max_bytes``.
     """
     plain = _PLAIN
@@ -157,8 +256,8 @@ def encode_payload(args: Sequence[Any], kwargs: Mapping[str, Any], max_bytes: in
         doc = {"args": list(args), "kwargs": dict(kwargs)}
     else:
         doc = {
-            "args": [_encode(a, f"argument {i}") for i, a in enumerate(args)],
-            "kwargs": {k: _encode(v, f"argument {k!r}") for k, v in kwargs.items()},
+            "args": [_encode(a, f"argument {i}", enums) for i, a in enumerate(args)],
+            "kwargs": {k: _encode(v, f"argument {k!r}", enums) for k, v in kwargs.items()},
         }
     text = _PAYLOAD_JSON.encode(doc)
     size = len(text) if text.isascii() else len(text.encode())
@@ -170,11 +269,12 @@ def encode_payload(args: Sequence[Any], kwargs: Mapping[str, Any], max_bytes: in
     return text
 
 
-def decode_payload(
-    text: str, resolve_enum: EnumResolver = _import_enum
-) -> tuple[list[Any], dict[str, Any]]:
+def decode_payload(text: str, resolve_enum: EnumResolver) -> tuple[list[Any], dict[str, Any]]:
     """The ``(args, kwargs)`` stored by :func:`encode_payload`.
 
+    :param resolve_enum: turns stored enum references into classes: the app's ``enums`` (an
+        :class:`EnumPolicy`), which asks the class policy before importing.
+    :raises ClassPolicyViolation: an enum class named in the text is refused by the policy.
     :raises PayloadDecodeError: the text is not such a payload (any more): not JSON, not an
         object with an ``args`` list and a ``kwargs`` object, or a tagged value that no longer
         decodes (an enum class or member that is gone, a malformed date...).
@@ -193,15 +293,19 @@ def decode_payload(
     return decoded[0], decoded[1]
 
 
-def encode_result(value: Any, max_bytes: int) -> str | None:
+def encode_result(value: Any, max_bytes: int, enums: EnumPolicy | None = None) -> str | None:
     """A job's return value as JSON (None stays NULL).
 
+    :param enums: when given, enum members must be of classes it allows (as for arguments);
+        without it any enum is stored, and a reader whose policy refuses the class cannot
+        decode it (:func:`decode_result` refuses it).
     :raises UnserializableArgument: the value is not storable.
+    :raises ClassPolicyViolation: ``enums`` refuses an enum class in the value.
     :raises ResultTooLargeError: the JSON is longer than ``max_bytes``.
     """
     if value is None:
         return None
-    text = json.dumps(_encode(value, "result"), separators=(",", ":"), allow_nan=False)
+    text = json.dumps(_encode(value, "result", enums), separators=(",", ":"), allow_nan=False)
     if len(text.encode()) > max_bytes:
         raise ResultTooLargeError(
             f"job result is {len(text.encode())} bytes of JSON; the cap is {max_bytes} bytes"
@@ -209,8 +313,14 @@ def encode_result(value: Any, max_bytes: int) -> str | None:
     return text
 
 
-def decode_result(text: str | None) -> Any:
-    """The value stored by :func:`encode_result`."""
+def decode_result(text: str | None, resolve_enum: EnumResolver) -> Any:
+    """The value stored by :func:`encode_result`.
+
+    :param resolve_enum: as for :func:`decode_payload` (the app's ``enums``), or
+        :func:`refuse_enums` where no class policy is at hand.
+    :raises ClassPolicyViolation: an enum class named in the text is refused by the policy.
+    :raises PayloadDecodeError: the text does not decode (any more).
+    """
     if text is None:
         return None
-    return _decode_stored(_load(text, "result"), _import_enum, "result")
+    return _decode_stored(_load(text, "result"), resolve_enum, "result")

@@ -92,7 +92,7 @@ def _execute(request: dict[str, Any], flag: threading.Event) -> dict[str, Any]:
     """Run one job request in this (child) process and describe how it ended."""
     from ratchet.engine.context import AttemptCancellation, JobContext, bound, stopped_on_request
     from ratchet.engine.worker import describe_error
-    from ratchet.serialization import decode_payload, encode_result
+    from ratchet.serialization import decode_payload, encode_result, import_enum
 
     c = request["context"]
     deadline = datetime.fromisoformat(c["deadline"]) if c.get("deadline") else None
@@ -110,7 +110,8 @@ def _execute(request: dict[str, Any], flag: threading.Event) -> dict[str, Any]:
     with bound(ctx):
         try:
             fn = _resolve(request["target"])
-            args, kwargs = decode_payload(request["payload"])
+            # The worker decoded this same text under its class policy before sending it.
+            args, kwargs = decode_payload(request["payload"], import_enum)
             value = fn(*args, **kwargs)
             if inspect.isawaitable(value):
                 value = asyncio.run(_await(value))
@@ -345,9 +346,11 @@ class ProcessExecutorProvider:
         self._checkin(child, healthy=True)
         reply = json.loads(raw)
         if reply["ok"]:
-            from ratchet.serialization import decode_result
+            from ratchet.serialization import decode_result, import_enum
 
-            return decode_result(reply["result"])
+            # The job's own return value, encoded by the child a moment ago (not stored data);
+            # the worker stores it again, and readers decode it under their class policy.
+            return decode_result(reply["result"], import_enum)
         if reply["stopped"]:
             from ratchet.engine.context import CancellationRequestedException
 

@@ -33,6 +33,7 @@ from ratchet.events import EventKind, JobEvent
 from ratchet.ids import uuid7
 from ratchet.plugins import Plugins, make_plugin_manager
 from ratchet.ports import Clock, ClusterCoordinator, Store, StreamingInsertStore, WakeupHint
+from ratchet.serialization import EnumPolicy
 from ratchet.targets import TargetRef, target_of
 
 log = logging.getLogger("ratchet")
@@ -74,6 +75,8 @@ class Ratchet(GatesMixin, RecurringMixin):
         )
         self.plugins = plugins or Plugins(make_plugin_manager())
         self.class_policy = self.plugins.class_policy(self.config)
+        self.enums = EnumPolicy(self.class_policy, self.config.allowed_modules)
+        """The enum classes arguments, results and signals may hold (those the policy allows)."""
         self.beans = self.plugins.bean_resolver(self.config)
         self.resilience = self.plugins.resilience_strategy(self.config)
         self.clock: Clock = clock or SystemClock()

@@ -219,7 +219,9 @@ class _BatchOptions:
         return NewJob(
             job_id=self._app.new_id(),
             target=PARENT_TARGET,
-            payload=encode_payload([self._name], {}, self._app.config.max_payload_bytes),
+            payload=encode_payload(
+                [self._name], {}, self._app.config.max_payload_bytes, enums=self._app.enums
+            ),
             priority=self._priority,
             max_retries=self._max_retries,
             backoff=self._backoff,
@@ -267,13 +269,13 @@ class _BatchOptions:
     ) -> list[FlowJob]:
         from ratchet.sql.workflows import FlowJob
 
-        max_bytes = self._app.config.max_payload_bytes
+        max_bytes, enums = self._app.config.max_payload_bytes, self._app.enums
         out = []
         for item in items:
             job = NewJob(
                 job_id=self._app.new_id(),
                 target=step_ref,
-                payload=encode_payload([item], {}, max_bytes),
+                payload=encode_payload([item], {}, max_bytes, enums=enums),
                 priority=self._priority,
                 max_retries=self._max_retries,
                 backoff=self._backoff,

@@ -86,7 +86,7 @@ class JobHandle:
         from ratchet.serialization import decode_result
 
         rec = self.record()
-        return decode_result(rec.result) if rec is not None else None
+        return decode_result(rec.result, self.app.enums) if rec is not None else None
 
 
 class JobBuilder:
@@ -353,7 +353,9 @@ class JobBuilder:
         return self._new_job(now)
 
     def _new_job(self, now: datetime) -> Any:
-        payload = encode_payload(self._args, self._kwargs, self._app.config.max_payload_bytes)
+        payload = encode_payload(
+            self._args, self._kwargs, self._app.config.max_payload_bytes, enums=self._app.enums
+        )
         scheduled = self._run_at or (now + self._delay if self._delay else now)
         job_id = self._app.new_id()
         if self._idempotency_key is None:

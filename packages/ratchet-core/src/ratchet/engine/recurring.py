@@ -46,7 +46,7 @@ from ratchet.engine.builder import UnsubmittedJobWarning, validate_business_key
 from ratchet.events import EventKind, JobEvent
 from ratchet.ids import uuid7
 from ratchet.ports import RecurringStore, WakeupHint
-from ratchet.serialization import encode_payload
+from ratchet.serialization import NO_ARGUMENTS, EnumPolicy, encode_payload
 from ratchet.targets import TargetRef, resolve_attribute
 
 if TYPE_CHECKING:
@@ -190,7 +190,7 @@ class RecurringJobBuilder:
         self._cron = cron
         self._zone = zone
         self._ref = ref
-        self._payload = encode_payload(args, kwargs, app.config.max_payload_bytes)
+        self._payload = encode_payload(args, kwargs, app.config.max_payload_bytes, enums=app.enums)
         self._options = JobOptions()
         self._tags: tuple[str, ...] = ()
         self._business_key: str | None = None
@@ -309,7 +309,7 @@ class RecurringDefinition:
             cron=self.cron,
             zone=self.zone,
             target=self.target,
-            payload=encode_payload((), {}, 1 << 20),
+            payload=NO_ARGUMENTS,
             next_fire=next_fire_after(self.cron, self.zone, now),
             created_at=now,
             priority=opts.priority,
@@ -533,6 +533,7 @@ class RecurringMixin:
         def enforce_policy(self, ref: TargetRef) -> None: ...
 
         class_policy: ClassPolicy
+        enums: EnumPolicy
 
     # -- plumbing ----------------------------------------------------------------------------
     def _recurring_store(self) -> RecurringStore:

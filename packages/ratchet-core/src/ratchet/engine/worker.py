@@ -596,7 +596,7 @@ class Worker:
                 ref = self.target_ref(job.target)
                 app.enforce_policy(ref)
                 fn = self._resolve(ref)
-                args, kwargs = decode_payload(job.payload)
+                args, kwargs = decode_payload(job.payload, app.enums)
                 value = self.invoke(job, ref, fn, args, kwargs)
                 result = encode_result(value, app.config.max_result_bytes)
                 return Outcome(

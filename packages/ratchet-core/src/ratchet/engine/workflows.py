@@ -34,7 +34,13 @@ from ratchet.domain.workflow import (
 )
 from ratchet.events import EventKind, JobEvent
 from ratchet.ports import WakeupHint
-from ratchet.serialization import decode_result, encode_payload, encode_result
+from ratchet.serialization import (
+    EnumPolicy,
+    EnumResolver,
+    decode_result,
+    encode_payload,
+    encode_result,
+)
 from ratchet.targets import TargetRef, resolve_attribute, target_of
 
 if TYPE_CHECKING:
@@ -83,10 +89,11 @@ def resolve_stored(app: Ratchet, text: str) -> Callable[..., Any]:
 
 
 def install_flows(app: Ratchet) -> None:
-    """Let the store resolve predicates under the app's class policy."""
+    """Let the store resolve predicates and decode results under the app's class policy."""
     store: Any = app.store
     if hasattr(store, "flow_resolver"):
         store.flow_resolver = lambda text: resolve_stored(app, text)
+        store.enum_resolver = app.enums
 
 
 # ---------------------------------------------------------------------------------------------
@@ -125,7 +132,10 @@ def make_step(
 ) -> Step:
     """Check and encode a later job now, so bad input fails at the call, not at submit."""
     ref = app.check_target(fn)
-    return Step(ref, encode_payload(list(args), dict(kwargs), app.config.max_payload_bytes))
+    payload = encode_payload(
+        list(args), dict(kwargs), app.config.max_payload_bytes, enums=app.enums
+    )
+    return Step(ref, payload)
 
 
 def predicate_condition(
@@ -256,10 +266,11 @@ def _flow_store(app: Ratchet) -> Any:
 # ---------------------------------------------------------------------------------------------
 # signals
 # ---------------------------------------------------------------------------------------------
-def encode_signal(payload: Any, max_bytes: int) -> str:
-    """The stored form of a payload or :class:`SignalDecision` (JSON)."""
+def encode_signal(payload: Any, max_bytes: int, enums: EnumPolicy) -> str:
+    """The stored form of a payload or :class:`SignalDecision` (JSON); enum members must be of
+    classes ``enums`` allows, as in job arguments."""
     if isinstance(payload, SignalDecision):
-        inner = encode_result(payload.payload, max_bytes)
+        inner = encode_result(payload.payload, max_bytes, enums)
         doc: dict[str, Any] = {
             "decision": {
                 "outcome": payload.outcome.value,
@@ -268,21 +279,25 @@ def encode_signal(payload: Any, max_bytes: int) -> str:
             }
         }
     else:
-        inner = encode_result(payload, max_bytes)
+        inner = encode_result(payload, max_bytes, enums)
         doc = {"payload": None if inner is None else json.loads(inner)}
     return json.dumps(doc, separators=(",", ":"))
 
 
-def decode_signal(text: str | None) -> Any:
+def decode_signal(text: str | None, resolve_enum: EnumResolver) -> Any:
     """Inverse of :func:`encode_signal` (None: no signal)."""
     if text is None:
         return None
     doc = json.loads(text)
     if "decision" in doc:
         d = doc["decision"]
-        value = None if d["payload"] is None else decode_result(json.dumps(d["payload"]))
+        value = (
+            None if d["payload"] is None else decode_result(json.dumps(d["payload"]), resolve_enum)
+        )
         return SignalDecision(SignalOutcome(d["outcome"]), d["reason"], value)
-    return None if doc["payload"] is None else decode_result(json.dumps(doc["payload"]))
+    if doc["payload"] is None:
+        return None
+    return decode_result(json.dumps(doc["payload"]), resolve_enum)
 
 
 def deliver_signal(app: Ratchet, target: uuid.UUID | str, payload: Any = None) -> int:
@@ -291,7 +306,7 @@ def deliver_signal(app: Ratchet, target: uuid.UUID | str, payload: Any = None) -
     Idempotent: a job that is no longer waiting is not counted. Returns how many were released.
     """
     store = _flow_store(app)
-    text = encode_signal(payload, app.config.max_payload_bytes)
+    text = encode_signal(payload, app.config.max_payload_bytes, app.enums)
     now = app.now()
     if isinstance(target, uuid.UUID):
         count = int(store.deliver_signal(target, text, now=now))
@@ -326,7 +341,7 @@ def signal_of(node_id: str, job_id: uuid.UUID) -> Any:
         raise RuntimeError(
             "JobContext.signal() is only available inside a job run by a worker of this process"
         )
-    return decode_signal(store.read_signal(job_id))
+    return decode_signal(store.read_signal(job_id), store.enum_resolver)
 
 
 class SignalTimeoutScanner:

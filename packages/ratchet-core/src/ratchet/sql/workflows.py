@@ -186,10 +186,10 @@ def _default_resolver(text: str) -> Callable[..., Any]:
     return fn  # type: ignore[no-any-return]
 
 
-def _decode(text: str | None) -> Any:
-    from ratchet.serialization import decode_result
+def _refuse_enums(ref: str) -> Any:
+    from ratchet.serialization import refuse_enums
 
-    return decode_result(text)
+    return refuse_enums(ref)
 
 
 # ---------------------------------------------------------------------------------------------
@@ -221,6 +221,9 @@ class WorkflowStoreMixin:
 
     flow_resolver: Callable[[str], Callable[..., Any]] = staticmethod(_default_resolver)
     """Turns a stored predicate reference into a callable (the app adds its class policy)."""
+    enum_resolver: Callable[[str], type[Any]] = staticmethod(_refuse_enums)
+    """Turns an enum reference in a stored result or signal into its class: refuses every one
+    until the app installs its class policy (``EnumPolicy``)."""
 
     def _install_workflow_hooks(self) -> None:
         """Register the outcome and terminal hooks (called once from ``SqlStore.__init__``)."""
@@ -734,7 +737,7 @@ class WorkflowStoreMixin:
             result = JobResult(
                 parent.job_id,
                 parent.status is JobStatus.SUCCEEDED,
-                _safe_decode(parent.result),
+                _safe_decode(parent.result, self.enum_resolver),
                 parent.error,
                 parent.started_at,
                 parent.finished_at,
@@ -898,9 +901,11 @@ def _batch_ctx(row: Row[Any]) -> BatchContext:
     )
 
 
-def _safe_decode(text: str | None) -> Any:
+def _safe_decode(text: str | None, resolve_enum: Callable[[str], type[Any]]) -> Any:
+    from ratchet.serialization import decode_result
+
     try:
-        return _decode(text)
+        return decode_result(text, resolve_enum)
     except Exception:
         return text
 
