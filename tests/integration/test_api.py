@@ -244,6 +244,15 @@ def test_bad_targets_are_refused_at_submit(app: Ratchet) -> None:
 def test_bad_arguments_are_refused_at_submit(app: Ratchet) -> None:
     with pytest.raises(UnserializableArgument, match="argument 0"):
         app.enqueue(sample_jobs.record, object()).submit()
+    with pytest.raises(UnserializableArgument, match=r"argument 0: .*lone surrogate"):
+        app.enqueue(sample_jobs.record, "bad \ud800").submit()
+    with pytest.raises(UnserializableArgument, match=r"argument 'value'\['k'\]: .*surrogate"):
+        app.enqueue(sample_jobs.record, value={"k": "\udcff"}).submit()
+    deep: list[Any] = []
+    for _ in range(5_000):
+        deep = [deep]
+    with pytest.raises(UnserializableArgument, match="nested more than 100 levels"):
+        app.enqueue(sample_jobs.record, deep).submit()
     with pytest.raises(PayloadTooLargeError, match="100000 bytes"):
         app.enqueue(sample_jobs.record, "x" * 100_001).submit()
     assert app.list_jobs() == []

@@ -5,6 +5,7 @@ from __future__ import annotations
 import enum
 import http
 import json
+import sys
 import uuid
 from datetime import UTC, date, datetime, timedelta, timezone
 from decimal import Decimal
@@ -24,6 +25,7 @@ from ratchet.domain.errors import (
 )
 from ratchet.domain.retry import is_do_not_retry
 from ratchet.serialization import (
+    MAX_NESTING,
     EnumPolicy,
     decode_payload,
     decode_result,
@@ -262,3 +264,65 @@ def test_the_policy_sees_the_module_and_qualname_of_the_enum() -> None:
     text = encode_payload([Mood.BUSY], {}, 10_000, enums=enums)
     assert decode_payload(text, enums) == ([Mood.BUSY], {})
     assert asked == [(Mood.__module__, "Mood"), (Mood.__module__, "Mood")]
+
+
+# --------------------------------------------------------------------------- text and nesting
+
+
+class Odd(enum.Enum):
+    BROKEN = "\udcff"
+
+
+def nested(depth: int, leaf: Any = 1, *, dicts: bool = False) -> Any:
+    value = leaf
+    for _ in range(depth):
+        value = {"k": value} if dicts else [value]
+    return value
+
+
+@pytest.mark.parametrize(
+    ("args", "kwargs", "path"),
+    [
+        pytest.param(["bad \ud800"], {}, "argument 0:", id="plain-argument"),
+        pytest.param([1, "ok", "\udc80"], {}, "argument 2:", id="plain-among-plain"),
+        pytest.param([], {"name": "x\udfff"}, "argument 'name':", id="keyword-argument"),
+        pytest.param([], {"\ud800": 1}, "argument name '\\ud800'", id="keyword-name"),
+        pytest.param([{"a": [1, "é", "\ud800"]}], {}, "argument 0['a'][2]:", id="nested-value"),
+        pytest.param([[{"k\udc80": 1}]], {}, "argument 0[0] (the key 'k\\udc80')", id="nested-key"),
+        pytest.param([Odd.BROKEN], {}, "argument 0:", id="enum-value"),
+    ],
+)
+def test_lone_surrogates_are_refused_naming_the_argument(
+    args: list[Any], kwargs: dict[str, Any], path: str
+) -> None:
+    enums = EnumPolicy(PackagePrefixClassPolicy([Mood.__module__]))
+    with pytest.raises(UnserializableArgument, match="lone surrogate") as info:
+        encode_payload(args, kwargs, 10_000, enums=enums)
+    assert str(info.value).startswith(path), str(info.value)
+    str(info.value).encode()  # the message itself is storable
+
+
+def test_valid_non_ascii_text_and_nul_characters_round_trip() -> None:
+    args = ["é中文🎉", "a\x00b", {"k\x00é": ["\x00", "\U0001f600"]}]
+    text = encode_payload(args, {"nul\x00": "\x00"}, 10_000, enums=ENUMS)
+    assert "\x00" not in text and "\\u0000" in text, "NUL is stored escaped, as JSON does"
+    assert decode_payload(text, ENUMS) == (args, {"nul\x00": "\x00"})
+
+
+@pytest.mark.parametrize("dicts", [False, True], ids=["lists", "dicts"])
+def test_nesting_is_capped_with_a_typed_error(dicts: bool) -> None:
+    deepest = nested(MAX_NESTING, dicts=dicts)
+    text = encode_payload([deepest], {}, 10_000, enums=ENUMS)
+    assert decode_payload(text, ENUMS) == ([deepest], {})
+    assert decode_result(encode_result(deepest, 10_000), ENUMS) == deepest
+    for too_deep in (nested(MAX_NESTING + 1, dicts=dicts), nested(5000, dicts=dicts)):
+        with pytest.raises(UnserializableArgument, match=f"nested more than {MAX_NESTING}"):
+            encode_payload([too_deep], {}, 10_000_000, enums=ENUMS)
+        with pytest.raises(UnserializableArgument, match=r"^argument 'x'"):
+            encode_payload([], {"x": too_deep}, 10_000_000, enums=ENUMS)
+        with pytest.raises(UnserializableArgument, match=r"^result"):
+            encode_result(too_deep, 10_000_000)
+
+
+def test_the_nesting_cap_sits_far_below_the_recursion_limit() -> None:
+    assert sys.getrecursionlimit() > MAX_NESTING * 4

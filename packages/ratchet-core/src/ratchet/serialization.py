@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import enum
 import importlib
+import itertools
 import json
 import math
 import uuid
@@ -34,6 +35,10 @@ if TYPE_CHECKING:
     from ratchet.ports import ClassPolicy
 
 TAG = "__ratchet__"
+
+MAX_NESTING = 100
+"""How deep lists and dicts may nest in arguments, results and signal payloads (far below
+Python's recursion limit, so every reader can decode what was stored)."""
 
 EnumResolver = Callable[[str], type[enum.Enum]]
 """Turns a stored enum reference (``module:qualname``) into the class."""
@@ -119,13 +124,13 @@ def refuse_enums(ref: str) -> type[enum.Enum]:
     )
 
 
-def _encode(value: Any, path: str, enums: EnumPolicy | None) -> Any:
+def _encode(value: Any, path: str, enums: EnumPolicy | None, depth: int = 0) -> Any:
     if value is None or isinstance(value, (bool, str)):
         return value
     if isinstance(value, enum.Enum):
         cls = type(value)
         ref = f"{cls.__module__}:{cls.__qualname__}" if enums is None else enums.check(cls, path)
-        return {TAG: "enum", "t": ref, "v": _encode(value.value, path, enums)}
+        return {TAG: "enum", "t": ref, "v": _encode(value.value, path, enums, depth)}
     if isinstance(value, int):
         return value
     if isinstance(value, float):
@@ -142,8 +147,15 @@ def _encode(value: Any, path: str, enums: EnumPolicy | None) -> Any:
         return {TAG: "uuid", "v": str(value)}
     if isinstance(value, Decimal):
         return {TAG: "decimal", "v": str(value)}
+    if isinstance(value, (list, dict)) and depth >= MAX_NESTING:
+        where = path if len(path) <= 60 else f"{path[:60]}..."
+        raise UnserializableArgument(
+            f"{where}: lists and dicts are nested more than {MAX_NESTING} levels deep; flatten "
+            "the data, or store it elsewhere and pass a reference"
+        )
+    depth += 1
     if isinstance(value, list):
-        return [_encode(item, f"{path}[{i}]", enums) for i, item in enumerate(value)]
+        return [_encode(item, f"{path}[{i}]", enums, depth) for i, item in enumerate(value)]
     if isinstance(value, dict):
         out: dict[str, Any] = {}
         for key, item in value.items():
@@ -153,7 +165,7 @@ def _encode(value: Any, path: str, enums: EnumPolicy | None) -> Any:
                 )
             if key == TAG:
                 raise UnserializableArgument(f"{path}: the key {TAG!r} is reserved")
-            out[key] = _encode(item, f"{path}[{key!r}]", enums)
+            out[key] = _encode(item, f"{path}[{key!r}]", enums, depth)
         return out
     hint = " (use a list)" if isinstance(value, (tuple, set, frozenset)) else ""
     raise UnserializableArgument(
@@ -260,13 +272,62 @@ def encode_payload(
             "kwargs": {k: _encode(v, f"argument {k!r}", enums) for k, v in kwargs.items()},
         }
     text = _PAYLOAD_JSON.encode(doc)
-    size = len(text) if text.isascii() else len(text.encode())
+    try:
+        size = len(text) if text.isascii() else len(text.encode())
+    except UnicodeEncodeError:
+        raise _lone_surrogate(args, kwargs) from None
     if size > max_bytes:
         raise PayloadTooLargeError(
             f"job arguments are {size} bytes of JSON; the cap is {max_bytes} bytes. Store large "
             "data elsewhere and pass a reference, or raise max_payload_bytes."
         )
     return text
+
+
+def _lone_surrogate(args: Sequence[Any], kwargs: Mapping[str, Any]) -> UnserializableArgument:
+    """The error naming the first string of the arguments that is not valid Unicode text."""
+    found = next(
+        itertools.chain(
+            (p for i, a in enumerate(args) if (p := _surrogate_in(a, f"argument {i}"))),
+            (f"argument name {k!r}" for k in kwargs if _has_surrogate(k)),
+            (p for k, v in kwargs.items() if (p := _surrogate_in(v, f"argument {k!r}"))),
+        ),
+        "an argument",
+    )
+    return UnserializableArgument(
+        f"{found}: a string holds a lone surrogate (U+D800..U+DFFF alone), which is not valid "
+        "Unicode text and cannot be stored as UTF-8; it usually comes from bytes decoded with "
+        "errors='surrogateescape'. Decode the bytes properly, or pass them as base64 text."
+    )
+
+
+def _has_surrogate(text: str) -> bool:
+    if text.isascii():
+        return False
+    try:
+        text.encode()
+    except UnicodeEncodeError:
+        return True
+    return False
+
+
+def _surrogate_in(value: Any, path: str) -> str | None:
+    """The path of the first string in ``value`` (encoded already: at most MAX_NESTING deep) that
+    holds a lone surrogate, or None."""
+    if isinstance(value, str):
+        return path if _has_surrogate(value) else None
+    if isinstance(value, enum.Enum):
+        return _surrogate_in(value.value, path)
+    if isinstance(value, list):
+        items: Any = ((f"{path}[{i}]", item) for i, item in enumerate(value))
+    elif isinstance(value, dict):
+        for key in value:
+            if _has_surrogate(key):
+                return f"{path} (the key {key!r})"
+        items = ((f"{path}[{key!r}]", item) for key, item in value.items())
+    else:
+        return None
+    return next((p for sub_path, item in items if (p := _surrogate_in(item, sub_path))), None)
 
 
 def decode_payload(text: str, resolve_enum: EnumResolver) -> tuple[list[Any], dict[str, Any]]:
