@@ -18,6 +18,7 @@ from ratchet.domain.options import (
     BackoffPolicy,
     JobOptions,
     normalize_tags,
+    validate_option_text,
 )
 
 
@@ -207,3 +208,47 @@ def test_bad_params_are_refused(params: dict[Any, Any], match: str) -> None:
 
 def test_empty_string_param_values_are_allowed() -> None:
     assert JobOptions(params={"k": ""}).params == {"k": ""}
+
+
+# --------------------------------------------------------------------------- option text
+
+
+@pytest.mark.parametrize(
+    ("value", "message"),
+    [
+        ("a\x00b", r"tag 'a\\x00b' contains a NUL character \(U\+0000\) at position 1"),
+        ("\x00", "NUL character"),
+        ("ok\ud800", r"lone surrogate \(U\+D800\) at position 2"),
+        ("é\udcff", r"lone surrogate \(U\+DCFF\) at position 1"),
+        ("x" * 50 + "\x00", r"'x{40}'\.\.\. contains a NUL"),
+        (7, "tag must be a string, got int"),
+    ],
+)
+def test_text_no_store_can_keep_is_refused_with_its_position(value: Any, message: str) -> None:
+    with pytest.raises(InvalidJobOptions, match=message) as info:
+        validate_option_text(value, "tag")
+    str(info.value).encode()  # the message itself is valid text
+
+
+@pytest.mark.parametrize("value", ["", "plain", "Café", "東京", "🎉 party", "tab\tand\nnewline"])
+def test_any_other_text_is_kept_as_it_is(value: str) -> None:
+    assert validate_option_text(value, "tag") is value
+
+
+@given(st.text())
+def test_valid_unicode_without_nul_is_always_kept(value: str) -> None:
+    if "\x00" in value:
+        with pytest.raises(InvalidJobOptions, match="NUL"):
+            validate_option_text(value, "x")
+    else:
+        assert validate_option_text(value, "x") == value
+
+
+@pytest.mark.parametrize("bad", ["a\x00", "a\udc80"])
+def test_tags_and_params_refuse_text_no_store_can_keep(bad: str) -> None:
+    with pytest.raises(InvalidJobOptions, match=r"^tag "):
+        normalize_tags(["ok", bad])
+    with pytest.raises(InvalidJobOptions, match=r"^param name "):
+        JobOptions(params={bad: "v"})
+    with pytest.raises(InvalidJobOptions, match=r"^param 'k' "):
+        JobOptions(params={"k": bad})

@@ -9,7 +9,7 @@ from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 
 from ratchet.domain.lifecycle import JobPriority, JobStatus
-from ratchet.domain.options import BackoffPolicy
+from ratchet.domain.options import BackoffPolicy, validate_option_text
 from ratchet.domain.text import is_storable_text, storable_text
 
 
@@ -163,6 +163,12 @@ class JobFilter:
     tag: str | None = None
     target: str | None = None
     created_before: datetime | None = None
+
+    def __post_init__(self) -> None:
+        if self.tag is not None:
+            validate_option_text(self.tag, "tag")
+        if self.target is not None:
+            validate_option_text(self.target, "target")
 
 
 @dataclass(frozen=True)

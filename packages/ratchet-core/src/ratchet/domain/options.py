@@ -9,6 +9,7 @@ from datetime import timedelta
 
 from ratchet.domain.errors import InvalidJobOptions
 from ratchet.domain.lifecycle import JobPriority
+from ratchet.domain.text import is_storable_text
 
 MAX_TAG_LENGTH = 64
 MAX_BACKOFF = timedelta(hours=24)
@@ -26,10 +27,44 @@ class BackoffPolicy(enum.StrEnum):
     """Wait base * 2^(attempt-1), capped at 24 hours."""
 
 
+def validate_option_text(value: str, what: str) -> str:
+    """``value`` unchanged, if every store can keep it as text (see :mod:`ratchet.domain.text`).
+
+    Every option string a user passes (tags, params, names, descriptions) and every string a
+    lookup compares with stored ones goes through here, so all stores answer alike. Refused are
+    NUL (U+0000: PostgreSQL's ``text`` cannot hold it, SQLite and MariaDB can) and lone
+    surrogates (U+D800..U+DFFF alone: not Unicode text, no database stores them as UTF-8). Any
+    other character is kept, non-ASCII included. (Text the scheduler writes on its own, such as
+    error messages, is escaped with :func:`~ratchet.domain.text.storable_text` instead: a user's
+    option is refused, so that what is stored is what was asked for.)
+
+    :param what: what the string is, for the message (``"tag"``, ``"param 'tenant'"``).
+    :raises InvalidJobOptions: not a string, or one of those characters (named with its position).
+    """
+    if not isinstance(value, str):
+        raise InvalidJobOptions(f"{what} must be a string, got {type(value).__name__}")
+    if is_storable_text(value):
+        return value
+    shown = repr(value) if len(value) <= 40 else f"{value[:40]!r}..."
+    nul = value.find("\x00")
+    if nul >= 0:
+        raise InvalidJobOptions(
+            f"{what} {shown} contains a NUL character (U+0000) at position {nul}; not every "
+            "database can store it in text: remove it (put binary data in job arguments)"
+        )
+    at = next(i for i, c in enumerate(value) if "\ud800" <= c <= "\udfff")
+    raise InvalidJobOptions(
+        f"{what} {shown} contains a lone surrogate (U+{ord(value[at]):04X}) at position {at}, "
+        "which is not valid Unicode text and cannot be stored as UTF-8; it usually comes from "
+        "bytes decoded with errors='surrogateescape'"
+    )
+
+
 def normalize_tags(tags: Iterable[str]) -> tuple[str, ...]:
     """Trim and lower-case tags, drop blanks and duplicates, keep first-seen order.
 
-    :raises InvalidJobOptions: a tag is not a string or is longer than 64 characters.
+    :raises InvalidJobOptions: a tag is not a string, is longer than 64 characters, or holds a
+        character no store can keep (see :func:`validate_option_text`).
     """
     if isinstance(tags, str):
         raise InvalidJobOptions(f"tags must be a collection of strings, not the string {tags!r}")
@@ -37,7 +72,7 @@ def normalize_tags(tags: Iterable[str]) -> tuple[str, ...]:
     for tag in tags:
         if not isinstance(tag, str):
             raise InvalidJobOptions(f"tags must be strings, got {type(tag).__name__}")
-        norm = tag.strip().lower()
+        norm = validate_option_text(tag, "tag").strip().lower()
         if not norm:
             continue
         if len(norm) > MAX_TAG_LENGTH:
@@ -104,4 +139,6 @@ class JobOptions:
                 raise InvalidJobOptions(
                     f"param {key!r} must be a string, got {type(value).__name__}"
                 )
+            validate_option_text(key, "param name")
+            validate_option_text(value, f"param {key!r}")
         object.__setattr__(self, "params", params)

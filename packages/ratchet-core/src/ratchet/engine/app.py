@@ -22,6 +22,7 @@ from ratchet.domain.errors import (
 )
 from ratchet.domain.lifecycle import JobPriority
 from ratchet.domain.model import AttemptRecord, JobFilter, JobRecord
+from ratchet.domain.options import validate_option_text
 from ratchet.domain.retry import RetryPolicy
 from ratchet.domain.workflow import BatchContext
 from ratchet.engine.batches import BatchBuilder, StreamingBatchBuilder
@@ -326,7 +327,7 @@ class Ratchet(GatesMixin, RecurringMixin):
 
     def cancel_jobs_by_tag(self, tag: str) -> int:
         """Cancel every PENDING, PAUSED or WAITING job with ``tag`` (never RUNNING ones)."""
-        count = self.store.cancel_jobs_by_tag(tag, now=self.now())
+        count = self.store.cancel_jobs_by_tag(validate_option_text(tag, "tag"), now=self.now())
         if count:
             self.emit(
                 JobEvent(

@@ -18,7 +18,12 @@ from typing import TYPE_CHECKING, Any
 from ratchet.domain.errors import InvalidJobOptions, RatchetError
 from ratchet.domain.lifecycle import JobPriority, JobStatus
 from ratchet.domain.model import NewJob
-from ratchet.domain.options import BackoffPolicy, JobOptions, normalize_tags
+from ratchet.domain.options import (
+    BackoffPolicy,
+    JobOptions,
+    normalize_tags,
+    validate_option_text,
+)
 from ratchet.domain.resources import validate_resource_name
 from ratchet.domain.workflow import (
     BatchContext,
@@ -96,6 +101,7 @@ class BatchHandle:
 def _validate_name(name: str) -> str:
     if not isinstance(name, str) or not name.strip():
         raise InvalidJobOptions("a batch needs a non-blank name")
+    validate_option_text(name, "batch name")
     if len(name) > MAX_NAME_LENGTH:
         raise InvalidJobOptions(f"batch name is longer than {MAX_NAME_LENGTH} characters")
     return name.strip()

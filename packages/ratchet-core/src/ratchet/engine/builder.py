@@ -12,7 +12,12 @@ from typing import TYPE_CHECKING, Any
 from ratchet.domain.errors import InvalidJobOptions
 from ratchet.domain.lifecycle import JobPriority, JobStatus
 from ratchet.domain.model import NewJob
-from ratchet.domain.options import BackoffPolicy, JobOptions, normalize_tags
+from ratchet.domain.options import (
+    BackoffPolicy,
+    JobOptions,
+    normalize_tags,
+    validate_option_text,
+)
 from ratchet.domain.resources import validate_resource_name
 from ratchet.serialization import encode_payload
 
@@ -192,7 +197,7 @@ class JobBuilder:
     def with_executor(self, name: str) -> JobBuilder:
         if not name or not isinstance(name, str):
             raise InvalidJobOptions("executor name must be a non-empty string")
-        self._executor = name
+        self._executor = validate_option_text(name, "executor name")
         return self
 
     def with_options(self, options: JobOptions) -> JobBuilder:

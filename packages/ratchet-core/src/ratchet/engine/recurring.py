@@ -29,7 +29,12 @@ from ratchet.domain.errors import (
 from ratchet.domain.lifecycle import JobPriority
 from ratchet.domain.misfire import RecurringMisfirePolicy, plan_fires
 from ratchet.domain.model import JobRecord, NewJob
-from ratchet.domain.options import BackoffPolicy, JobOptions, normalize_tags
+from ratchet.domain.options import (
+    BackoffPolicy,
+    JobOptions,
+    normalize_tags,
+    validate_option_text,
+)
 from ratchet.domain.recurring import (
     FIRE_TIME_PARAM,
     MASTER_PARAM,
@@ -230,7 +235,7 @@ class RecurringJobBuilder:
         """A display name (up to 255 characters)."""
         if not isinstance(name, str) or not name.strip() or len(name.strip()) > 255:
             raise InvalidJobOptions("a recurring job's name must be 1-255 characters")
-        self._name = name.strip()
+        self._name = validate_option_text(name, "recurring job name").strip()
         return self
 
     def build(self, now: datetime) -> NewRecurring:
@@ -629,6 +634,8 @@ class RecurringMixin:
         )
         if name is not None and (not isinstance(name, str) or len(name) > 255):
             raise InvalidJobOptions("a recurring job's name must be a string of <= 255 characters")
+        if name is not None:
+            validate_option_text(name, "recurring job name")
 
         def decorate(fn: F) -> F:
             with_context = takes_context(fn)
@@ -768,12 +775,15 @@ class RecurringMixin:
 
     def find_recurring(self, business_key: str) -> RecurringRecord | None:
         """The active master holding ``business_key`` (a decorator's id), or None."""
-        return self._recurring_store().find_recurring(business_key)
+        key = validate_option_text(business_key, "business key")
+        return self._recurring_store().find_recurring(key)
 
     def list_recurring(
         self, *, tag: str | None = None, active_only: bool = True, limit: int = 1000
     ) -> list[RecurringRecord]:
         """Masters, oldest first (only active ones unless ``active_only=False``)."""
+        if tag is not None:
+            validate_option_text(tag, "tag")
         return self._recurring_store().list_recurring(tag=tag, active_only=active_only, limit=limit)
 
     def recurring_fires(self, recurring_id: uuid.UUID, limit: int = 1000) -> list[JobRecord]:
@@ -785,7 +795,7 @@ class RecurringMixin:
         if isinstance(master, uuid.UUID):
             return master
         if isinstance(master, str):
-            found = self._recurring_store().find_recurring(master)
+            found = self.find_recurring(master)
             return None if found is None else found.recurring_id
         raise InvalidJobOptions(
             f"a master is named by its id (UUID) or business key, got {master!r}"

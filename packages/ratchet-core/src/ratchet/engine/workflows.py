@@ -22,6 +22,7 @@ from typing import TYPE_CHECKING, Any
 from ratchet.domain.errors import InvalidJobOptions, InvalidJobTarget
 from ratchet.domain.lifecycle import JobPriority, JobStatus
 from ratchet.domain.model import NewJob, Outcome
+from ratchet.domain.options import validate_option_text
 from ratchet.domain.workflow import (
     BatchContext,
     ConditionType,
@@ -50,6 +51,9 @@ if TYPE_CHECKING:
     from ratchet.sql.workflows import BranchSpec, FlowEffect, FlowJob
 
 log = logging.getLogger("ratchet.workflows")
+
+#: The longest branch description (its column's size).
+MAX_DESCRIPTION_LENGTH = 255
 
 #: Signal-timeout scan: rows per pass, passes per round.
 SIGNAL_SCAN_BATCH = 200
@@ -112,6 +116,15 @@ class Branch:
     step: Step
     condition: WorkflowCondition
     description: str | None = None
+
+    def __post_init__(self) -> None:
+        if self.description is not None:
+            validate_option_text(self.description, "branch description")
+            if len(self.description) > MAX_DESCRIPTION_LENGTH:
+                raise InvalidJobOptions(
+                    f"branch description is {len(self.description)} characters; at most "
+                    f"{MAX_DESCRIPTION_LENGTH} allowed"
+                )
 
 
 @dataclass
