@@ -354,6 +354,14 @@ def test_reading_a_result_that_names_a_refused_enum_class_imports_nothing(
     assert not tripwire.imported, "the refused module's top-level code ran"
 
 
+def test_a_result_holding_an_enum_the_policy_refuses_is_stored_but_not_read(app: Ratchet) -> None:
+    handle = app.enqueue(sample_jobs.returns_http_status).submit()
+    run_all(app)
+    assert handle.status() is JobStatus.SUCCEEDED
+    with pytest.raises(ClassPolicyViolation, match="http:HTTPStatus"):
+        handle.result()
+
+
 @pytest.mark.parametrize(
     ("payload", "reason"),
     [

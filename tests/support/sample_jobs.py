@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import enum
+import http
 import os
 import sqlite3
 import threading
@@ -79,6 +80,11 @@ def fail_fatal() -> None:
 
 def returns_unserialisable() -> object:
     return object()
+
+
+def returns_http_status() -> http.HTTPStatus:
+    """Returns a member of an enum class outside the tests' allowed modules."""
+    return http.HTTPStatus.OK
 
 
 def noop() -> None:
