@@ -48,10 +48,7 @@ def app(store: Any) -> Iterator[Ratchet]:
 def run_all(app: Ratchet) -> None:
     worker = app.worker(concurrency=10)
     while jobs := worker.poll_once():
-        outcomes = [worker.execute(j) for j in jobs]
-        for j in jobs:
-            worker._inflight.pop(j.job_id)
-        worker.record([o for o in outcomes if o is not None])
+        worker.run_claimed(jobs)
 
 
 def test_nul_and_non_ascii_text_in_arguments_round_trips(app: Ratchet) -> None:

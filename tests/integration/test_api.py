@@ -47,11 +47,7 @@ def app(sqlite_url: str, clock: FakeClock) -> Ratchet:
 def run_all(app: Ratchet) -> Worker:
     """Claim and run every due job synchronously, writing outcomes as the worker would."""
     worker = app.worker(concurrency=50)
-    while jobs := worker.poll_once():
-        outcomes = [worker.execute(j) for j in jobs]
-        for j in jobs:
-            worker._inflight.pop(j.job_id)
-        worker.record([o for o in outcomes if o is not None])
+    worker.run_due()
     return worker
 
 
@@ -154,8 +150,7 @@ def test_priorities_order_execution(app: Ratchet) -> None:
         app.enqueue(sample_jobs.record, prio.name).with_priority(prio).submit()
     worker = app.worker(concurrency=1, batch_size=1)
     while jobs := worker.poll_once():
-        worker.record([worker.execute(jobs[0])])
-        worker._inflight.clear()
+        worker.run_claimed(jobs)
     assert [v for _, v in sample_jobs.CALLS[-4:]] == ["CRITICAL", "HIGH", "NORMAL", "LOW"]
 
 
@@ -482,21 +477,21 @@ def test_written_outcomes_wake_the_poller_after_a_short_claim_but_not_after_an_e
     app.submit_many([app.enqueue(sample_jobs.noop) for _ in range(3)])
     worker = app.worker(concurrency=10)  # wants 10, gets 3
 
-    def run_and_write(jobs: list[Any]) -> None:
+    def run_and_write(jobs: list[Any]) -> bool:
+        """Run ``jobs`` as slots do, then write their outcomes; whether the poller was woken."""
+        worker.producer.take_wake()
         for job in jobs:
-            worker._run_and_queue(job)
-        batch = [worker._outcomes.get_nowait() for _ in jobs]
-        worker._wake.clear()
-        worker._write(batch, retry_forever=False)
+            worker.runner.run(job)
+        assert not worker.producer.take_wake(), "a slot with an outcome to write is not free"
+        worker.completer.flush()
+        return worker.producer.take_wake()
 
     claimed = worker.poll_once()
     assert len(claimed) == 3
-    run_and_write(claimed)
-    assert worker._wake.is_set(), "a short claim's freed slots wake the poller"
+    assert run_and_write(claimed), "a short claim's freed slots wake the poller"
 
     assert worker.poll_once() == []
     app.submit_many([app.enqueue(sample_jobs.noop)])
     claimed = worker.poll_once()
     assert worker.poll_once() == []  # the queue is empty now
-    run_and_write(claimed)
-    assert not worker._wake.is_set(), "after an empty poll a write does not wake the poller"
+    assert not run_and_write(claimed), "after an empty poll a write does not wake the poller"

@@ -50,10 +50,7 @@ def run_due(app: Ratchet) -> Worker:
     seen: set[Any] = set()
     while jobs := worker.poll_once():
         [job] = jobs
-        outcome = worker.execute(job)
-        worker._inflight.clear()
-        if outcome is not None:
-            worker.record([outcome])
+        worker.run_claimed(jobs)
         if job.job_id in seen:
             break
         seen.add(job.job_id)
@@ -213,9 +210,11 @@ def test_permit_is_released_when_the_job_is_fenced_out(app: Ratchet) -> None:
     gate.leave(worker, claimed)
     assert app.permits() == []
     # A canceled job acquires nothing: its attempt is no longer this node's.
-    outcome = worker.execute(claimed)
-    assert outcome is not None and outcome.retry_at == outcome.started_at
-    assert worker.record([outcome]) == [job.id] and app.permits() == []
+    refused = gate.enter(worker, claimed, app.now())
+    assert refused is not None and refused.retry_at == refused.started_at
+    assert worker.record([refused]) == [job.id] and app.permits() == []
+    # And an attempt of it never starts (the ownership check comes before the gates).
+    assert worker.execute(claimed) is None and app.permits() == []
 
 
 def test_the_janitor_releases_permits_lost_to_an_outage(app: Ratchet, clock: FakeClock) -> None:
@@ -228,7 +227,7 @@ def test_the_janitor_releases_permits_lost_to_an_outage(app: Ratchet, clock: Fak
     gate = worker.gates[1]
     for job in claimed.values():
         assert gate.enter(worker, job, app.now()) is None
-    del worker._inflight[lost.id]  # its attempt ended, but the release never reached the store
+    worker.slots.release(claimed[lost.id])  # it ended; the release never reached the store
     clock.advance(1)
     janitor = next(t for t in worker.periodic if isinstance(t, PermitJanitor))
     janitor.run_once(worker)

@@ -139,7 +139,7 @@ def make_machine(template: Path, workdir: Path) -> type[RuleBasedStateMachine]:
             entry = self.claimed.pop(job_id, None)
             if entry is not None:
                 self.stale.append(entry)
-                self.nodes[entry[0]]._inflight.pop(job_id, None)
+                self.nodes[entry[0]].slots.release(entry[1])
 
         def heartbeat_of(self, node: str) -> datetime:
             rows = {n.node_id: n for n in self.app.store.list_nodes()}
@@ -178,7 +178,7 @@ def make_machine(template: Path, workdir: Path) -> type[RuleBasedStateMachine]:
                 old = self.claimed.get(job.job_id)
                 assert old is None, f"{job.job_id} claimed twice without being released"
                 self.claimed[job.job_id] = (node, job)
-                worker._inflight[job.job_id] = job
+                worker.slots.claimed([job])
             return claimed
 
         @rule(node=st.sampled_from(NODES), limit=st.integers(1, 4), run=st.sampled_from([0, 1, 4]))

@@ -380,7 +380,7 @@ def test_reservations_that_takeovers_left_no_room_for_stay_reserved(
 
     def finish(jobs: list[Any]) -> None:  # the poll claimed them; nothing runs them here
         for job in jobs:
-            b._inflight.pop(job.job_id)
+            b.slots.release(job)
             outcome = Outcome(
                 job.job_id, job.epoch, job.attempt, OutcomeKind.SUCCEEDED, clock.now(), clock.now()
             )

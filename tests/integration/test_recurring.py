@@ -93,10 +93,7 @@ def run_due_jobs(worker: Worker) -> list[Any]:
     """Claim and run every due job in this thread, writing outcomes as the worker would."""
     ran = []
     while jobs := worker.poll_once():
-        outcomes = [worker.execute(j) for j in jobs]
-        for j in jobs:
-            worker._inflight.pop(j.job_id)
-        worker.record([o for o in outcomes if o is not None])
+        worker.run_claimed(jobs)
         ran.extend(jobs)
     return ran
 

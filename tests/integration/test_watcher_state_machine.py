@@ -293,9 +293,7 @@ def make_machine(app: Ratchet, clock: FakeClock) -> type[RuleBasedStateMachine]:
         def drop(self, node: SimNode, handle: Handle) -> None:
             node.handles.pop((handle.job.job_id, handle.job.epoch), None)
             assert node.worker is not None
-            inflight = node.worker._inflight
-            if inflight.get(handle.job.job_id) is handle.job:
-                del inflight[handle.job.job_id]
+            node.worker.slots.release(handle.job)
 
         # ------------------------------------------------------------------ submissions
         @rule(
@@ -466,7 +464,7 @@ def make_machine(app: Ratchet, clock: FakeClock) -> type[RuleBasedStateMachine]:
             states = self.node_states()
             me = states.get(worker.node_id)
             free = worker.free_slots()
-            local = set(worker._inflight)
+            local = worker.slots.local_job_ids()
             eligible = {
                 job_id
                 for job_id, row in before.items()
@@ -787,7 +785,7 @@ def make_machine(app: Ratchet, clock: FakeClock) -> type[RuleBasedStateMachine]:
                     node.worker.liveness.watch_once()
                     node.worker.poll_once()
                     now = clock.now()
-                    for job in list(node.worker._inflight.values()):  # every run finishes
+                    for job in node.worker.slots.occupying_jobs():  # every run finishes
                         done = Outcome(
                             job.job_id,
                             job.epoch,
@@ -798,7 +796,7 @@ def make_machine(app: Ratchet, clock: FakeClock) -> type[RuleBasedStateMachine]:
                             result="1",
                         )
                         node.worker.record([done])
-                        del node.worker._inflight[job.job_id]
+                        node.worker.slots.release(job)
                     node.handles = {}
             stuck = {
                 str(job_id): row.status

@@ -58,10 +58,7 @@ def run_all(app: Ratchet, worker: Worker | None = None) -> Worker:
     """Claim and run every due job synchronously, recording outcomes as the worker does."""
     worker = worker or app.worker(concurrency=50)
     while jobs := worker.poll_once():
-        outcomes = [worker.execute(j) for j in jobs]
-        for j in jobs:
-            worker._inflight.pop(j.job_id)
-        worker.record([o for o in outcomes if o is not None])
+        worker.run_claimed(jobs)
     return worker
 
 
@@ -155,9 +152,9 @@ def test_chain_steps_stay_hidden_until_their_predecessor_succeeds(
     steps = children_of(app, h.id)
     assert sorted(steps.values()) == [JobStatus.PENDING, JobStatus.WAITING, JobStatus.WAITING]
     worker = app.worker(concurrency=50)
-    assert [j.job_id for j in worker.poll_once()] == [h.id], "only the head is claimable"
-    worker._inflight.clear()
-    app.store.release_jobs(worker.node_id, [h.id], now=app.now())
+    claimed = worker.poll_once()
+    assert [j.job_id for j in claimed] == [h.id], "only the head is claimable"
+    worker.run_claimed(claimed)
     run_all(app, worker)
     assert flow_jobs.seen("step") == ["a", "b", "c"]
     assert set(children_of(app, h.id).values()) == {JobStatus.SUCCEEDED}

@@ -11,6 +11,8 @@ exactly those characters as visible escapes and leaves every other string unchan
 from __future__ import annotations
 
 _NUL = "\x00"
+#: The longest error description stored (a longer one is cut, ending in ``...``).
+MAX_ERROR_CHARS = 4000
 
 
 def is_storable_text(text: str) -> bool:
@@ -34,3 +36,24 @@ def storable_text(text: str) -> str:
     if is_storable_text(text):
         return text
     return text.replace(_NUL, "\\x00").encode("utf-8", "backslashreplace").decode("utf-8")
+
+
+def describe_error(exc: BaseException) -> str:
+    """``module.Type: message``, storable on every database, at most ``MAX_ERROR_CHARS``."""
+    remote = getattr(exc, "ratchet_description", None)  # an error reported by a child process
+    if isinstance(remote, str):
+        text = remote
+    else:
+        klass = type(exc)
+        name = (
+            klass.__qualname__
+            if klass.__module__ == "builtins"
+            else f"{klass.__module__}.{klass.__qualname__}"
+        )
+        try:
+            message = str(exc)
+        except Exception as unprintable:  # a job's exception type may break its own __str__
+            message = f"<message unavailable: its __str__ raised {type(unprintable).__name__}>"
+        text = f"{name}: {message}"
+    text = storable_text(text)
+    return text if len(text) <= MAX_ERROR_CHARS else text[: MAX_ERROR_CHARS - 3] + "..."

@@ -71,11 +71,12 @@ def breaker_service(worker: Worker, ref: TargetRef) -> str:
     strategy, so the breaker gets the target's profile and exception filters.
     """
     key = str(ref)
-    service = worker._services.get(key)
+    services = worker.runner.services
+    service = services.get(key)
     if service is None:
         service = _breaker_service(worker, ref)
-        if key in worker._targets:  # resolved: the answer cannot change any more
-            worker._services[key] = service
+        if worker.runner.is_resolved(ref):  # the answer cannot change any more
+            services[key] = service
     return service
 
 
@@ -84,7 +85,7 @@ def _breaker_service(worker: Worker, ref: TargetRef) -> str:
     if not app.class_policy.is_allowed(ref.module, ref.qualname):
         return ref.service_name
     try:
-        fn = worker._resolve(ref)
+        fn = worker.runner.resolve(ref)
     except Exception:
         return ref.service_name  # the execution step reports the real error
     spec = spec_of(fn)
@@ -182,23 +183,9 @@ class PermitJanitor:
         if permits is None:
             return
         before = worker.app.now()
-        with worker._lock:
-            # Running attempts, and timed-out ones whose call has not returned yet (they still
-            # use the resource, as they still hold their slot).
-            running = [*worker._inflight.values(), *getattr(worker, "_expired", {}).values()]
-            keep = [(job.job_id, job.epoch) for job in running]
+        # Running attempts, and timed-out ones whose call has not returned yet (they still use
+        # the resource, as they still hold their slot).
+        keep = [(job.job_id, job.epoch) for job in worker.slots.occupying_jobs()]
         released = permits.release_stale_permits(worker.node_id, keep, before=before)
         if released:
             log.warning("released %d permit(s) of attempts no longer running here", released)
-
-
-class OrphanRecovery:
-    """Returns RUNNING jobs of nodes silent longer than the grace to PENDING."""
-
-    name = "orphan-recovery"
-
-    def __init__(self, interval: timedelta) -> None:
-        self.interval = interval
-
-    def run_once(self, worker: Worker) -> None:
-        worker.recover_once()

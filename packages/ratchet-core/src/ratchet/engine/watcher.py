@@ -37,11 +37,11 @@ from dataclasses import replace as dc_replace
 from datetime import datetime, timedelta
 from typing import TYPE_CHECKING, Any
 
-from ratchet.domain.errors import FencedOut, UnknownPluginError
+from ratchet.domain.errors import ConfigurationError, FencedOut, UnknownPluginError
 from ratchet.domain.model import ClaimedJob, Outcome, OutcomeKind
 from ratchet.domain.options import BackoffPolicy
 from ratchet.domain.retry import decide_retry
-from ratchet.domain.text import storable_text
+from ratchet.domain.text import describe_error, storable_text
 from ratchet.domain.watcher import (
     Checkpoint,
     JobStalledError,
@@ -275,7 +275,7 @@ class Liveness:
             try:
                 self.beat()
             except Exception as exc:
-                self.worker._outage(exc)
+                self.worker.outages.failed(exc)
             delay = heartbeat_delay(
                 config.heartbeat_interval, config.orphan_grace, self._utilisation()
             )
@@ -358,8 +358,7 @@ class Liveness:
             old = worker.node_id
             new = new_node_id(self.node_name)
             self._reserved.clear()
-            with worker._lock:
-                attempts = list(worker._attempts.values())
+            attempts = worker.slots.attempts()
             now = worker.app.now()
             for attempt in attempts:
                 attempt.cancellation.request(DEAD_REASON, now)
@@ -400,8 +399,6 @@ class Liveness:
             backoff_base=timedelta(milliseconds=stalled.backoff_ms),
             policy=app.retry_policy,
         )
-        from ratchet.engine.worker import describe_error
-
         return Outcome(
             stalled.job_id,
             stalled.epoch,
@@ -450,9 +447,9 @@ class Liveness:
             worker.app.emit(JobEvent(EventKind.STALLED, None, now, self.node_id, data))
         if report.expired:
             log.warning("watcher: %d TIMED_OUT job(s) nobody took over failed", len(report.expired))
-            worker._after_write(list(report.expired), set())
+            worker.completer.report(list(report.expired), set())
         if report.changed:
-            worker._wake.set()
+            worker.producer.wake()
         return report
 
     # ------------------------------------------------------------------ acquiring work
@@ -484,8 +481,7 @@ class Liveness:
                 return []
             node = worker.node_id
             now = worker.app.now()
-            with worker._lock:
-                local = set(worker._inflight) | {key[0] for key in worker._expired}
+            local = worker.slots.local_job_ids()
             reserved = [self._reserved.popleft() for _ in range(min(want, len(self._reserved)))]
             work = self.store.acquire_work(
                 node,
@@ -620,7 +616,7 @@ class Liveness:
             and attempt.cancellation.is_requested()
             and attempt.cancellation.reason == DRAIN_REASON
         ):
-            self.worker._timeouts.pop(key, None)
+            self.worker.completer.timeouts.pop(key, None)
             self.stats.drain_stops += 1
             log.info("job %s stopped for the drain; it is handed back", job.job_id)
             return None
@@ -637,9 +633,7 @@ class Liveness:
             self.store.set_draining(worker.node_id, now=now)
         except Exception as exc:
             log.error("drain: could not mark node %s DRAINING: %s", worker.node_id, exc)
-        with worker._lock:
-            attempts = list(worker._attempts.values())
-        for attempt in attempts:
+        for attempt in worker.slots.attempts():
             attempt.cancellation.request(DRAIN_REASON, now)
 
     def hand_back(self) -> tuple[int, int]:
@@ -686,19 +680,22 @@ class WatcherTask:
         self._interval = value
 
     def run_once(self, worker: Worker) -> None:
-        if worker.liveness is not None:
-            worker.liveness.watch_once()
+        worker.liveness.watch_once()
 
 
-def attach_liveness(worker: Worker) -> Liveness | None:
-    """Give ``worker`` liveness support if its store can (replacing the legacy orphan scan);
-    None otherwise."""
+def attach_liveness(worker: Worker) -> Liveness:
+    """The liveness of ``worker`` (its store must have the watcher capability), with the
+    watcher added to its periodic tasks when enabled.
+
+    :raises ConfigurationError: the store cannot run the watcher.
+    """
     store = watcher_store(worker.store)
     if store is None:
-        return None
-    from ratchet.engine.pipeline import OrphanRecovery
-
-    worker.periodic[:] = [t for t in worker.periodic if not isinstance(t, OrphanRecovery)]
+        raise ConfigurationError(
+            f"{type(worker.store).__name__} has no watcher capability (register_incarnation, "
+            "beat, watch, acquire_work, ...); a worker needs it to claim jobs and recover the "
+            "work of dead nodes"
+        )
     if worker.config.watcher_enabled:
         worker.periodic.append(WatcherTask(worker.config.watcher_interval))
     return Liveness(worker, store)

@@ -1,0 +1,255 @@
+"""The completer: writes attempt outcomes in batches and reports what they did.
+
+Job tasks hand their outcomes over with :meth:`Completer.put`; one writer thread takes what has
+queued (up to ``completion_batch``) and records it in one fenced transaction. A database outage
+is waited out with backoff (nothing is lost: the jobs stay RUNNING here until written); an
+outcome the store refuses for any other reason is isolated and its job failed with
+:class:`~ratchet.domain.errors.OutcomeNotStorable`, so one bad outcome never holds up the rest.
+After each write it updates the worker's stats, emits the outcome events, runs the workflow
+effects and frees the slots.
+"""
+
+from __future__ import annotations
+
+import logging
+import queue
+import threading
+import time
+import uuid
+from typing import TYPE_CHECKING, Any
+
+from ratchet.domain.errors import OutcomeNotStorable, StoreUnavailable
+from ratchet.domain.model import Outcome, OutcomeKind
+from ratchet.domain.text import describe_error
+from ratchet.engine.workflows import after_flow_write
+from ratchet.events import EventKind, JobEvent
+
+if TYPE_CHECKING:
+    from ratchet.engine.worker import Worker
+
+log = logging.getLogger("ratchet.worker")
+
+
+class Completer:
+    """The batched outcome writer of one worker."""
+
+    def __init__(self, worker: Worker, batch_limit: int) -> None:
+        self.worker = worker
+        self._batch_limit = batch_limit
+        self._queue: queue.Queue[Outcome | None] = queue.Queue()
+        self._thread: threading.Thread | None = None
+        self.timeouts: dict[tuple[uuid.UUID, int], dict[str, Any]] = {}
+        """Timing of attempts that timed out, for their TIMED_OUT event (by job and epoch)."""
+
+    def start(self) -> None:
+        self._thread = threading.Thread(target=self._write_loop, name="ratchet-writer", daemon=True)
+        self._thread.start()
+
+    def put(self, outcome: Outcome) -> None:
+        """Queue ``outcome`` for the next batch (its slot stays taken until it is written)."""
+        self._queue.put(outcome)
+
+    def stop(self, deadline: float) -> None:
+        """Write what is queued (a bounded effort past ``deadline``, monotonic) and stop."""
+        self._queue.put(None)
+        if self._thread is not None:
+            self._thread.join(timeout=max(1.0, deadline - time.monotonic()))
+        self.flush()
+
+    def flush(self) -> None:
+        """Write what is queued now, on this thread (one attempt through an outage)."""
+        self._flush_remaining()
+
+    def _write_loop(self) -> None:
+        while True:
+            first = self._queue.get()
+            if first is None:
+                return
+            batch = [first]
+            while len(batch) < self._batch_limit:
+                try:
+                    item = self._queue.get_nowait()
+                except queue.Empty:
+                    break
+                if item is None:
+                    self._queue.put(None)
+                    break
+                batch.append(item)
+            self._write(batch, retry_forever=True)
+
+    def _flush_remaining(self) -> None:
+        batch = []
+        while True:
+            try:
+                item = self._queue.get_nowait()
+            except queue.Empty:
+                break
+            if item is not None:
+                batch.append(item)
+        if batch:
+            self._write(batch, retry_forever=False)
+
+    def record(self, outcomes: list[Outcome]) -> list[uuid.UUID]:
+        """Write outcomes now (one transaction) and emit their events; returns fenced ids."""
+        worker = self.worker
+        if len({o.job_id for o in outcomes}) < len(outcomes):
+            # Two attempts of one job (a zombie's and the current one): fenced ids would be
+            # ambiguous, so a job's second outcome goes in a separate write.
+            first: dict[uuid.UUID, Outcome] = {}
+            rest: list[Outcome] = []
+            for o in outcomes:
+                if o.job_id in first:
+                    rest.append(o)
+                else:
+                    first[o.job_id] = o
+            return self.record(list(first.values())) + self.record(rest)
+        fenced = worker.store.record_outcomes(worker.node_id, outcomes, now=worker.app.now())
+        self.report(outcomes, set(fenced))
+        return fenced
+
+    def _write(self, batch: list[Outcome], *, retry_forever: bool) -> None:
+        """Record ``batch``: through database outages with backoff (until stopping, unless
+        ``retry_forever``); an outcome the store refuses for any other reason is isolated and
+        its job failed with a storable error, so it never holds up the rest."""
+        worker = self.worker
+        delay = 0.05
+        pending = batch
+        while pending:
+            try:
+                self.record(pending)
+                worker.outages.succeeded()
+                break
+            except StoreUnavailable as exc:
+                worker.outages.failed(exc)
+            except Exception as exc:
+                pending = self._write_one_by_one(pending, exc)
+                if not pending:
+                    break
+            if not retry_forever:
+                log.error(
+                    "could not record %d outcome(s); the watcher will recover their jobs",
+                    len(pending),
+                )
+                break
+            time.sleep(delay)  # waiting out a database outage, not synchronising
+            delay = min(delay * 2, 5.0)
+        if worker.slots.written(len(batch)):
+            worker.producer.wake()  # the written runs' slots are free now
+
+    def _write_one_by_one(self, batch: list[Outcome], error: Exception) -> list[Outcome]:
+        """After a batch write failed with ``error`` (not an outage): write each outcome on its
+        own; one the store refuses becomes a dead-lettering failure that names the refusal.
+        Returns what is left to write once the database is reachable again."""
+        worker = self.worker
+        log.error(
+            "writing %d outcome(s) failed (%s); writing them one at a time to isolate the "
+            "outcome the store refuses",
+            len(batch),
+            describe_error(error),
+        )
+        for index, outcome in enumerate(batch):
+            try:
+                self.record([outcome])
+                continue
+            except StoreUnavailable as exc:
+                worker.outages.failed(exc)
+                return batch[index:]
+            except Exception as exc:
+                refused = self._refused_outcome(outcome, exc)
+            try:
+                self.record([refused])
+            except StoreUnavailable as exc:
+                worker.outages.failed(exc)
+                return [refused, *batch[index + 1 :]]
+            except Exception as exc:
+                worker.stats.store_errors += 1
+                log.error(
+                    "job %s: the store refused even the failure that replaced its outcome (%s); "
+                    "the job stays RUNNING here until the watcher recovers it",
+                    outcome.job_id,
+                    describe_error(exc),
+                )
+        return []
+
+    def _refused_outcome(self, outcome: Outcome, exc: Exception) -> Outcome:
+        """The dead-lettering failure that replaces an outcome the store refused."""
+        worker = self.worker
+        worker.stats.store_errors += 1
+        error = OutcomeNotStorable(
+            f"the {outcome.kind.value} outcome of attempt {outcome.attempt} could not be "
+            f"stored ({describe_error(exc)}); the job was failed instead"
+        )
+        log.error("job %s: %s", outcome.job_id, error)
+        return Outcome(
+            outcome.job_id,
+            outcome.epoch,
+            outcome.attempt,
+            OutcomeKind.DEAD,
+            outcome.started_at,
+            outcome.finished_at,
+            error=describe_error(error),
+            flow_effects=outcome.flow_effects,
+        )
+
+    def report(self, outcomes: list[Outcome], fenced: set[uuid.UUID]) -> None:
+        """Account for written ``outcomes`` (``fenced``: those refused): stats, logs, events,
+        retry wake-ups and workflow effects."""
+        worker = self.worker
+        stats = worker.stats
+        stats.outcome_batches += 1
+        observed = worker.app.observed()  # build events only if somebody listens
+        for o in outcomes:
+            timeout = self.timeouts.pop((o.job_id, o.epoch), None)
+            if o.job_id in fenced:
+                stats.fenced_out += 1
+                stats.by_job[o.job_id] = "FENCED_OUT"
+                log.error(  # fatal for this run, logged once (its write is never retried)
+                    "fatal: FencedOut: job %s epoch %d: this node no longer owns it (canceled, "
+                    "recovered or taken over); its outcome %s was discarded",
+                    o.job_id,
+                    o.epoch,
+                    o.kind.value,
+                )
+                if observed:
+                    worker.app.emit(
+                        JobEvent(EventKind.FENCED_OUT, o.job_id, o.finished_at, worker.node_id)
+                    )
+                continue
+            stats.by_job[o.job_id] = o.kind.value
+            if o.kind is OutcomeKind.SUCCEEDED:
+                stats.succeeded += 1
+            elif o.kind is OutcomeKind.RESCHEDULE:
+                stats.rescheduled += 1
+            else:
+                if timeout is not None:
+                    stats.timed_out += 1
+                if o.kind is OutcomeKind.RETRY:
+                    stats.retried += 1
+                else:
+                    stats.dead_lettered += 1
+            if o.retry_at is not None and o.kind in (OutcomeKind.RETRY, OutcomeKind.RESCHEDULE):
+                worker.producer.wake_at(o.retry_at)
+            if observed:
+                for event in self._outcome_events(o, timeout):
+                    worker.app.emit(event)
+        after_flow_write(worker, outcomes, fenced)  # callbacks, chain/batch events, wakeups
+
+    def _outcome_events(self, o: Outcome, timeout: dict[str, Any] | None) -> list[JobEvent]:
+        """The events of one written outcome, in the order listeners see them."""
+        worker = self.worker
+        data: dict[str, Any] = {"attempt": o.attempt, "error": o.error}
+
+        def event(kind: EventKind, payload: dict[str, Any]) -> JobEvent:
+            return JobEvent(kind, o.job_id, o.finished_at, worker.node_id, payload)
+
+        if o.kind is OutcomeKind.SUCCEEDED:
+            return [event(EventKind.COMPLETED, data)]
+        if o.kind is OutcomeKind.RESCHEDULE:
+            return [event(EventKind.RESCHEDULED, data)]
+        events = [event(EventKind.TIMED_OUT, timeout)] if timeout is not None else []
+        events.append(event(EventKind.FAILED, data))
+        if o.kind is OutcomeKind.RETRY:
+            events.append(event(EventKind.RETRYING, {**data, "retry_at": o.retry_at}))
+        else:
+            events.append(event(EventKind.DEAD_LETTERED, data))
+        return events

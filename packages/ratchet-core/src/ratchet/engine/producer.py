@@ -1,0 +1,164 @@
+"""The producer: polls for work, claims it into free slots and hands it to the executors.
+
+One poller thread per worker. Each poll asks the node's liveness for up to ``min(free slots,
+batch_size)`` jobs (takeovers first, then reserved jobs, then new claims), records them in the
+slot table, and dispatches each to its executor provider. Between polls it sleeps as the
+adaptive polling strategy says, unless woken: by a wakeup hint from the coordinator, by a slot
+that freed while the last poll found work, or by the due time of a job it retried.
+"""
+
+from __future__ import annotations
+
+import functools
+import heapq
+import threading
+from collections.abc import Callable, Sequence
+from datetime import datetime
+from typing import TYPE_CHECKING, Any
+
+from ratchet.domain.model import ClaimedJob
+from ratchet.domain.polling import AdaptivePollingStrategy, PollingConfig
+from ratchet.events import EventKind, JobEvent
+from ratchet.ports import Dispatcher, ExecutorProvider, WakeupHint
+
+if TYPE_CHECKING:
+    from ratchet.engine.worker import Worker
+
+
+class Producer:
+    """The poll loop of one worker."""
+
+    def __init__(self, worker: Worker) -> None:
+        self.worker = worker
+        config = worker.config
+        self.strategy = AdaptivePollingStrategy(
+            PollingConfig(
+                burst_delay=config.burst_delay,
+                min_delay=config.min_delay,
+                max_delay=config.max_delay,
+                deep_idle_delay=config.deep_idle_delay,
+                deep_idle_threshold=config.deep_idle_after,
+            )
+        )
+        self._wake = threading.Event()
+        self._stopping = threading.Event()
+        self._lock = threading.Lock()
+        self._due: list[datetime] = []
+        self._thread: threading.Thread | None = None
+
+    # ------------------------------------------------------------------ wakeups
+    def on_hint(self, hint: WakeupHint) -> None:
+        """A coordinator says new work may be waiting."""
+        self.wakeup()
+
+    def wakeup(self) -> None:
+        """Poll at once and enter burst mode."""
+        self.strategy.on_wakeup(self.worker.app.now())
+        self._wake.set()
+
+    def wake(self) -> None:
+        """Poll at once (a slot freed, or the state changed)."""
+        self._wake.set()
+
+    def take_wake(self) -> bool:
+        """Consume a pending wake-up (as the poller does when its wait returns); whether there
+        was one."""
+        pending = self._wake.is_set()
+        self._wake.clear()
+        return pending
+
+    def wake_at(self, when: datetime) -> None:
+        """Poll again no later than ``when`` (a job retried or rescheduled for then)."""
+        with self._lock:
+            heapq.heappush(self._due, when)
+        self._wake.set()
+
+    # ------------------------------------------------------------------ polling
+    def poll_once(self) -> list[ClaimedJob]:
+        """Claim as many due jobs as there are free slots (up to the batch size)."""
+        worker = self.worker
+        free = worker.slots.free()
+        if free <= 0 or worker.draining:
+            if free <= 0:
+                worker.liveness.refill()  # keep the prefetch reservations topped up
+            return []
+        claimed = worker.liveness.acquire(min(free, worker.config.batch_size))
+        worker.stats.polls += 1
+        worker.stats.claimed += len(claimed)
+        worker.slots.claimed(claimed)
+        if claimed and worker.app.observed():
+            for job in claimed:
+                worker.app.emit(
+                    JobEvent(
+                        EventKind.STARTED,
+                        job.job_id,
+                        job.claimed_at,
+                        worker.node_id,
+                        {"attempt": job.attempt},
+                    )
+                )
+        return claimed
+
+    def dispatch(self, jobs: Sequence[ClaimedJob]) -> None:
+        """Hand each job to its executor: one hand-off per executor where the provider takes a
+        batch (without a future), else one per job."""
+        runner = self.worker.runner
+        by_provider: dict[int, tuple[ExecutorProvider, list[Callable[[], Any]]]] = {}
+        self.worker.start_check.expect((job.job_id, job.epoch) for job in jobs)
+        for job in jobs:
+            provider = runner.executor_for(job)
+            entry = by_provider.get(id(provider))
+            if entry is None:
+                entry = by_provider[id(provider)] = (provider, [])
+            entry[1].append(functools.partial(runner.run, job))
+        for provider, calls in by_provider.values():
+            if isinstance(provider, Dispatcher):
+                provider.dispatch_many(calls)
+            else:
+                for call in calls:
+                    provider.submit(call)
+
+    # ------------------------------------------------------------------ the thread
+    def start(self) -> None:
+        self._thread = threading.Thread(target=self._loop, name="ratchet-poller", daemon=True)
+        self._thread.start()
+
+    def stop(self, timeout: float) -> None:
+        self._stopping.set()
+        self._wake.set()
+        if self._thread is not None:
+            self._thread.join(timeout=timeout)
+
+    def _loop(self) -> None:
+        worker = self.worker
+        config = worker.config
+        backoff = 0.05
+        while not self._stopping.is_set():
+            try:
+                claimed = self.poll_once()
+                if claimed:
+                    self.dispatch(claimed)
+                utilisation = 1 - worker.slots.free() / config.concurrency
+                decision = self.strategy.on_poll(
+                    worker.app.now(), len(claimed), config.batch_size, utilisation
+                )
+                delay = decision.delay.total_seconds()
+                worker.outages.succeeded()
+                backoff = 0.05
+            except Exception as exc:
+                worker.outages.failed(exc)
+                delay = backoff
+                backoff = min(backoff * 2, 5.0)
+            delay = min(delay, self._seconds_until_due())
+            if (delay > 0 and self._wake.wait(timeout=delay)) or delay <= 0:
+                self._wake.clear()
+
+    def _seconds_until_due(self) -> float:
+        with self._lock:
+            now = self.worker.app.now()
+            while self._due and self._due[0] <= now:
+                heapq.heappop(self._due)
+                return 0.0
+            if not self._due:
+                return float("inf")
+            return max(0.0, (self._due[0] - now).total_seconds())

@@ -1,0 +1,186 @@
+"""A worker's slots: which jobs occupy them, and the attempts running in them.
+
+A slot is taken from the moment the producer claims a job until the completer has written the
+job's outcome (until then the job is still RUNNING here in the store: back-pressure), or until
+the run ends without an outcome to write (fenced out, canceled before it started). An attempt
+the watchdog recorded as timed out keeps its slot while its call is still running (it is
+*expired*: a zombie if it ignores the interrupt). The producer, the attempt runner, the
+completer and the liveness code share this one table and change it only through its methods.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+import uuid
+from collections.abc import Callable, Iterable
+
+from ratchet.domain.model import ClaimedJob
+from ratchet.engine.watchdog import Attempt
+
+Key = tuple[uuid.UUID, int]
+"""A job and the epoch of one of its attempts."""
+
+
+class SlotTable:
+    """The ``concurrency`` slots of one worker, under one lock."""
+
+    def __init__(self, concurrency: int) -> None:
+        self.concurrency = concurrency
+        self._lock = threading.Lock()
+        self._changed = threading.Condition(self._lock)
+        self._running: dict[uuid.UUID, ClaimedJob] = {}
+        self._expired: dict[Key, ClaimedJob] = {}
+        self._attempts: dict[Key, Attempt] = {}
+        self._unwritten = 0
+        self._found_work = False
+        self._progress = threading.Condition(threading.Lock())
+        self._progress_count = 0
+
+    # ------------------------------------------------------------------ reading
+    def free(self) -> int:
+        """Slots neither running a job nor waiting for a finished run's outcome to be written."""
+        with self._lock:
+            busy = len(self._running) + len(self._expired) + self._unwritten
+            return max(0, self.concurrency - busy)
+
+    @property
+    def found_work(self) -> bool:
+        """The last poll claimed something: a slot that frees may find more waiting."""
+        return self._found_work
+
+    def running_job(self, job_id: uuid.UUID) -> ClaimedJob | None:
+        """The claimed job ``job_id`` while it occupies a slot here (not expired)."""
+        with self._lock:
+            return self._running.get(job_id)
+
+    def local_job_ids(self) -> set[uuid.UUID]:
+        """Jobs whose runs occupy a slot here (running or expired)."""
+        with self._lock:
+            return set(self._running) | {key[0] for key in self._expired}
+
+    def occupying_jobs(self) -> list[ClaimedJob]:
+        """Claimed jobs whose runs occupy a slot here (running or expired)."""
+        with self._lock:
+            return [*self._running.values(), *self._expired.values()]
+
+    def attempt(self, key: Key) -> Attempt | None:
+        """The live attempt of ``key`` (None once it returned)."""
+        return self._attempts.get(key)
+
+    def attempts(self, job_id: uuid.UUID | None = None, epoch: int | None = None) -> list[Attempt]:
+        """Live attempts (of ``job_id`` / ``epoch`` when given)."""
+        with self._lock:
+            return [
+                a
+                for a in self._attempts.values()
+                if (job_id is None or a.job.job_id == job_id)
+                and (epoch is None or a.job.epoch == epoch)
+            ]
+
+    def busy(self) -> bool:
+        """Whether any attempt is live."""
+        return bool(self._attempts)
+
+    # ------------------------------------------------------------------ changes
+    def claimed(self, jobs: Iterable[ClaimedJob]) -> None:
+        """A poll claimed ``jobs`` (each takes a slot); an empty poll clears ``found_work``."""
+        with self._lock:
+            found = False
+            for job in jobs:
+                self._running[job.job_id] = job
+                found = True
+            self._found_work = found
+
+    def began(self, attempt: Attempt) -> None:
+        with self._lock:
+            self._attempts[attempt.key] = attempt
+
+    def returned(self, attempt: Attempt) -> bool:
+        """The task running ``attempt`` returned; True if it was a zombie (counted out)."""
+        with self._lock:
+            self._attempts.pop(attempt.key, None)
+            attempt.returned = True
+            return attempt.zombie
+
+    def mark_zombie(self, attempt: Attempt) -> bool:
+        """Count ``attempt`` as a zombie once; False if it returned or was counted already."""
+        with self._lock:
+            if attempt.returned or attempt.zombie:
+                return False
+            attempt.zombie = True
+            return True
+
+    def expire(self, job: ClaimedJob, key: Key) -> None:
+        """The watchdog recorded ``key``'s timeout (one outcome to write); the slot stays taken
+        until the call returns."""
+        with self._lock:
+            if self._running.get(job.job_id) is job:
+                del self._running[job.job_id]
+                self._expired[key] = job
+            self._unwritten += 1
+
+    def run_ended(self, job: ClaimedJob, *, outcome: bool) -> bool:
+        """The run of ``job`` ended, with an ``outcome`` to write or not. Returns whether the
+        producer should poll now (its slot is free at once and the last poll found work)."""
+        with self._lock:
+            if self._running.get(job.job_id) is job:
+                del self._running[job.job_id]
+            self._expired.pop((job.job_id, job.epoch), None)
+            if outcome:
+                self._unwritten += 1
+            wake = self._found_work and not outcome
+            self._changed.notify_all()
+        if not outcome:
+            self.notify_progress()
+        return wake
+
+    def written(self, count: int) -> bool:
+        """``count`` outcomes were written (or given up); their slots are free. Returns whether
+        the producer should poll now."""
+        with self._lock:
+            self._unwritten -= count
+            self._changed.notify_all()
+            wake = self._found_work
+        self.notify_progress()
+        return wake
+
+    def release(self, job: ClaimedJob) -> None:
+        """Free ``job``'s slot without an outcome (a caller that runs jobs by hand)."""
+        with self._lock:
+            if self._running.get(job.job_id) is job:
+                del self._running[job.job_id]
+
+    # ------------------------------------------------------------------ waiting
+    def wait_for_runs(self, deadline: float) -> list[uuid.UUID]:
+        """Wait until no job is running here or ``deadline`` (monotonic) passes; returns the
+        jobs still running then."""
+        with self._changed:
+            while self._running and time.monotonic() < deadline:
+                self._changed.wait(timeout=max(0.0, deadline - time.monotonic()))
+            return list(self._running)
+
+    def notify_progress(self) -> None:
+        with self._progress:
+            self._progress_count += 1
+            self._progress.notify_all()
+
+    def wait_until(self, predicate: Callable[[], bool], timeout: float) -> bool:
+        """Block until ``predicate()`` holds (checked again whenever a run ends or an outcome
+        batch is written, and at least every 0.25 s) or ``timeout`` seconds pass.
+
+        The predicate runs without this table's locks held, so it may read the table or the
+        database.
+        """
+        deadline = time.monotonic() + timeout
+        while True:
+            with self._progress:
+                seen = self._progress_count
+            if predicate():
+                return True
+            remaining = deadline - time.monotonic()
+            if remaining <= 0:
+                return False
+            with self._progress:
+                if self._progress_count == seen:
+                    self._progress.wait(timeout=min(remaining, 0.25))
