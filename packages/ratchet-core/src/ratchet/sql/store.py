@@ -405,6 +405,9 @@ class SqlStore(
             raise
 
     def _raise_duplicate(self, exc: DBAPIError, jobs: Sequence[NewJob]) -> None:
+        """Raise a taken key as its typed error, naming the key and its holder (if ``exc`` is
+        one). Every submission path (plain, bulk, flows, streaming chunks, replacement) ends
+        here, so each raises the same errors on every database."""
         kind = self._translate(exc)
         if kind is ErrorKind.DUPLICATE_IDEMPOTENCY_KEY:
             keys = [j.idempotency_key for j in jobs]
@@ -538,7 +541,9 @@ class SqlStore(
                 from dataclasses import replace as dc_replace
 
                 replacement = dc_replace(new_job, business_key=row.business_key)
-            self._insert(conn, [replacement], now)
+            [result] = self._insert(conn, [replacement], now)
+            if not result.inserted:  # the key's holder cannot stand in: undo the cancel
+                raise DuplicateIdempotencyKeyError(replacement.idempotency_key, result.job_id)
             return True
 
         try:
