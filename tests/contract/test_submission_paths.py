@@ -16,7 +16,9 @@ import pytest
 
 from ratchet import (
     DuplicateBusinessKeyError,
+    DuplicateIdempotencyKeyError,
     JobFilter,
+    JobHandle,
     Ratchet,
 )
 
@@ -79,3 +81,35 @@ def test_a_taken_recurring_business_key_raises_the_typed_error(app: Ratchet) -> 
     with pytest.raises(DuplicateBusinessKeyError) as err:
         master().submit()
     assert (err.value.key, err.value.holder) == (KEY, first.id)
+
+
+def test_a_flow_that_loses_an_idempotency_key_race_returns_the_winner(
+    app: Ratchet, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """As ``submit()`` of a plain job: a racing submitter stored the key between the flow's
+    check and its insert (the store raises), so the submit looks again in a fresh transaction
+    and returns the winner's handle."""
+    store: Any = app.store
+    real = store.insert_flow
+    calls: list[int] = []
+    winner: list[JobHandle] = []
+
+    def racing(*args: Any, **kwargs: Any) -> Any:
+        calls.append(1)
+        if len(calls) == 1:  # the racer commits first, then this insert hits its key
+            winner.append(
+                app.enqueue(gate_jobs.plain, 0).with_idempotency_key("webhook-9").submit()
+            )
+            raise DuplicateIdempotencyKeyError("webhook-9", winner[0].id)
+        return real(*args, **kwargs)
+
+    monkeypatch.setattr(store, "insert_flow", racing)
+    handle = (
+        app.enqueue(gate_jobs.plain, 1)
+        .with_idempotency_key("webhook-9")
+        .then(gate_jobs.plain, 2)
+        .submit()
+    )
+    assert (handle.id, handle.inserted) == (winner[0].id, False)
+    assert len(calls) == 2
+    assert [r.job_id for r in app.list_jobs(JobFilter())] == [winner[0].id]
