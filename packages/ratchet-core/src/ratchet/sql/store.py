@@ -124,6 +124,9 @@ _END_JOB = (
         attempts=bindparam("b_attempts"),
     )
 )
+#: A retry or reschedule: back to PENDING. Its error (the failure, or why the attempt was
+#: rescheduled: breaker open, no permit) becomes the job's last error; an outcome without one
+#: keeps the previous last error.
 _BACK_TO_PENDING = (
     update(Q)
     .where(Q.c.job_id == bindparam("b_id"))
@@ -131,7 +134,7 @@ _BACK_TO_PENDING = (
         status=JobStatus.PENDING.value,
         scheduled_time=bindparam("b_time"),
         attempts=bindparam("b_attempts"),
-        last_error=bindparam("b_error"),
+        last_error=func.coalesce(bindparam("b_error", type_=Q.c.last_error.type), Q.c.last_error),
         picked_by=None,
         picked_at=None,
         timed_out_at=None,
@@ -713,7 +716,7 @@ class SqlStore(
                         "b_id": o.job_id,
                         "b_time": o.retry_at or now,
                         "b_attempts": r.attempts + (1 if o.kind is OutcomeKind.RETRY else 0),
-                        "b_error": o.error if o.kind is OutcomeKind.RETRY else None,
+                        "b_error": o.error,
                     }
                     for o, r in back
                 ],

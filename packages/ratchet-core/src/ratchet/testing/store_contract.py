@@ -96,6 +96,37 @@ def mixed_outcomes(
     return batch, [stale.job_id, others[0].job_id, others[1].job_id, ghost.job_id]
 
 
+#: The error of the failed first attempt of :func:`failed_once` jobs.
+EARLIER_ERROR = "RuntimeError: an earlier attempt"
+
+
+def failed_once(store: Any, clock: FakeClock, n: int, node: str = NODE) -> list[NewJob]:
+    """``n`` jobs due now whose first attempt failed with :data:`EARLIER_ERROR` (PENDING, one
+    attempt counted, that error as their last error)."""
+    jobs = [new_job(clock) for _ in range(n)]
+    store.insert_jobs(jobs, now=clock.now())
+    claimed = store.claim(node, n, now=clock.now(), boost_interval=BOOST)
+    assert len(claimed) == n
+    retries = [
+        outcome(c, OutcomeKind.RETRY, clock, error=EARLIER_ERROR, retry_at=clock.now())
+        for c in claimed
+    ]
+    assert store.record_outcomes(node, retries, now=clock.now()) == []
+    return jobs
+
+
+def expected_last_errors(
+    outcomes: Sequence[Outcome], fenced: Sequence[uuid.UUID]
+) -> dict[uuid.UUID, str | None]:
+    """The last error of each job that an applied retry or reschedule of ``outcomes`` put back
+    to PENDING, for jobs that had :data:`EARLIER_ERROR`: the outcome's error, else that one."""
+    return {
+        o.job_id: o.error or EARLIER_ERROR
+        for o in outcomes
+        if o.kind in (OutcomeKind.RETRY, OutcomeKind.RESCHEDULE) and o.job_id not in fenced
+    }
+
+
 @dataclass
 class Submission:
     """One submission through a store's entry point, ready to run (see :func:`submission`)."""
@@ -564,6 +595,31 @@ class StoreContract:
         )
         rec = store.get_job(job.job_id)
         assert (rec.status, rec.attempts, rec.scheduled_time) == (JobStatus.PENDING, 0, later)
+
+    def test_a_reschedule_stores_its_reason_as_the_last_error(
+        self, store: Any, clock: FakeClock
+    ) -> None:
+        """A reschedule (breaker open, no permit) stopped an attempt for a reason: it is the
+        job's last error. One without a reason keeps the previous last error."""
+        [job] = failed_once(store, clock, 1)
+        [c] = self.claim(store, clock)
+        later = clock.now() + timedelta(seconds=30)
+        why = "circuit open for billing-api"
+        store.record_outcomes(
+            NODE,
+            [outcome(c, OutcomeKind.RESCHEDULE, clock, error=why, retry_at=later)],
+            now=clock.now(),
+        )
+        rec = store.get_job(job.job_id)
+        assert (rec.status, rec.attempts, rec.last_error) == (JobStatus.PENDING, 1, why)
+        assert store.attempts(job.job_id)[-1].error == why
+        clock.advance(timedelta(seconds=30))
+        [c] = self.claim(store, clock)
+        store.record_outcomes(
+            NODE, [outcome(c, OutcomeKind.RESCHEDULE, clock, retry_at=later)], now=clock.now()
+        )
+        rec = store.get_job(job.job_id)
+        assert (rec.status, rec.attempts, rec.last_error) == (JobStatus.PENDING, 1, why)
 
     def test_attempt_history(self, store: Any, clock: FakeClock) -> None:
         [job] = self.insert(store, clock)
