@@ -6,9 +6,13 @@ import enum
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from datetime import timedelta
+from typing import TYPE_CHECKING
 
 from ratchet.domain.errors import InvalidJobOptions
 from ratchet.domain.lifecycle import JobPriority
+
+if TYPE_CHECKING:
+    from ratchet.domain.model import JobRecord
 
 MAX_TAG_LENGTH = 64
 MAX_BACKOFF = timedelta(hours=24)
@@ -105,3 +109,20 @@ class JobOptions:
                     f"param {key!r} must be a string, got {type(value).__name__}"
                 )
         object.__setattr__(self, "params", params)
+
+    @classmethod
+    def from_record(cls, record: JobRecord) -> JobOptions:
+        """The options a stored job was submitted with (``immediate`` is not stored: False).
+
+        ``dataclasses.replace(JobOptions.from_record(old), priority=...)`` changes one option
+        and keeps the others, e.g. for ``app.replace(..., options=...)``.
+        """
+        return cls(
+            priority=record.priority,
+            max_retries=record.max_retries,
+            backoff=record.backoff,
+            backoff_delay=record.backoff_delay,
+            timeout=record.timeout,
+            tags=record.tags,
+            params=record.params,
+        )

@@ -980,6 +980,9 @@ class SqlStore(
             executor=r.executor,
             resource_name=r.resource_name,
             recurring_master_id=r.recurring_master_id,
+            stall_timeout=(
+                None if r.stall_timeout_ms is None else timedelta(milliseconds=r.stall_timeout_ms)
+            ),
         )
 
     def get_job(self, job_id: uuid.UUID) -> JobRecord | None:

@@ -267,6 +267,8 @@ class StoreContract:
             params={"tenant": "acme"},
             business_key="order-17",
             executor="threads",
+            resource_name="payment-api",
+            stall_timeout=timedelta(seconds=45),
         )
         [result] = store.insert_jobs([job], now=clock.now())
         assert result.inserted and result.job_id == job.job_id
@@ -286,6 +288,7 @@ class StoreContract:
         assert rec.scheduled_time == job.scheduled_time
         assert rec.created_at == job.created_at
         assert rec.executor == "threads"
+        assert (rec.resource_name, rec.stall_timeout) == ("payment-api", timedelta(seconds=45))
 
     def test_get_unknown_job_is_none(self, store: Any) -> None:
         assert store.get_job(uuid7()) is None
