@@ -89,6 +89,7 @@ def test_open_breaker_reschedules_without_consuming_a_retry(
     assert rec.scheduled_time == clock.now() + timedelta(seconds=6), "until it half-opens"
     [resched] = [e for e in events if e.kind is EventKind.RESCHEDULED]
     assert "circuit open for payments" in resched.data["error"]
+    assert rec.last_error == resched.data["error"], "the job says why it waits"
 
     clock.advance(6)
     second = submit(app, gate_jobs.charge, "ok")
@@ -179,6 +180,7 @@ def test_no_free_permit_reschedules_after_the_retry_delay(
     assert rec.scheduled_time == clock.now() + timedelta(seconds=7)
     [resched] = [e for e in events if e.kind is EventKind.RESCHEDULED]
     assert f"resource {RES!r} at capacity (0/0)" in resched.data["error"]
+    assert rec.last_error == resched.data["error"], "the job says why it waits"
     app.register_resource_limit(RES, 1, timedelta(seconds=7))
     clock.advance(7)
     run_due(app)

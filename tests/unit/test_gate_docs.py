@@ -1,4 +1,4 @@
-"""The examples in the keys-and-gates docs run as written.
+"""The examples in the scheduling, keys-and-gates docs run as written.
 
 In each document, a ```python block whose first line is ``# file: NAME`` is a module the reader
 saves; every other ```python block is part of one script, run in a fresh interpreter in the
@@ -19,6 +19,7 @@ DOCS = Path(__file__).resolve().parents[2] / "docs"
 BLOCK = re.compile(r"^```python\n(.*?)^```", re.MULTILINE | re.DOTALL)
 FILE = re.compile(r"\A# file: (\S+)\n")
 DOCUMENTS = [
+    "scheduling.md",
     "deduplication.md",
     "priorities.md",
     "resource-limits.md",

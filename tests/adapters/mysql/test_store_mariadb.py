@@ -17,7 +17,12 @@ from ratchet.domain.lifecycle import JobPriority
 from ratchet.domain.model import OutcomeKind
 from ratchet.sql.store import SqlStore
 from ratchet.testing import FakeClock
-from ratchet.testing.store_contract import mixed_outcomes, new_job
+from ratchet.testing.store_contract import (
+    expected_last_errors,
+    failed_once,
+    mixed_outcomes,
+    new_job,
+)
 from ratchet_mysql import MySQLStore
 from ratchet_mysql.dialect import error_code
 
@@ -43,7 +48,7 @@ def _run_and_roll_back(store: MySQLStore, work: Any) -> tuple[Any, dict[str, lis
             answer = work(conn)
             event.remove(conn, "before_cursor_execute", count)
             rows = {
-                t: [tuple(r) for r in conn.execute(text(f"SELECT * FROM {t} ORDER BY {k}"))]
+                t: [dict(r._mapping) for r in conn.execute(text(f"SELECT * FROM {t} ORDER BY {k}"))]
                 for t, k in TABLES.items()
             }
             trans.rollback()
@@ -87,7 +92,7 @@ def test_mariadb_1011_claim_agrees_with_the_generic_claim(
 def test_mariadb_1011_record_agrees_with_the_generic_write(
     mysql_store: MySQLStore, clock: FakeClock, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    mysql_store.insert_jobs([new_job(clock) for _ in range(40)], now=clock.now())
+    failed_once(mysql_store, clock, 40)
     mine = mysql_store.claim("me", 30, now=clock.now(), boost_interval=BOOST)
     others = mysql_store.claim("other", 5, now=clock.now(), boost_interval=BOOST)
     clock.advance(timedelta(seconds=3))
@@ -100,6 +105,7 @@ def test_mariadb_1011_record_agrees_with_the_generic_write(
         (OutcomeKind.RETRY, {"error": "now"}),
         (OutcomeKind.RESCHEDULE, {"error": "circuit open", "retry_at": later}),
         (OutcomeKind.SUCCEEDED, {}),
+        (OutcomeKind.RESCHEDULE, {"retry_at": later}),
     ]
     outcomes, expected_fenced = mixed_outcomes(mine, others, clock, kinds)
     now = clock.now()
@@ -113,6 +119,9 @@ def test_mariadb_1011_record_agrees_with_the_generic_write(
     assert fenced == generic_fenced
     assert fenced == expected_fenced
     assert rows == generic_rows
+    last_errors = {bytes(r["job_id"]): r["last_error"] for r in rows["scheduler_job_queue"]}
+    expected = expected_last_errors(outcomes, expected_fenced)
+    assert {job_id: last_errors[job_id.bytes] for job_id in expected} == expected
     # The fenced read, then every write in one query; outcome hooks add their own.
     assert generic_queries - queries == 3
 

@@ -251,7 +251,7 @@ def _record_and_roll_back(
                 fenced = store._record(conn, "me", outcomes, now)
             event.remove(conn, "before_cursor_execute", count)
             rows = {
-                t: [tuple(r) for r in conn.execute(text(f"SELECT * FROM {t} ORDER BY {k}"))]
+                t: [dict(r._mapping) for r in conn.execute(text(f"SELECT * FROM {t} ORDER BY {k}"))]
                 for t, k in tables.items()
             }
             trans.rollback()
@@ -260,10 +260,10 @@ def _record_and_roll_back(
 
 def test_record_outcomes_agrees_with_the_generic_write(store: PostgresStore) -> None:
     from ratchet.domain.model import OutcomeKind
-    from ratchet.testing.store_contract import mixed_outcomes
+    from ratchet.testing.store_contract import expected_last_errors, failed_once, mixed_outcomes
 
     clock = FakeClock()
-    store.insert_jobs([new_job(clock) for _ in range(40)], now=clock.now())
+    failed_once(store, clock, 40)
     mine = store.claim("me", 30, now=clock.now(), boost_interval=timedelta(minutes=15))
     others = store.claim("other", 5, now=clock.now(), boost_interval=timedelta(minutes=15))
     clock.advance(timedelta(seconds=3))
@@ -274,6 +274,7 @@ def test_record_outcomes_agrees_with_the_generic_write(store: PostgresStore) -> 
         (OutcomeKind.RETRY, {"error": "again", "retry_at": later}),
         (OutcomeKind.RETRY, {"error": "now"}),
         (OutcomeKind.RESCHEDULE, {"error": "circuit open", "retry_at": later}),
+        (OutcomeKind.RESCHEDULE, {"retry_at": later}),
     ]
     outcomes, expected_fenced = mixed_outcomes(mine, others, clock, kinds)
 
@@ -284,5 +285,8 @@ def test_record_outcomes_agrees_with_the_generic_write(store: PostgresStore) -> 
     assert fenced == generic_fenced
     assert fenced == expected_fenced
     assert rows == generic_rows
+    last_errors = {r["job_id"]: r["last_error"] for r in rows["scheduler_job_queue"]}
+    expected = expected_last_errors(outcomes, expected_fenced)
+    assert {job_id: last_errors[job_id] for job_id in expected} == expected
     # One statement for the writes; outcome hooks (e.g. resource permits) add their own.
     assert generic_statements - statements >= 4

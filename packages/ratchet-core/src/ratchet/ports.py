@@ -115,8 +115,11 @@ class Store(Protocol):
     def replace_job(self, old_id: uuid.UUID, new_job: NewJob, *, now: datetime) -> bool:
         """Cancel a live job and insert its replacement atomically (``superseded_by`` set).
 
-        The replacement takes over the old job's business key. Returns False (and changes
-        nothing) if the old job does not exist or is terminal.
+        The replacement takes over the old job's business key unless it brings its own.
+        Returns False (and changes nothing) if the old job does not exist or is terminal.
+        Raises ``DuplicateBusinessKeyError`` if a live job holds the replacement's business key
+        and ``DuplicateIdempotencyKeyError`` if another job holds its idempotency key (a
+        replacement cannot be answered with an earlier job); then nothing changes.
         """
 
     # -- the worker's side ------------------------------------------------------------------

@@ -250,7 +250,7 @@ class MySQLStore(SqlStore):
             f"UPDATE {Q.name} SET status = '{_PENDING}',"
             f" scheduled_time = {to_micros(o.retry_at or now)},"
             f" attempts = {a + (1 if o.kind is OutcomeKind.RETRY else 0)},"
-            f" last_error = {literal(o.error if o.kind is OutcomeKind.RETRY else None)},"
+            f" last_error = COALESCE({literal(o.error)}, last_error),"
             " picked_by = NULL, picked_at = NULL, timed_out_at = NULL"
             f" WHERE job_id = {_hex(o.job_id)}"
             for o, a in back

@@ -251,7 +251,8 @@ def record_statement() -> TextClause:
     ``owned``: the outcomes whose job is still RUNNING (or TIMED_OUT) under this node and epoch,
     locked.
     Terminal ones leave the queue and end their job; retries and reschedules go back to
-    PENDING; every accepted attempt row is closed. The ids returned are the accepted ones.
+    PENDING, their error (if any) as the job's last error; every accepted attempt row is
+    closed. The ids returned are the accepted ones.
     """
     running, pending = JobStatus.RUNNING.value, JobStatus.PENDING.value
     timed_out = JobStatus.TIMED_OUT.value
@@ -283,7 +284,7 @@ WITH o AS (
     UPDATE scheduler_job_queue q
     SET status = '{pending}', scheduled_time = COALESCE(w.retry_at, CAST(:now AS BIGINT)),
         attempts = w.attempts + CASE WHEN w.kind = '{retry}' THEN 1 ELSE 0 END,
-        last_error = CASE WHEN w.kind = '{retry}' THEN w.error END,
+        last_error = COALESCE(w.error, q.last_error),
         picked_by = NULL, picked_at = NULL, timed_out_at = NULL
     FROM owned w
     WHERE q.job_id = w.job_id AND w.kind IN ('{retry}', '{reschedule}')

@@ -139,6 +139,8 @@ class JobRecord:
     executor: str | None
     resource_name: str | None = None
     recurring_master_id: uuid.UUID | None = None
+    stall_timeout: timedelta | None = None
+    """As :attr:`NewJob.stall_timeout`."""
 
 
 @dataclass(frozen=True)

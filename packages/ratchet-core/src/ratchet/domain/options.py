@@ -6,10 +6,14 @@ import enum
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from datetime import timedelta
+from typing import TYPE_CHECKING
 
 from ratchet.domain.errors import InvalidJobOptions
 from ratchet.domain.lifecycle import JobPriority
 from ratchet.domain.text import is_storable_text
+
+if TYPE_CHECKING:
+    from ratchet.domain.model import JobRecord
 
 MAX_TAG_LENGTH = 64
 MAX_BACKOFF = timedelta(hours=24)
@@ -142,3 +146,20 @@ class JobOptions:
             validate_option_text(key, "param name")
             validate_option_text(value, f"param {key!r}")
         object.__setattr__(self, "params", params)
+
+    @classmethod
+    def from_record(cls, record: JobRecord) -> JobOptions:
+        """The options a stored job was submitted with (``immediate`` is not stored: False).
+
+        ``dataclasses.replace(JobOptions.from_record(old), priority=...)`` changes one option
+        and keeps the others, e.g. for ``app.replace(..., options=...)``.
+        """
+        return cls(
+            priority=record.priority,
+            max_retries=record.max_retries,
+            backoff=record.backoff,
+            backoff_delay=record.backoff_delay,
+            timeout=record.timeout,
+            tags=record.tags,
+            params=record.params,
+        )

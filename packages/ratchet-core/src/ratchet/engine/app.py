@@ -22,7 +22,7 @@ from ratchet.domain.errors import (
 )
 from ratchet.domain.lifecycle import JobPriority
 from ratchet.domain.model import AttemptRecord, JobFilter, JobRecord
-from ratchet.domain.options import validate_option_text
+from ratchet.domain.options import JobOptions, validate_option_text
 from ratchet.domain.retry import RetryPolicy
 from ratchet.domain.workflow import BatchContext
 from ratchet.engine.batches import BatchBuilder, StreamingBatchBuilder
@@ -253,18 +253,37 @@ class Ratchet(GatesMixin, RecurringMixin):
         delay: timedelta,
         fn: Callable[..., Any],
         *args: Any,
+        options: JobOptions | None = None,
         **kwargs: Any,
     ) -> JobHandle:
-        """Cancel a live job and submit its replacement atomically (the business key moves).
+        """Cancel a live job and submit ``fn(*args, **kwargs)`` due after ``delay`` in its place,
+        atomically (the old job's ``superseded_by`` names the new one).
 
+        :param options: the replacement's priority, retries, backoff, timeout, tags and params
+            (fields not given take :class:`JobOptions` defaults). None: the old job's. Either
+            way the replacement keeps the old job's business key, executor, resource and stall
+            timeout. (``options`` is this method's keyword, never passed on to ``fn``.)
         :raises JobNotFound: the job does not exist or is already terminal.
         """
         from ratchet.domain.errors import JobNotFound
 
+        if options is not None and not isinstance(options, JobOptions):
+            raise InvalidJobOptions(f"options must be a JobOptions, got {options!r}")
         builder = self.schedule(delay, fn, *args, **kwargs)
         builder._submitted = True
+        old = self.store.get_job(job_id)
+        if old is None or old.status.is_terminal:
+            raise JobNotFound(f"job {job_id} does not exist or is no longer live")
+        builder.with_options(JobOptions.from_record(old) if options is None else options)
+        builder.with_resource(old.resource_name)
+        if old.executor is not None:
+            builder.with_executor(old.executor)
+        if old.stall_timeout is not None:
+            builder.with_stall_timeout(old.stall_timeout)
         now = self.now()
         new_job = builder.build(now)
+        # A job's options never change once stored, so reading them first is safe; whether it
+        # is still live is checked again in the replacing transaction.
         if not self.store.replace_job(job_id, new_job, now=now):
             raise JobNotFound(f"job {job_id} does not exist or is no longer live")
         self.emit(

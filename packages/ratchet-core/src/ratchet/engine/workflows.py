@@ -19,7 +19,11 @@ from dataclasses import replace as dc_replace
 from datetime import datetime, timedelta
 from typing import TYPE_CHECKING, Any
 
-from ratchet.domain.errors import InvalidJobOptions, InvalidJobTarget
+from ratchet.domain.errors import (
+    DuplicateIdempotencyKeyError,
+    InvalidJobOptions,
+    InvalidJobTarget,
+)
 from ratchet.domain.lifecycle import JobPriority, JobStatus
 from ratchet.domain.model import NewJob, Outcome
 from ratchet.domain.options import validate_option_text
@@ -245,7 +249,13 @@ def submit_flow(app: Ratchet, builder: JobBuilder, parts: FlowParts, connection:
     now = app.now()
     head = builder._new_job(now)
     jobs, specs = build_flow(app, head, parts, now)
-    result = store.insert_flow(jobs, now=now, branches=specs, connection=connection)
+    try:
+        result = store.insert_flow(jobs, now=now, branches=specs, connection=connection)
+    except DuplicateIdempotencyKeyError:
+        if connection is not None:
+            raise
+        # As for a plain submit: a racing submitter won; a fresh transaction returns its job.
+        result = store.insert_flow(jobs, now=now, branches=specs)
     handle = JobHandle(result.job_id, app, result.inserted)
     if not result.inserted:
         return handle

@@ -124,6 +124,9 @@ _END_JOB = (
         attempts=bindparam("b_attempts"),
     )
 )
+#: A retry or reschedule: back to PENDING. Its error (the failure, or why the attempt was
+#: rescheduled: breaker open, no permit) becomes the job's last error; an outcome without one
+#: keeps the previous last error.
 _BACK_TO_PENDING = (
     update(Q)
     .where(Q.c.job_id == bindparam("b_id"))
@@ -131,7 +134,7 @@ _BACK_TO_PENDING = (
         status=JobStatus.PENDING.value,
         scheduled_time=bindparam("b_time"),
         attempts=bindparam("b_attempts"),
-        last_error=bindparam("b_error"),
+        last_error=func.coalesce(bindparam("b_error", type_=Q.c.last_error.type), Q.c.last_error),
         picked_by=None,
         picked_at=None,
         timed_out_at=None,
@@ -405,6 +408,9 @@ class SqlStore(
             raise
 
     def _raise_duplicate(self, exc: DBAPIError, jobs: Sequence[NewJob]) -> None:
+        """Raise a taken key as its typed error, naming the key and its holder (if ``exc`` is
+        one). Every submission path (plain, bulk, flows, streaming chunks, replacement) ends
+        here, so each raises the same errors on every database."""
         kind = self._translate(exc)
         if kind is ErrorKind.DUPLICATE_IDEMPOTENCY_KEY:
             keys = [j.idempotency_key for j in jobs]
@@ -538,7 +544,9 @@ class SqlStore(
                 from dataclasses import replace as dc_replace
 
                 replacement = dc_replace(new_job, business_key=row.business_key)
-            self._insert(conn, [replacement], now)
+            [result] = self._insert(conn, [replacement], now)
+            if not result.inserted:  # the key's holder cannot stand in: undo the cancel
+                raise DuplicateIdempotencyKeyError(replacement.idempotency_key, result.job_id)
             return True
 
         try:
@@ -711,7 +719,7 @@ class SqlStore(
                         "b_id": o.job_id,
                         "b_time": o.retry_at or now,
                         "b_attempts": r.attempts + (1 if o.kind is OutcomeKind.RETRY else 0),
-                        "b_error": o.error if o.kind is OutcomeKind.RETRY else None,
+                        "b_error": o.error,
                     }
                     for o, r in back
                 ],
@@ -975,6 +983,9 @@ class SqlStore(
             executor=r.executor,
             resource_name=r.resource_name,
             recurring_master_id=r.recurring_master_id,
+            stall_timeout=(
+                None if r.stall_timeout_ms is None else timedelta(milliseconds=r.stall_timeout_ms)
+            ),
         )
 
     def get_job(self, job_id: uuid.UUID) -> JobRecord | None:

@@ -33,6 +33,7 @@ from typing import TYPE_CHECKING, Any, TypeVar
 
 from sqlalchemy import bindparam, delete, insert, select, update
 from sqlalchemy.engine import Connection, Row
+from sqlalchemy.exc import DBAPIError
 from sqlalchemy.orm import Session
 
 from ratchet.domain.errors import InvalidJobOptions
@@ -219,6 +220,8 @@ class WorkflowStoreMixin:
         @staticmethod
         def _job_row(j: NewJob) -> dict[str, Any]: ...
 
+        def _raise_duplicate(self, exc: DBAPIError, jobs: Sequence[NewJob]) -> None: ...
+
     flow_resolver: Callable[[str], Callable[..., Any]] = staticmethod(_default_resolver)
     """Turns a stored predicate reference into a callable (the app adds its class policy)."""
     enum_resolver: Callable[[str], type[Any]] = staticmethod(_refuse_enums)
@@ -264,6 +267,12 @@ class WorkflowStoreMixin:
 
         Only the head's idempotency key is checked: if another job holds it, nothing is inserted
         and that job's id is returned (``inserted`` False); the other jobs get fresh keys.
+
+        :raises DuplicateBusinessKeyError: a live job holds the business key of a job of the
+            flow; nothing is inserted.
+        :raises DuplicateIdempotencyKeyError: another job holds the idempotency key of a later
+            job of the flow, or took the head's key after the check (a racing submitter);
+            nothing is inserted.
         """
         if not jobs:
             raise InvalidJobOptions("a flow needs at least one job")
@@ -310,10 +319,14 @@ class WorkflowStoreMixin:
                 )
             return InsertResult(head.job_id, True)
 
-        if connection is not None:
-            conn = connection.connection() if isinstance(connection, Session) else connection
-            return work(conn)
-        return self._run(work)
+        try:
+            if connection is not None:
+                conn = connection.connection() if isinstance(connection, Session) else connection
+                return work(conn)
+            return self._run(work)
+        except DBAPIError as exc:
+            self._raise_duplicate(exc, [fj.job for fj in jobs])
+            raise
 
     def _insert_flow_jobs(self, conn: Connection, jobs: Sequence[FlowJob], now: datetime) -> None:
         for fj in jobs:
@@ -384,6 +397,8 @@ class WorkflowStoreMixin:
 
         :returns: the batch's total after the chunk.
         :raises InvalidJobOptions: the batch does not exist, is sealed, or was canceled.
+        :raises DuplicateBusinessKeyError: a live job holds a child's business key.
+        :raises DuplicateIdempotencyKeyError: another job holds a child's idempotency key.
         """
 
         def work(conn: Connection) -> int:
@@ -404,7 +419,11 @@ class WorkflowStoreMixin:
             )
             return int(row.total_items) + len(children)
 
-        return self._run(work)
+        try:
+            return self._run(work)
+        except DBAPIError as exc:
+            self._raise_duplicate(exc, [fj.job for fj in children])
+            raise
 
     def seal_batch(self, batch_id: uuid.UUID, *, now: datetime) -> BatchContext | None:
         """No more children will come; completes the batch now if every child already ended."""

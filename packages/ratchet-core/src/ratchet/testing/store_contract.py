@@ -13,13 +13,18 @@ from __future__ import annotations
 
 import threading
 import uuid
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
 from datetime import timedelta
 from typing import Any
 
 import pytest
 
-from ratchet.domain.errors import DuplicateBusinessKeyError, InvalidJobOptions
+from ratchet.domain.errors import (
+    DuplicateBusinessKeyError,
+    DuplicateIdempotencyKeyError,
+    InvalidJobOptions,
+)
 from ratchet.domain.lifecycle import JobPriority, JobStatus
 from ratchet.domain.model import ClaimedJob, JobFilter, NewJob, Outcome, OutcomeKind
 from ratchet.domain.options import BackoffPolicy
@@ -91,6 +96,145 @@ def mixed_outcomes(
     return batch, [stale.job_id, others[0].job_id, others[1].job_id, ghost.job_id]
 
 
+#: The error of the failed first attempt of :func:`failed_once` jobs.
+EARLIER_ERROR = "RuntimeError: an earlier attempt"
+
+
+def failed_once(store: Any, clock: FakeClock, n: int, node: str = NODE) -> list[NewJob]:
+    """``n`` jobs due now whose first attempt failed with :data:`EARLIER_ERROR` (PENDING, one
+    attempt counted, that error as their last error)."""
+    jobs = [new_job(clock) for _ in range(n)]
+    store.insert_jobs(jobs, now=clock.now())
+    claimed = store.claim(node, n, now=clock.now(), boost_interval=BOOST)
+    assert len(claimed) == n
+    retries = [
+        outcome(c, OutcomeKind.RETRY, clock, error=EARLIER_ERROR, retry_at=clock.now())
+        for c in claimed
+    ]
+    assert store.record_outcomes(node, retries, now=clock.now()) == []
+    return jobs
+
+
+def expected_last_errors(
+    outcomes: Sequence[Outcome], fenced: Sequence[uuid.UUID]
+) -> dict[uuid.UUID, str | None]:
+    """The last error of each job that an applied retry or reschedule of ``outcomes`` put back
+    to PENDING, for jobs that had :data:`EARLIER_ERROR`: the outcome's error, else that one."""
+    return {
+        o.job_id: o.error or EARLIER_ERROR
+        for o in outcomes
+        if o.kind in (OutcomeKind.RETRY, OutcomeKind.RESCHEDULE) and o.job_id not in fenced
+    }
+
+
+@dataclass
+class Submission:
+    """One submission through a store's entry point, ready to run (see :func:`submission`)."""
+
+    jobs: list[NewJob]
+    """Every job the submission would insert: none of them exists after it failed."""
+    run: Callable[[], Any]
+    live: list[uuid.UUID] = field(default_factory=list)
+    """Jobs inserted before the submission that must still be live after it failed."""
+
+
+#: Every way a job reaches a store, as ``entry point:position of the job carrying the keys``:
+#: a plain insert, a bulk insert, a batch child, a child of a streaming batch's later chunk,
+#: a chain's head and step, a workflow's parent and branch, a signal wait and a replacement.
+SUBMISSION_PATHS = (
+    "plain",
+    "many",
+    "batch:child",
+    "streaming-batch:child",
+    "chain:head",
+    "chain:step",
+    "workflow:parent",
+    "workflow:branch",
+    "signal-wait:head",
+    "replace",
+)
+
+
+def submission(store: Any, clock: FakeClock, path: str, carrier: NewJob) -> Submission:
+    """A submission through ``path`` (one of :data:`SUBMISSION_PATHS`) that inserts
+    ``carrier`` (or a WAITING copy of it) at that position, with other jobs around it.
+
+    Flow paths skip as N/A on a store without batches, chains, workflows and signals.
+    """
+    now = clock.now()
+    if path == "plain":
+        return Submission([carrier], lambda: store.insert_jobs([carrier], now=now))
+    if path == "many":
+        jobs = [new_job(clock), carrier, new_job(clock)]
+        return Submission(jobs, lambda: store.insert_jobs(jobs, now=now))
+    if path == "replace":
+        old = new_job(clock)
+        store.insert_jobs([old], now=now)
+        return Submission(
+            [carrier], lambda: store.replace_job(old.job_id, carrier, now=now), [old.job_id]
+        )
+    if not hasattr(store, "insert_flow"):
+        pytest.skip("N/A: this store has no batches, chains, workflows or signals")
+    from ratchet.domain.workflow import JobType, WorkflowCondition
+    from ratchet.sql.workflows import BatchSpec, BranchSpec, FlowJob, waiting
+
+    entry, _, position = path.partition(":")
+    if entry in ("batch", "streaming-batch"):
+        parent = waiting(new_job(clock, target="tests.jobs:parent"))
+        children = [new_job(clock), carrier]
+        flow = [FlowJob(parent, JobType.BATCH_PARENT)]
+        flow += [FlowJob(c, JobType.BATCH_CHILD, batch_id=parent.job_id) for c in children]
+        if entry == "batch":
+            spec = BatchSpec(parent.job_id, "contract", len(children))
+            return Submission(
+                [parent, *children], lambda: store.insert_flow(flow, now=now, batch=spec)
+            )
+        first = new_job(clock)
+        store.insert_flow(
+            [flow[0], FlowJob(first, JobType.BATCH_CHILD, batch_id=parent.job_id)],
+            now=now,
+            batch=BatchSpec(parent.job_id, "contract", 1, sealed=False),
+        )
+        chunk = flow[1:]
+        return Submission(
+            children,
+            lambda: store.add_batch_children(parent.job_id, chunk, now=now),
+            [parent.job_id, first.job_id],
+        )
+    if position in ("head", "parent"):
+        head, later = carrier, waiting(new_job(clock))
+    else:
+        head, later = new_job(clock), waiting(carrier)
+    if entry == "signal-wait":
+        head = waiting(head)
+        flow = [
+            FlowJob(
+                head, signal_key="contract", signal_wait=timedelta(minutes=5), has_dependents=True
+            ),
+            FlowJob(later, JobType.CHAIN_STEP, waiting_for=head.job_id, depends_on=head.job_id),
+        ]
+        return Submission([head, later], lambda: store.insert_flow(flow, now=now))
+    if entry == "chain":
+        flow = [
+            FlowJob(head, chain_id=head.job_id, has_dependents=True),
+            FlowJob(
+                later,
+                JobType.CHAIN_STEP,
+                chain_id=head.job_id,
+                depends_on=head.job_id,
+                waiting_for=head.job_id,
+            ),
+        ]
+        return Submission([head, later], lambda: store.insert_flow(flow, now=now))
+    assert entry == "workflow", path
+    flow = [
+        FlowJob(head, has_dependents=True),
+        FlowJob(later, JobType.WORKFLOW_BRANCH, depends_on=head.job_id, waiting_for=head.job_id),
+    ]
+    branch = BranchSpec(head.job_id, later.job_id, WorkflowCondition.success(), 0)
+    return Submission([head, later], lambda: store.insert_flow(flow, now=now, branches=[branch]))
+
+
 class StoreContract:
     """Behaviour every store must have. Needs fixtures ``store`` and ``clock``."""
 
@@ -123,6 +267,8 @@ class StoreContract:
             params={"tenant": "acme"},
             business_key="order-17",
             executor="threads",
+            resource_name="payment-api",
+            stall_timeout=timedelta(seconds=45),
         )
         [result] = store.insert_jobs([job], now=clock.now())
         assert result.inserted and result.job_id == job.job_id
@@ -142,6 +288,7 @@ class StoreContract:
         assert rec.scheduled_time == job.scheduled_time
         assert rec.created_at == job.created_at
         assert rec.executor == "threads"
+        assert (rec.resource_name, rec.stall_timeout) == ("payment-api", timedelta(seconds=45))
 
     def test_get_unknown_job_is_none(self, store: Any) -> None:
         assert store.get_job(uuid7()) is None
@@ -201,6 +348,40 @@ class StoreContract:
         with pytest.raises(DuplicateBusinessKeyError):
             store.insert_jobs(batch, now=clock.now())
         assert store.get_job(batch[0].job_id) is None
+
+    @pytest.mark.parametrize("path", SUBMISSION_PATHS)
+    def test_a_taken_business_key_raises_the_same_error_on_every_path(
+        self, store: Any, clock: FakeClock, path: str
+    ) -> None:
+        [holder] = self.insert(store, clock, business_key="invoice-77")
+        sent = submission(store, clock, path, new_job(clock, business_key="invoice-77"))
+        with pytest.raises(DuplicateBusinessKeyError) as err:
+            sent.run()
+        assert (err.value.key, err.value.holder) == ("invoice-77", holder.job_id)
+        assert [store.get_job(j.job_id) for j in sent.jobs] == [None] * len(sent.jobs)
+        assert self.status(store, holder.job_id) is JobStatus.PENDING
+        for job_id in sent.live:
+            assert self.status(store, job_id).is_live, "nothing else changed"
+
+    @pytest.mark.parametrize("path", [p for p in SUBMISSION_PATHS if p not in ("plain", "many")])
+    def test_a_taken_idempotency_key_answers_with_its_holder_or_a_typed_error(
+        self, store: Any, clock: FakeClock, path: str
+    ) -> None:
+        """A flow's head answers a taken key with its holder, as a plain insert does (and
+        inserts nothing); a later job of a flow, a streaming chunk or a replacement cannot, so
+        the submission raises ``DuplicateIdempotencyKeyError`` and inserts nothing."""
+        [holder] = self.insert(store, clock, idempotency_key="delivery-8")
+        sent = submission(store, clock, path, new_job(clock, idempotency_key="delivery-8"))
+        if path.endswith((":head", ":parent")):
+            result = sent.run()
+            assert (result.job_id, result.inserted) == (holder.job_id, False)
+        else:
+            with pytest.raises(DuplicateIdempotencyKeyError) as err:
+                sent.run()
+            assert (err.value.key, err.value.holder) == ("delivery-8", holder.job_id)
+        assert [store.get_job(j.job_id) for j in sent.jobs] == [None] * len(sent.jobs)
+        for job_id in sent.live:
+            assert self.status(store, job_id).is_live, "nothing else changed"
 
     def test_transactional_submit_rolls_back(self, store: Any, clock: FakeClock) -> None:
         if not store.capabilities.transactional_submit or not hasattr(store, "connect"):
@@ -418,6 +599,31 @@ class StoreContract:
         rec = store.get_job(job.job_id)
         assert (rec.status, rec.attempts, rec.scheduled_time) == (JobStatus.PENDING, 0, later)
 
+    def test_a_reschedule_stores_its_reason_as_the_last_error(
+        self, store: Any, clock: FakeClock
+    ) -> None:
+        """A reschedule (breaker open, no permit) stopped an attempt for a reason: it is the
+        job's last error. One without a reason keeps the previous last error."""
+        [job] = failed_once(store, clock, 1)
+        [c] = self.claim(store, clock)
+        later = clock.now() + timedelta(seconds=30)
+        why = "circuit open for billing-api"
+        store.record_outcomes(
+            NODE,
+            [outcome(c, OutcomeKind.RESCHEDULE, clock, error=why, retry_at=later)],
+            now=clock.now(),
+        )
+        rec = store.get_job(job.job_id)
+        assert (rec.status, rec.attempts, rec.last_error) == (JobStatus.PENDING, 1, why)
+        assert store.attempts(job.job_id)[-1].error == why
+        clock.advance(timedelta(seconds=30))
+        [c] = self.claim(store, clock)
+        store.record_outcomes(
+            NODE, [outcome(c, OutcomeKind.RESCHEDULE, clock, retry_at=later)], now=clock.now()
+        )
+        rec = store.get_job(job.job_id)
+        assert (rec.status, rec.attempts, rec.last_error) == (JobStatus.PENDING, 1, why)
+
     def test_attempt_history(self, store: Any, clock: FakeClock) -> None:
         [job] = self.insert(store, clock)
         [c1] = self.claim(store, clock)
@@ -604,15 +810,23 @@ class StoreContract:
     RACERS = 4
 
     def race(self, store: Any, **keys: str) -> list[dict[str, Any]]:
-        """``RACERS`` processes insert one job each with ``keys``, started by one signal."""
+        """``RACERS`` processes insert one job each with ``keys``, started by one signal: on a
+        store with flows every other racer submits the job as the head of a chain (a flow
+        insert), so plain and flow submissions race each other."""
         import json
         import subprocess
         import sys
 
+        paths = ("plain", "chain") if hasattr(store, "insert_flow") else ("plain",)
         cmd = [sys.executable, "-m", "ratchet.testing.racer", store.url, json.dumps(keys)]
         procs = [
-            subprocess.Popen(cmd, stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
-            for _ in range(self.RACERS)
+            subprocess.Popen(
+                [*cmd, paths[i % len(paths)]],
+                stdin=subprocess.PIPE,
+                stdout=subprocess.PIPE,
+                text=True,
+            )
+            for i in range(self.RACERS)
         ]
         try:
             for p in procs:  # every racer is connected and waiting
@@ -637,7 +851,8 @@ class StoreContract:
         assert [g["inserted"] for g in got].count(True) == 1, got
         [holder] = holders
         assert str(store.find_by_idempotency_key("webhook-delivery-77")) == holder
-        assert [str(r.job_id) for r in store.list_jobs(JobFilter(), 10)] == [holder]
+        [stored] = [g["job_ids"] for g in got if g["inserted"]]
+        assert sorted(str(r.job_id) for r in store.list_jobs(JobFilter(), 10)) == sorted(stored)
 
     def test_business_key_race_between_processes(self, store: Any) -> None:
         got = self.race(store, business_key="sync-user-42")
@@ -646,7 +861,8 @@ class StoreContract:
         assert len(winners) == 1 and len(losers) == self.RACERS - 1, got
         holder = winners[0]["job_id"]
         assert {g["holder"] for g in losers} <= {holder, None}, "the error names the holder"
-        assert [str(r.job_id) for r in store.list_jobs(JobFilter(), 10)] == [holder]
+        stored = winners[0]["job_ids"]
+        assert sorted(str(r.job_id) for r in store.list_jobs(JobFilter(), 10)) == sorted(stored)
 
     def test_duplicate_business_key_names_its_holder_after_a_retry(
         self, store: Any, clock: FakeClock

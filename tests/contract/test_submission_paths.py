@@ -1,0 +1,115 @@
+"""Every way to submit through the API answers a taken key alike, on every store backend.
+
+The store-level check of each entry point is the store contract's ``SUBMISSION_PATHS``; these
+tests drive the public API, whose builders put the keys where a user puts them.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterator
+from datetime import timedelta
+from typing import Any
+
+import flow_jobs
+import gate_jobs
+import pytest
+
+from ratchet import (
+    DuplicateBusinessKeyError,
+    DuplicateIdempotencyKeyError,
+    JobFilter,
+    JobHandle,
+    Ratchet,
+)
+
+KEY = "invoice-2026-17"
+
+
+@pytest.fixture
+def app(store: Any) -> Iterator[Ratchet]:
+    app = Ratchet(store.url, allowed_modules=["gate_jobs", "flow_jobs"], auto_migrate=False)
+    yield app
+    app.close()
+
+
+def _many(app: Ratchet) -> Any:
+    return app.submit_many(
+        [app.enqueue(gate_jobs.plain, 1), app.enqueue(gate_jobs.plain, 2).with_business_key(KEY)]
+    )
+
+
+PATHS: dict[str, Callable[[Ratchet], Any]] = {
+    "submit": lambda app: app.enqueue(gate_jobs.plain, 1).with_business_key(KEY).submit(),
+    "submit_many": _many,
+    "then": lambda app: (
+        app.enqueue(gate_jobs.plain, 1).with_business_key(KEY).then(gate_jobs.plain, 2).submit()
+    ),
+    "then_on_success": lambda app: (
+        app.enqueue(gate_jobs.plain, 1)
+        .with_business_key(KEY)
+        .then_on_success(gate_jobs.plain, 2)
+        .submit()
+    ),
+    "on_success": lambda app: (
+        app.enqueue(gate_jobs.plain, 1).with_business_key(KEY).on_success(flow_jobs.on_ok).submit()
+    ),
+    "with_await_signal": lambda app: (
+        app.enqueue(gate_jobs.plain, 1)
+        .with_business_key(KEY)
+        .with_await_signal("approve:17", timedelta(hours=1))
+        .submit()
+    ),
+}
+
+
+@pytest.mark.parametrize("path", PATHS)
+def test_a_taken_business_key_raises_the_typed_error_on_every_submit_path(
+    app: Ratchet, path: str
+) -> None:
+    holder = app.enqueue(gate_jobs.plain, 0).with_business_key(KEY).submit()
+    with pytest.raises(DuplicateBusinessKeyError) as err:
+        PATHS[path](app)
+    assert (err.value.key, err.value.holder) == (KEY, holder.id)
+    assert [r.job_id for r in app.list_jobs(JobFilter())] == [holder.id], "nothing was stored"
+
+
+def test_a_taken_recurring_business_key_raises_the_typed_error(app: Ratchet) -> None:
+    def master() -> Any:
+        return app.schedule_recurring_utc("0 0 * * * ?", gate_jobs.plain, 1).with_business_key(KEY)
+
+    first = master().submit()
+    with pytest.raises(DuplicateBusinessKeyError) as err:
+        master().submit()
+    assert (err.value.key, err.value.holder) == (KEY, first.id)
+
+
+def test_a_flow_that_loses_an_idempotency_key_race_returns_the_winner(
+    app: Ratchet, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """As ``submit()`` of a plain job: a racing submitter stored the key between the flow's
+    check and its insert (the store raises), so the submit looks again in a fresh transaction
+    and returns the winner's handle."""
+    store: Any = app.store
+    real = store.insert_flow
+    calls: list[int] = []
+    winner: list[JobHandle] = []
+
+    def racing(*args: Any, **kwargs: Any) -> Any:
+        calls.append(1)
+        if len(calls) == 1:  # the racer commits first, then this insert hits its key
+            winner.append(
+                app.enqueue(gate_jobs.plain, 0).with_idempotency_key("webhook-9").submit()
+            )
+            raise DuplicateIdempotencyKeyError("webhook-9", winner[0].id)
+        return real(*args, **kwargs)
+
+    monkeypatch.setattr(store, "insert_flow", racing)
+    handle = (
+        app.enqueue(gate_jobs.plain, 1)
+        .with_idempotency_key("webhook-9")
+        .then(gate_jobs.plain, 2)
+        .submit()
+    )
+    assert (handle.id, handle.inserted) == (winner[0].id, False)
+    assert len(calls) == 2
+    assert [r.job_id for r in app.list_jobs(JobFilter())] == [winner[0].id]
