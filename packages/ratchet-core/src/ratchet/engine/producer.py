@@ -19,7 +19,7 @@ from typing import TYPE_CHECKING, Any
 from ratchet.domain.model import ClaimedJob
 from ratchet.domain.polling import AdaptivePollingStrategy, PollingConfig
 from ratchet.events import EventKind, JobEvent
-from ratchet.ports import Dispatcher, ExecutorProvider, WakeupHint
+from ratchet.ports import Dispatcher, ExecutorProvider
 
 if TYPE_CHECKING:
     from ratchet.engine.worker import Worker
@@ -47,10 +47,6 @@ class Producer:
         self._thread: threading.Thread | None = None
 
     # ------------------------------------------------------------------ wakeups
-    def on_hint(self, hint: WakeupHint) -> None:
-        """A coordinator says new work may be waiting."""
-        self.wakeup()
-
     def wakeup(self) -> None:
         """Poll at once and enter burst mode."""
         self.strategy.on_wakeup(self.worker.app.now())

@@ -47,7 +47,7 @@ from ratchet.engine.start_check import StartCheck
 from ratchet.engine.watchdog import CancellationRequestPoller, Watchdog, cancellation_store
 from ratchet.engine.watcher import attach_liveness, new_node_id
 from ratchet.engine.workflows import attach_flows
-from ratchet.ports import ExecutorProvider
+from ratchet.ports import ExecutorProvider, WakeupHint
 from ratchet.targets import TargetRef
 
 if TYPE_CHECKING:
@@ -161,7 +161,7 @@ class Worker:
         self._started = True
         install_log_record_factory()
         self.liveness.start()  # registers this incarnation, then heart-beats
-        self.app.coordinator.add_listener(self.producer.on_hint)
+        self.app.coordinator.add_listener(self._on_hint)
         self.watchdog.start()
         self.producer.start()
         self.completer.start()
@@ -237,6 +237,9 @@ class Worker:
         return self.slots.wait_until(predicate, timeout)
 
     # ------------------------------------------------------------------ the parts' public faces
+    def _on_hint(self, hint: WakeupHint) -> None:
+        self.wakeup()
+
     def wakeup(self) -> None:
         """Poll at once and enter burst mode."""
         self.producer.wakeup()
