@@ -7,7 +7,7 @@ all go through the engine and the store; only the jobs' execution is simulated (
 attempt a node believes it runs). A crash drops a node's handles (the process is gone); a pause
 keeps them, and they become zombies if the node was declared dead meanwhile.
 
-Checked (jef-watcher §d): every watcher pass against the pure rules of
+Checked (the invariants of docs/clustering.md): every watcher pass against the pure rules of
 :mod:`ratchet.domain.watcher` (no premature deadline, exactly the due transitions, idempotent
 when repeated at the same instant), takeovers only when eligible and before new work, fencing
 (a write is accepted exactly when its owner, epoch and status match, and a refused one changes

@@ -153,7 +153,7 @@ def test_settings_are_validated() -> None:
 
 
 def test_deadlines_keep_the_margins_of_the_spec() -> None:
-    """Dn >= 3 heartbeats and a watcher pass at least four times per D1 and D2 (§d)."""
+    """Dn >= 3 heartbeats and a watcher pass at least four times per D1 and D2."""
     second = timedelta(seconds=1)
     WorkerConfig(heartbeat_interval=10 * second, orphan_grace=30 * second)  # exactly 3x: fine
     with pytest.raises(ConfigurationError, match=r"orphan_grace .* at least 3 x heartbeat"):

@@ -1,4 +1,4 @@
-"""Job statuses, priorities and the transition table (architecture §4).
+"""Job statuses, priorities and the transition table (docs/lifecycle.md).
 
 The table is data: every store write names its source and target status and is checked
 against :data:`TRANSITIONS`, so an illegal move fails loudly instead of corrupting a job.

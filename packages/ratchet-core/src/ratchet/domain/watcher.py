@@ -1,6 +1,6 @@
 """Cluster liveness and the stalled-job watcher, as pure rules (docs/clustering.md).
 
-The JEF watcher state machine (jef-watcher §b, rows T1-T14) decided in one place: the SQL store
+The watcher state machine (docs/clustering.md, rows T1-T14) decided in one place: the SQL store
 applies these rules as conditional updates, and the tests use the same functions as their oracle.
 No I/O and no clock reads: ``now`` is always a parameter.
 
@@ -48,7 +48,7 @@ LIVE_NODE_STATES: tuple[NodeState, ...] = (NodeState.ALIVE, NodeState.DRAINING)
 
 @dataclass(frozen=True)
 class WatcherSettings:
-    """Deadlines and caps of the watcher (jef-watcher §d defaults)."""
+    """Deadlines and caps of the watcher (defaults in docs/clustering.md)."""
 
     queued_stall: timedelta = timedelta(seconds=60)
     running_stall: timedelta = timedelta(seconds=60)
@@ -149,7 +149,7 @@ def stall_limit(job: JobLiveness, settings: WatcherSettings) -> timedelta:
 def classify(
     job: JobLiveness, now: datetime, settings: WatcherSettings, *, owner_alive: bool
 ) -> WatcherAction:
-    """The watcher transition that applies to ``job`` at ``now`` (jef-watcher §b)."""
+    """The watcher transition that applies to ``job`` at ``now`` (docs/clustering.md, the T rows)."""
     if job.status is JobStatus.QUEUED and job.picked_by is not None:
         if not owner_alive:
             return WatcherAction.REVOKE

@@ -142,7 +142,7 @@ class AttemptRunner:
         return fn
 
     def execute(self, job: ClaimedJob) -> Outcome | None:
-        """Run one attempt (seed 000 steps 1-10) and return its outcome (None: not ours any more).
+        """Run one attempt (ownership, gates, policy, call, retry decision) and return its outcome (None: not ours any more).
 
         The watchdog times the attempt from its start. Whoever ends it first wins: this task with
         its outcome, or the watchdog with a timeout at the deadline (this task's late outcome is

@@ -344,7 +344,7 @@ class JobBuilder:
 
     @property
     def wants_wakeup(self) -> bool:
-        """Immediate, CRITICAL, or zero delay (seed 002)."""
+        """Immediate, CRITICAL, or zero delay: such a submission wakes the workers at once."""
         zero_delay = self._run_at is None and not self._delay
         return self._immediate or self._priority is JobPriority.CRITICAL or zero_delay
 

@@ -1,6 +1,6 @@
 """``JobContext``: what a running job knows about itself, bound per attempt via contextvars.
 
-Also the attempt's cooperative cancellation (seed 000 "Stopping at a safe point"): each attempt
+Also the attempt's cooperative cancellation (docs/timeouts.md, safe points): each attempt
 owns an :class:`AttemptCancellation` (created cleared) that the watchdog or an operator sets;
 the job polls it through :meth:`JobContext.is_cancellation_requested` or
 :meth:`JobContext.throw_if_cancellation_requested`.

@@ -25,7 +25,7 @@ log = logging.getLogger("ratchet.worker")
 
 
 class Gate(Protocol):
-    """Decides whether an attempt may start now (seed 000 steps 5 and 6)."""
+    """Decides whether an attempt may start now (circuit breaker, resource permit, ...)."""
 
     name: str
 
@@ -119,7 +119,7 @@ class PermitGate:
     """Acquires the job's resource permit before the attempt and releases it afterwards.
 
     With no permit free the attempt is rescheduled after the resource's retry delay without
-    consuming a retry (seed 000 step 6). Release happens in :meth:`leave`, which the worker calls
+    consuming a retry. Release happens in :meth:`leave`, which the worker calls
     whatever the outcome (success, failure, timeout, fencing); permits of dead nodes are
     reclaimed by orphan recovery, and :class:`PermitJanitor` repairs releases lost to outages.
     """

@@ -1,4 +1,4 @@
-"""The watchdog: one thread per node that times every running attempt (seed 000).
+"""The watchdog: one thread per node that times every running attempt (docs/timeouts.md).
 
 Each attempt gets an :class:`Attempt` (what the worker, the watchdog and the executor provider
 share) and a plan from :func:`ratchet.domain.timeouts.plan_attempt`. The watchdog keeps one heap

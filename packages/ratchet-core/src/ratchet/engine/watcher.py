@@ -64,7 +64,7 @@ log = logging.getLogger("ratchet.watcher")
 DRAIN_REASON = "the worker is draining"
 DEAD_REASON = "this node was declared dead"
 FENCED_REASON = "this node no longer owns the job (fenced out)"
-#: A node clock this far from the database clock is logged and exposed (architecture §4).
+#: A node clock this far from the database clock is logged and exposed in the stats.
 CLOCK_SKEW_BOUND = timedelta(seconds=1)
 #: Check the clock skew on every n-th heartbeat.
 SKEW_EVERY = 10

@@ -1,4 +1,4 @@
-"""The tables (architecture §5). Migrations in ``ratchet/sql/migrations`` create them.
+"""The tables (docs/lifecycle.md, "Hot and cold storage"). Migrations in ``ratchet/sql/migrations`` create them.
 
 A hot/cold split: ``scheduler_job_queue`` holds only live jobs and is what the claim reads;
 ``scheduler_job`` keeps every job's definition and, once it ends, its terminal outcome.

@@ -1,6 +1,6 @@
 """Store capability: node incarnations, the stalled-job watcher, takeovers, progress, checkpoints.
 
-The rows of jef-watcher §b as conditional writes (docs/clustering.md, "Liveness, takeover and
+The watcher's transitions (ratchet.domain.watcher) as conditional writes (docs/clustering.md, "Liveness, takeover and
 recovery"). Candidates are found by plain reads (no locks: a locking scan on MySQL/MariaDB
 locks every row it passes and deadlocks with claims and completions); then only those rows are
 locked by primary key (``SKIP LOCKED`` on PostgreSQL and MySQL, the write lock on SQLite), the

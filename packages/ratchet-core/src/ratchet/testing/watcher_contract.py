@@ -1,4 +1,4 @@
-"""Conformance suite of the :class:`~ratchet.ports.WatcherStore` capability (jef-watcher §b).
+"""Conformance suite of the :class:`~ratchet.ports.WatcherStore` capability (the transitions of ratchet.domain.watcher).
 
 Node incarnations (ALIVE, DRAINING, DEAD by compare-and-set), the watcher's transitions (queue
 stall, running stall, node death, expiry through the retry policy), takeovers with a new epoch
