@@ -1,24 +1,37 @@
 #!/usr/bin/env python3
 """Project entry point that works on a fresh machine with only Python 3.11+ and pip.
 
-    python3 dev.py demo    # run the demo: real jobs on the embedded SQLite store
-    python3 dev.py test    # run the whole test suite (starts its own database servers)
+    python3 dev.py demo     # run the demo: real jobs on the embedded SQLite store
+    python3 dev.py test     # run the whole test suite (starts its own database servers)
+    python3 dev.py wheels   # build every distribution into dist/wheelhouse/ [--out-dir DIR]
 
 Each command installs what it needs first: uv (from the package index, via pip), the workspace
-packages (``uv sync``), and for ``test`` first the PostgreSQL, MariaDB and Redis server packages
-and the build dependencies of mysqlclient (the optional C MySQL driver) when they are missing
-(Debian/Ubuntu, needs root). Extra arguments go to pytest / the demo.
+packages (``uv sync``; not for ``wheels``), and for ``test`` first the PostgreSQL, MariaDB and
+Redis server packages and the build dependencies of mysqlclient (the optional C MySQL driver)
+when they are missing (Debian/Ubuntu, needs root). Extra arguments go to pytest / the demo.
 """
 
 from __future__ import annotations
 
 import os
+import re
 import shutil
 import subprocess
 import sys
+import tomllib
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent
+WHEELHOUSE = ROOT / "dist" / "wheelhouse"
+
+#: Every distribution of the workspace and its import package, ratchet-core first.
+DISTRIBUTIONS = {
+    "ratchet-core": "ratchet",
+    "ratchet-postgres": "ratchet_postgres",
+    "ratchet-mysql": "ratchet_mysql",
+    "ratchet-redis-coordinator": "ratchet_redis_coordinator",
+}
+CORE = "ratchet-core"
 
 
 def run(cmd: list[str], **kwargs: object) -> None:
@@ -45,12 +58,71 @@ def sync(uv: str, *options: str) -> None:
     run([uv, "sync", *locked, *options])
 
 
+def version_problems(root: Path = ROOT) -> list[str]:
+    """What keeps the distributions from being one release; empty when nothing does.
+
+    All of them must have ratchet-core's version, in pyproject.toml and in the import package's
+    ``__version__``, and every adapter must depend on exactly that ratchet-core (``==``).
+    """
+    problems: list[str] = []
+    projects = {
+        name: tomllib.loads((root / "packages" / name / "pyproject.toml").read_text())["project"]
+        for name in DISTRIBUTIONS
+    }
+    version = projects[CORE]["version"]
+    for name, package in DISTRIBUTIONS.items():
+        project = projects[name]
+        if project["version"] != version:
+            problems.append(f"{name} is version {project['version']}, {CORE} is {version}")
+        init = root / "packages" / name / "src" / package / "__init__.py"
+        found = re.findall(r'^__version__ = "([^"]*)"$', init.read_text(), re.MULTILINE)
+        if found != [version]:
+            problems.append(f"{package}.__version__ is {found or 'missing'}, expected {version!r}")
+        if name == CORE:
+            continue
+        pins = [dep for dep in project["dependencies"] if re.match(r"ratchet[-_.]core\b", dep)]
+        if pins != [f"{CORE}=={version}"]:
+            problems.append(f"{name} depends on {pins or 'no ' + CORE}, expected {CORE}=={version}")
+    return problems
+
+
+def wheels(uv: str, argv: list[str]) -> int:
+    """Build a wheel of every distribution into the wheelhouse (replacing older ones)."""
+    out = WHEELHOUSE
+    if argv[:1] == ["--out-dir"] and len(argv) == 2:
+        out = Path(argv[1]).resolve()
+    elif argv:
+        print("usage: python3 dev.py wheels [--out-dir DIR]", file=sys.stderr)
+        return 2
+    problems = version_problems()
+    if problems:
+        print("dev.py: the distributions are not one release:", *problems, sep="\n  ")
+        return 1
+    out.mkdir(parents=True, exist_ok=True)
+    for name in DISTRIBUTIONS:
+        for old in out.glob(f"{name.replace('-', '_')}-*.whl"):
+            old.unlink()
+    for name in DISTRIBUTIONS:
+        # --no-sources: build exactly what an index would get, without uv's workspace links.
+        run([uv, "build", "--package", name, "--wheel", "--no-sources", "--out-dir", str(out)])
+    version = tomllib.loads((ROOT / "packages" / CORE / "pyproject.toml").read_text())["project"][
+        "version"
+    ]
+    print(f"\nWheels of Ratchet for Python {version} in {out}. Install, for example, with:")
+    print(
+        f'  pip install --find-links {out} "ratchet-core=={version}" "ratchet-postgres=={version}"'
+    )
+    return 0
+
+
 def main(argv: list[str]) -> int:
-    if not argv or argv[0] not in {"demo", "test"}:
+    if not argv or argv[0] not in {"demo", "test", "wheels"}:
         print(__doc__)
         return 2
     command, rest = argv[0], argv[1:]
     uv = ensure_uv()
+    if command == "wheels":
+        return wheels(uv, rest)
     if command == "demo":
         # The demo needs no MySQL driver: skip building mysqlclient (a C extension), keeping it
         # if a development install already has it.

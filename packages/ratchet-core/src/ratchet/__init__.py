@@ -64,7 +64,7 @@ if TYPE_CHECKING:
 
     hookimpl: pluggy.HookimplMarker
 
-__version__ = "0.1.0"
+__version__ = "0.2.0"
 
 _LAZY = {
     "Ratchet": "ratchet.engine.app",

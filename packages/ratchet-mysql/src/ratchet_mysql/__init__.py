@@ -6,6 +6,8 @@ by URL scheme (registered through the ``ratchet`` entry-point group).
 
 from __future__ import annotations
 
+__version__ = "0.2.0"
+
 from ratchet_mysql.dialect import MySQLDialect
 from ratchet_mysql.store import MySQLStore, normalize_url
 

@@ -7,6 +7,8 @@ the ``ratchet`` entry-point group).
 
 from __future__ import annotations
 
+__version__ = "0.2.0"
+
 from ratchet_postgres.coordinator import CHANNEL, CoordinatorState, PostgresClusterCoordinator
 from ratchet_postgres.dialect import PostgresDialect
 from ratchet_postgres.store import PostgresStore, normalize_url

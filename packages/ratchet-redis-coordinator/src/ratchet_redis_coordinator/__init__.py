@@ -31,7 +31,7 @@ __all__ = [
     "parse_url",
     "redact_url",
 ]
-__version__ = "0.1.0"
+__version__ = "0.2.0"
 
 
 def __getattr__(name: str) -> Any:
