@@ -96,6 +96,13 @@ def test_a_stale_dunder_version_is_reported(tmp_path: Path) -> None:
     ]
 
 
+@pytest.mark.parametrize("name", sorted(ADAPTERS))
+def test_each_adapter_ships_an_identical_copy_of_the_install_check(name: str) -> None:
+    original = ROOT / "packages/ratchet-core/src/ratchet/_distribution.py"
+    copy = ROOT / "packages" / name / "src" / ADAPTERS[name] / "_distribution.py"
+    assert copy.read_bytes() == original.read_bytes(), f"copy {original} to {copy}"
+
+
 @pytest.mark.parametrize("name", sorted(dev.DISTRIBUTIONS))
 def test_each_distribution_carries_the_license(name: str) -> None:
     # hatchling puts the LICENSE next to pyproject.toml into the wheel; a symlink would break
