@@ -1,18 +1,23 @@
 #!/usr/bin/env python3
-"""Project entry point that works on a fresh machine with only Python 3.11+ and pip.
+"""Project entry point that works on a fresh machine with only Python 3.11+.
 
     python3 dev.py demo     # run the demo: real jobs on the embedded SQLite store
     python3 dev.py test     # run the whole test suite (starts its own database servers)
     python3 dev.py wheels   # build every distribution into dist/wheelhouse/ [--out-dir DIR]
 
-Each command installs what it needs first: uv (from the package index, via pip), the workspace
-packages (``uv sync``; not for ``wheels``), and for ``test`` first the PostgreSQL, MariaDB and
-Redis server packages and the build dependencies of mysqlclient (the optional C MySQL driver)
-when they are missing (Debian/Ubuntu, needs root). Extra arguments go to pytest / the demo.
+Each command installs what it needs first. uv: the one on PATH, or else a private copy that
+dev.py pip-installs into its own virtual environment, .venv-bootstrap/, so the Python running
+dev.py is never written to (Debian's python3 refuses a plain `pip install`; creating a virtual
+environment with it needs the python3.X-venv package, which dev.py apt-gets when run as root).
+Then, for demo and test, the workspace packages (``uv sync`` into .venv, on the Python that runs
+dev.py unless UV_PYTHON says otherwise), and for test first the PostgreSQL, MariaDB and Redis
+server packages and the build dependencies of mysqlclient (the optional C MySQL driver) when they
+are missing (Debian/Ubuntu, needs root). Extra arguments go to pytest / the demo.
 """
 
 from __future__ import annotations
 
+import importlib.util
 import os
 import re
 import shutil
@@ -22,6 +27,7 @@ import tomllib
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent
+BOOTSTRAP = ROOT / ".venv-bootstrap"
 WHEELHOUSE = ROOT / "dist" / "wheelhouse"
 
 #: Every distribution of the workspace and its import package, ratchet-core first.
@@ -39,15 +45,72 @@ def run(cmd: list[str], **kwargs: object) -> None:
     subprocess.run(cmd, check=True, cwd=ROOT, **kwargs)  # type: ignore[call-overload]
 
 
+def venv_executable(venv: Path, name: str) -> Path:
+    if os.name == "nt":
+        return venv / "Scripts" / f"{name}.exe"
+    return venv / "bin" / name
+
+
+def has_ensurepip() -> bool:
+    importlib.invalidate_caches()
+    return importlib.util.find_spec("ensurepip") is not None
+
+
+def is_debian_python() -> bool:
+    """Whether this is the distribution's own Python on a Debian-like system."""
+    return sys.base_prefix == "/usr" and shutil.which("apt-get") is not None
+
+
+def is_root() -> bool:
+    return os.name == "posix" and os.geteuid() == 0
+
+
+def ensure_venv_support() -> None:
+    """Make sure this Python can create a virtual environment with pip in it.
+
+    Debian and Ubuntu split ``ensurepip`` out of their Python into the python3.X-venv package.
+    Install it when this is Debian's Python and we are root; otherwise exit with what to do.
+    """
+    if has_ensurepip():
+        return
+    package = f"python3.{sys.version_info.minor}-venv"
+    debian = is_debian_python()
+    if debian and is_root():
+        print(f"dev.py: {sys.executable} has no ensurepip; installing {package}", flush=True)
+        env = {**os.environ, "DEBIAN_FRONTEND": "noninteractive"}
+        run(["apt-get", "update"], env=env)
+        run(["apt-get", "install", "-y", "--no-install-recommends", package], env=env)
+        if has_ensurepip():
+            return
+    hint = f"install {package} (apt-get install {package}) or uv" if debian else "install uv"
+    sys.exit(
+        f"dev.py: uv is not on PATH and {sys.executable} cannot create a virtual environment to "
+        f"install it into (it has no ensurepip module): {hint}, then run dev.py again"
+    )
+
+
 def ensure_uv() -> str:
-    uv = shutil.which("uv")
-    if uv:
+    """The uv that runs us ($UV), uv from PATH, or the private copy in .venv-bootstrap/.
+
+    The private copy is installed on first use.
+    """
+    uv = os.environ.get("UV") or shutil.which("uv")
+    if uv and Path(uv).is_file():
         return uv
-    run([sys.executable, "-m", "pip", "install", "--quiet", "uv"])
-    uv = shutil.which("uv")
-    if uv:
-        return uv
-    return str(Path(sys.executable).parent / "uv")
+    private = venv_executable(BOOTSTRAP, "uv")
+    if private.exists():
+        return str(private)
+    print(
+        f"dev.py: uv is not on PATH; installing it into {BOOTSTRAP.name}/ "
+        f"({sys.executable} itself is left unchanged)",
+        flush=True,
+    )
+    ensure_venv_support()
+    shutil.rmtree(BOOTSTRAP, ignore_errors=True)  # whatever an interrupted attempt left
+    run([sys.executable, "-m", "venv", str(BOOTSTRAP)])
+    python = venv_executable(BOOTSTRAP, "python")
+    run([str(python), "-m", "pip", "install", "--quiet", "--disable-pip-version-check", "uv"])
+    return str(private)
 
 
 def sync(uv: str, *options: str) -> None:
@@ -123,6 +186,8 @@ def main(argv: list[str]) -> int:
     uv = ensure_uv()
     if command == "wheels":
         return wheels(uv, rest)
+    # The workspace environment is built on the Python that runs dev.py (Debian's python3 too).
+    os.environ.setdefault("UV_PYTHON", sys.executable)
     if command == "demo":
         # The demo needs no MySQL driver: skip building mysqlclient (a C extension), keeping it
         # if a development install already has it.
