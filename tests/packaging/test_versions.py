@@ -116,3 +116,30 @@ def test_package_readmes_have_no_links_that_break_on_an_index_page(name: str) ->
     text = (ROOT / "packages" / name / "README.md").read_text()
     targets = re.findall(r"\]\(([^)]*)\)", text)
     assert [t for t in targets if not t.startswith("https://")] == []
+
+
+def documents() -> list[Path]:
+    return [
+        ROOT / "README.md",
+        *sorted((ROOT / "docs").glob("*.md")),
+        *sorted((ROOT / "packages").glob("*/README.md")),
+    ]
+
+
+@pytest.mark.parametrize("name", sorted(dev.DISTRIBUTIONS))
+def test_each_package_readme_says_how_to_install_it(name: str) -> None:
+    text = (ROOT / "packages" / name / "README.md").read_text()
+    assert re.search(rf"^pip install --find-links dist/wheelhouse .*\"{name}[\[=]", text, re.M)
+
+
+@pytest.mark.parametrize("path", documents(), ids=lambda path: str(path.relative_to(ROOT)))
+def test_documented_installs_use_the_wheelhouse_and_the_current_version(path: Path) -> None:
+    # Anything else would install the other project's ratchet-core, or fail.
+    version = current_version()
+    commands = re.findall(r"pip install [^`\n#]*", path.read_text())
+    for command in [c for c in commands if "ratchet" in c]:
+        assert command.startswith("pip install --find-links dist/wheelhouse "), command
+        names = re.findall(r"ratchet-[a-z-]+(?:\[[a-z]+\])?(?:==)?[0-9a-z.]*", command)
+        assert names, command
+        for pinned in names:
+            assert pinned.endswith(f"=={version}"), f"{pinned} in {command}"
