@@ -1,24 +1,43 @@
 #!/usr/bin/env python3
-"""Project entry point that works on a fresh machine with only Python 3.11+ and pip.
+"""Project entry point that works on a fresh machine with only Python 3.11+.
 
-    python3 dev.py demo    # run the demo: real jobs on the embedded SQLite store
-    python3 dev.py test    # run the whole test suite (starts its own database servers)
+    python3 dev.py demo     # run the demo: real jobs on the embedded SQLite store
+    python3 dev.py test     # run the whole test suite (starts its own database servers)
+    python3 dev.py wheels   # build every distribution into dist/wheelhouse/ [--out-dir DIR]
 
-Each command installs what it needs first: uv (from the package index, via pip), the workspace
-packages (``uv sync``), and for ``test`` first the PostgreSQL, MariaDB and Redis server packages
-and the build dependencies of mysqlclient (the optional C MySQL driver) when they are missing
-(Debian/Ubuntu, needs root). Extra arguments go to pytest / the demo.
+Each command installs what it needs first. uv: the one on PATH, or else a private copy that
+dev.py pip-installs into its own virtual environment, .venv-bootstrap/, so the Python running
+dev.py is never written to (Debian's python3 refuses a plain `pip install`; creating a virtual
+environment with it needs the python3.X-venv package, which dev.py apt-gets when run as root).
+Then, for demo and test, the workspace packages (``uv sync`` into .venv, on the Python that runs
+dev.py unless UV_PYTHON says otherwise), and for test first the PostgreSQL, MariaDB and Redis
+server packages and the build dependencies of mysqlclient (the optional C MySQL driver) when they
+are missing (Debian/Ubuntu, needs root). Extra arguments go to pytest / the demo.
 """
 
 from __future__ import annotations
 
+import importlib.util
 import os
+import re
 import shutil
 import subprocess
 import sys
+import tomllib
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent
+BOOTSTRAP = ROOT / ".venv-bootstrap"
+WHEELHOUSE = ROOT / "dist" / "wheelhouse"
+
+#: Every distribution of the workspace and its import package, ratchet-core first.
+DISTRIBUTIONS = {
+    "ratchet-core": "ratchet",
+    "ratchet-postgres": "ratchet_postgres",
+    "ratchet-mysql": "ratchet_mysql",
+    "ratchet-redis-coordinator": "ratchet_redis_coordinator",
+}
+CORE = "ratchet-core"
 
 
 def run(cmd: list[str], **kwargs: object) -> None:
@@ -26,15 +45,72 @@ def run(cmd: list[str], **kwargs: object) -> None:
     subprocess.run(cmd, check=True, cwd=ROOT, **kwargs)  # type: ignore[call-overload]
 
 
+def venv_executable(venv: Path, name: str) -> Path:
+    if os.name == "nt":
+        return venv / "Scripts" / f"{name}.exe"
+    return venv / "bin" / name
+
+
+def has_ensurepip() -> bool:
+    importlib.invalidate_caches()
+    return importlib.util.find_spec("ensurepip") is not None
+
+
+def is_debian_python() -> bool:
+    """Whether this is the distribution's own Python on a Debian-like system."""
+    return sys.base_prefix == "/usr" and shutil.which("apt-get") is not None
+
+
+def is_root() -> bool:
+    return os.name == "posix" and os.geteuid() == 0
+
+
+def ensure_venv_support() -> None:
+    """Make sure this Python can create a virtual environment with pip in it.
+
+    Debian and Ubuntu split ``ensurepip`` out of their Python into the python3.X-venv package.
+    Install it when this is Debian's Python and we are root; otherwise exit with what to do.
+    """
+    if has_ensurepip():
+        return
+    package = f"python3.{sys.version_info.minor}-venv"
+    debian = is_debian_python()
+    if debian and is_root():
+        print(f"dev.py: {sys.executable} has no ensurepip; installing {package}", flush=True)
+        env = {**os.environ, "DEBIAN_FRONTEND": "noninteractive"}
+        run(["apt-get", "update"], env=env)
+        run(["apt-get", "install", "-y", "--no-install-recommends", package], env=env)
+        if has_ensurepip():
+            return
+    hint = f"install {package} (apt-get install {package}) or uv" if debian else "install uv"
+    sys.exit(
+        f"dev.py: uv is not on PATH and {sys.executable} cannot create a virtual environment to "
+        f"install it into (it has no ensurepip module): {hint}, then run dev.py again"
+    )
+
+
 def ensure_uv() -> str:
-    uv = shutil.which("uv")
-    if uv:
+    """The uv that runs us ($UV), uv from PATH, or the private copy in .venv-bootstrap/.
+
+    The private copy is installed on first use.
+    """
+    uv = os.environ.get("UV") or shutil.which("uv")
+    if uv and Path(uv).is_file():
         return uv
-    run([sys.executable, "-m", "pip", "install", "--quiet", "uv"])
-    uv = shutil.which("uv")
-    if uv:
-        return uv
-    return str(Path(sys.executable).parent / "uv")
+    private = venv_executable(BOOTSTRAP, "uv")
+    if private.exists():
+        return str(private)
+    print(
+        f"dev.py: uv is not on PATH; installing it into {BOOTSTRAP.name}/ "
+        f"({sys.executable} itself is left unchanged)",
+        flush=True,
+    )
+    ensure_venv_support()
+    shutil.rmtree(BOOTSTRAP, ignore_errors=True)  # whatever an interrupted attempt left
+    run([sys.executable, "-m", "venv", str(BOOTSTRAP)])
+    python = venv_executable(BOOTSTRAP, "python")
+    run([str(python), "-m", "pip", "install", "--quiet", "--disable-pip-version-check", "uv"])
+    return str(private)
 
 
 def sync(uv: str, *options: str) -> None:
@@ -45,12 +121,73 @@ def sync(uv: str, *options: str) -> None:
     run([uv, "sync", *locked, *options])
 
 
+def version_problems(root: Path = ROOT) -> list[str]:
+    """What keeps the distributions from being one release; empty when nothing does.
+
+    All of them must have ratchet-core's version, in pyproject.toml and in the import package's
+    ``__version__``, and every adapter must depend on exactly that ratchet-core (``==``).
+    """
+    problems: list[str] = []
+    projects = {
+        name: tomllib.loads((root / "packages" / name / "pyproject.toml").read_text())["project"]
+        for name in DISTRIBUTIONS
+    }
+    version = projects[CORE]["version"]
+    for name, package in DISTRIBUTIONS.items():
+        project = projects[name]
+        if project["version"] != version:
+            problems.append(f"{name} is version {project['version']}, {CORE} is {version}")
+        init = root / "packages" / name / "src" / package / "__init__.py"
+        found = re.findall(r'^__version__ = "([^"]*)"$', init.read_text(), re.MULTILINE)
+        if found != [version]:
+            problems.append(f"{package}.__version__ is {found or 'missing'}, expected {version!r}")
+        if name == CORE:
+            continue
+        pins = [dep for dep in project["dependencies"] if re.match(r"ratchet[-_.]core\b", dep)]
+        if pins != [f"{CORE}=={version}"]:
+            problems.append(f"{name} depends on {pins or 'no ' + CORE}, expected {CORE}=={version}")
+    return problems
+
+
+def wheels(uv: str, argv: list[str]) -> int:
+    """Build a wheel of every distribution into the wheelhouse (replacing older ones)."""
+    out = WHEELHOUSE
+    if argv[:1] == ["--out-dir"] and len(argv) == 2:
+        out = Path(argv[1]).resolve()
+    elif argv:
+        print("usage: python3 dev.py wheels [--out-dir DIR]", file=sys.stderr)
+        return 2
+    problems = version_problems()
+    if problems:
+        print("dev.py: the distributions are not one release:", *problems, sep="\n  ")
+        return 1
+    out.mkdir(parents=True, exist_ok=True)
+    for name in DISTRIBUTIONS:
+        for old in out.glob(f"{name.replace('-', '_')}-*.whl"):
+            old.unlink()
+    for name in DISTRIBUTIONS:
+        # --no-sources: build exactly what an index would get, without uv's workspace links.
+        run([uv, "build", "--package", name, "--wheel", "--no-sources", "--out-dir", str(out)])
+    version = tomllib.loads((ROOT / "packages" / CORE / "pyproject.toml").read_text())["project"][
+        "version"
+    ]
+    print(f"\nWheels of Ratchet for Python {version} in {out}. Install, for example, with:")
+    print(
+        f'  pip install --find-links {out} "ratchet-core=={version}" "ratchet-postgres=={version}"'
+    )
+    return 0
+
+
 def main(argv: list[str]) -> int:
-    if not argv or argv[0] not in {"demo", "test"}:
+    if not argv or argv[0] not in {"demo", "test", "wheels"}:
         print(__doc__)
         return 2
     command, rest = argv[0], argv[1:]
     uv = ensure_uv()
+    if command == "wheels":
+        return wheels(uv, rest)
+    # The workspace environment is built on the Python that runs dev.py (Debian's python3 too).
+    os.environ.setdefault("UV_PYTHON", sys.executable)
     if command == "demo":
         # The demo needs no MySQL driver: skip building mysqlclient (a C extension), keeping it
         # if a development install already has it.

@@ -13,6 +13,7 @@ from __future__ import annotations
 import importlib
 from typing import TYPE_CHECKING, Any
 
+from ratchet._distribution import check_core
 from ratchet.domain.breaker import BreakerProfile, BreakerState, CircuitOpenError, circuit_breaker
 from ratchet.domain.cron import InvalidCronExpression, UnknownTimeZone
 from ratchet.domain.errors import (
@@ -65,7 +66,10 @@ if TYPE_CHECKING:
 
     hookimpl: pluggy.HookimplMarker
 
-__version__ = "0.1.0"
+__version__ = "0.2.0"
+
+# Fail here, in one line, if the installed ratchet-core is another project's or another version.
+check_core(__version__)
 
 _LAZY = {
     "Ratchet": "ratchet.engine.app",

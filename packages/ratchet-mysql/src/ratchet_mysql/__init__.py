@@ -6,7 +6,14 @@ by URL scheme (registered through the ``ratchet`` entry-point group).
 
 from __future__ import annotations
 
-from ratchet_mysql.dialect import MySQLDialect
-from ratchet_mysql.store import MySQLStore, normalize_url
+from ratchet_mysql._distribution import check_adapter
+
+__version__ = "0.2.0"
+
+# Before anything is imported from ``ratchet``: that may be another project's package.
+check_adapter("ratchet-mysql", __version__)
+
+from ratchet_mysql.dialect import MySQLDialect  # noqa: E402
+from ratchet_mysql.store import MySQLStore, normalize_url  # noqa: E402
 
 __all__ = ["MySQLDialect", "MySQLStore", "normalize_url"]

@@ -7,9 +7,20 @@ the ``ratchet`` entry-point group).
 
 from __future__ import annotations
 
-from ratchet_postgres.coordinator import CHANNEL, CoordinatorState, PostgresClusterCoordinator
-from ratchet_postgres.dialect import PostgresDialect
-from ratchet_postgres.store import PostgresStore, normalize_url
+from ratchet_postgres._distribution import check_adapter
+
+__version__ = "0.2.0"
+
+# Before anything is imported from ``ratchet``: that may be another project's package.
+check_adapter("ratchet-postgres", __version__)
+
+from ratchet_postgres.coordinator import (  # noqa: E402
+    CHANNEL,
+    CoordinatorState,
+    PostgresClusterCoordinator,
+)
+from ratchet_postgres.dialect import PostgresDialect  # noqa: E402
+from ratchet_postgres.store import PostgresStore, normalize_url  # noqa: E402
 
 __all__ = [
     "CHANNEL",

@@ -11,6 +11,8 @@ from __future__ import annotations
 import importlib
 from typing import TYPE_CHECKING, Any
 
+from ratchet_redis_coordinator._distribution import check_adapter
+
 if TYPE_CHECKING:
     from ratchet_redis_coordinator.coordinator import (
         CoordinatorState,
@@ -31,7 +33,10 @@ __all__ = [
     "parse_url",
     "redact_url",
 ]
-__version__ = "0.1.0"
+__version__ = "0.2.0"
+
+# Before anything is imported from ``ratchet``: that may be another project's package.
+check_adapter("ratchet-redis-coordinator", __version__)
 
 
 def __getattr__(name: str) -> Any:
