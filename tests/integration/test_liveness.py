@@ -24,7 +24,7 @@ from timeout_harness import Events, wait_for
 from ratchet import EventKind, JobContext, JobStatus, Ratchet
 from ratchet.domain.model import Outcome, OutcomeKind
 from ratchet.domain.watcher import NodeInfo
-from ratchet.engine.watcher import WatcherTask, host_name
+from ratchet.engine.watcher import Liveness, WatcherTask, host_name
 from ratchet.engine.worker import Worker
 from ratchet.testing import FakeClock
 from ratchet.testing.store_contract import new_job
@@ -76,6 +76,18 @@ def start(app: Ratchet, **options: Any) -> Worker:
     return worker
 
 
+@pytest.fixture
+def beats_by_tick(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The workers' heartbeats come from :func:`tick` alone, at FakeClock times.
+
+    A liveness thread beats on wall time and reads the FakeClock: a beat that read the clock
+    before a tick and wrote after it (a wait for SQLite's write lock, a loaded machine) sets the
+    node's heartbeat back by the whole tick, past ``orphan_grace``, and the test's next watcher
+    pass declares a live node dead. Without those threads every beat happens at a known time.
+    """
+    monkeypatch.setattr(Liveness, "_beat_loop", lambda self: None)
+
+
 def tick(clock: FakeClock, delta: timedelta | float, *workers: Worker) -> None:
     """Let ``delta`` pass in steps of at most 10 s, every worker heart-beating after each step
     (as their threads would): a node judges silence only while its own beats are regular."""
@@ -115,6 +127,7 @@ def fatal_fenced_logs(caplog: pytest.LogCaptureFixture, job_id: uuid.UUID) -> li
     ]
 
 
+@pytest.mark.usefixtures("beats_by_tick")
 def test_stalled_job_is_taken_over_and_resumes_from_its_checkpoint(
     app: Ratchet, clock: FakeClock, caplog: pytest.LogCaptureFixture
 ) -> None:
@@ -219,6 +232,7 @@ def test_drain_hands_back_a_job_that_ignores_the_request(app: Ratchet, clock: Fa
     assert handle.result() == 2 and a.stats.succeeded == 0, "the late result was discarded"
 
 
+@pytest.mark.usefixtures("beats_by_tick")
 def test_expiry_goes_through_the_retry_policy(
     app: Ratchet, clock: FakeClock, caplog: pytest.LogCaptureFixture
 ) -> None:

@@ -113,8 +113,12 @@ def main() -> None:
 @click.option("--queued-stall", type=float, help="Seconds a reserved job waits to start (D_q).")
 @click.option("--running-stall", type=float, help="Seconds without progress to TIMED_OUT (D1).")
 @click.option("--timed-out-grace", type=float, help="Seconds only the owner may revive (D2).")
-@click.option("--takeover-window", type=float, help="Seconds to find a taker, then fail (D3).")
-@click.option("--max-takeovers", type=click.IntRange(min=0), help="Takeovers before failing.")
+@click.option(
+    "--takeover-window", type=float, help="Seconds to find a taker, then retry or fail (D3)."
+)
+@click.option(
+    "--max-takeovers", type=click.IntRange(min=0), help="Takeovers before retry or failure."
+)
 @click.option("--prefetch", type=click.IntRange(min=0), help="Jobs reserved beyond free slots.")
 def worker(
     app_spec: str, concurrency: int, batch_size: int, log_level: str, **delays: float | None

@@ -1,6 +1,6 @@
 """The watchdog's plan for one attempt (pure): when to warn, request a stop, and interrupt.
 
-Seed 000 "Timeout Handling": the deadline is the attempt's start plus the job's timeout, or the
+docs/timeouts.md: the deadline is the attempt's start plus the job's timeout, or the
 default SLA when the job has none. Up to three steps happen before or at it:
 
 1. ``SOFT_WARNING`` at ``soft_timeout_percent`` of the timeout: a warning is logged;

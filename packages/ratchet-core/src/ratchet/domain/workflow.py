@@ -1,7 +1,7 @@
 """Batches, chains, workflow conditions and signals as values (pure: no I/O, no imports of
 user code; a resolver for stored ``module:qualname`` references is passed in).
 
-Condition types (§7.4): SUCCESS, FAILURE, CUSTOM (predicate on :class:`JobResult`),
+Condition types (docs/workflows.md): SUCCESS, FAILURE, CUSTOM (predicate on :class:`JobResult`),
 RESULT_VALUE (predicate on the parent's decoded return value), BATCH_SUCCESS, BATCH_FAILURE,
 BATCH_SUCCESS_RATE, BATCH_FAILURE_COUNT and BATCH_CUSTOM (predicate on :class:`BatchContext`).
 """

@@ -121,7 +121,8 @@ class PermitGate:
     With no permit free the attempt is rescheduled after the resource's retry delay without
     consuming a retry. Release happens in :meth:`leave`, which the worker calls
     whatever the outcome (success, failure, timeout, fencing); permits of dead nodes are
-    reclaimed by orphan recovery, and :class:`PermitJanitor` repairs releases lost to outages.
+    deleted when the watcher declares the node dead, and :class:`PermitJanitor` repairs releases
+    lost to outages.
     """
 
     name = "resource-permit"

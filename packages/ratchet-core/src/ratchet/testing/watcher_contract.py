@@ -289,14 +289,28 @@ class WatcherStoreContract:
         assert self.watch(ws, clock).expired == ()
         clock.advance(US)
         report = self.watch(ws, clock)
-        assert sorted(o.kind.value for o in report.expired) == ["DEAD", "RETRY"]
+        assert {o.job_id: o.kind for o in report.expired} == {
+            retried.job_id: OutcomeKind.RETRY,
+            dead.job_id: OutcomeKind.DEAD,
+        }
         assert self.watch(ws, clock).expired == ()
+        # A retry remains: PENDING, one more attempt, a new epoch, no owner, due at retry_at.
         r = store.get_job(retried.job_id)
         assert (r.status, r.attempts, r.picked_by) == (JobStatus.PENDING, 1, None)
+        assert r.scheduled_time == clock.now()
         v = self.view(ws, retried.job_id)
-        assert v.timed_out_at is None
+        assert (v.epoch, v.timed_out_at, v.takeovers) == (retried.epoch + 1, None, 0)
+        assert "JobStalledError" in (r.last_error or "")
+        assert [a.outcome for a in store.attempts(retried.job_id)] == ["RETRY"]
+        # The stalled run is fenced out; any node, its old owner included, may claim the job.
+        late = outcome(retried, OutcomeKind.SUCCEEDED, clock)
+        assert store.record_outcomes(NODE, [late], now=clock.now()) == [retried.job_id]
+        [again] = store.claim(NODE, 1, now=clock.now(), boost_interval=BOOST)
+        assert (again.job_id, again.epoch) == (retried.job_id, retried.epoch + 2)
+        # No retry remains: FAILED, the dead-letter queue.
         d = store.get_job(dead.job_id)
-        assert d.status is JobStatus.FAILED and "JobStalledError" in (d.last_error or "")
+        assert (d.status, d.attempts) == (JobStatus.FAILED, 1)
+        assert "JobStalledError" in (d.last_error or "")
         assert [a.outcome for a in store.attempts(dead.job_id)] == ["DEAD"]
 
     def test_takeover_cap(self, store: Any, ws: WatcherStore, clock: FakeClock) -> None:
@@ -323,7 +337,9 @@ class WatcherStoreContract:
         taker = next(n for n in nodes if n != owner)
         assert ws.takeover(taker, 1, now=clock.now(), settings=SETTINGS) == [], "at the cap"
         [expired] = self.watch(ws, clock).expired
-        assert expired.job_id == job.job_id
+        assert (expired.job_id, expired.kind) == (job.job_id, OutcomeKind.RETRY), "retries remain"
+        v = self.view(ws, job.job_id)
+        assert (v.status, v.epoch, v.attempts) == (JobStatus.PENDING, job.epoch + 3, 1)
 
     # ------------------------------------------------------------------ T2, T3, T4
     def test_reservations_start_stall_and_respect_the_prefetch(
