@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-JOBS = '''
+JOBS = """
 CALLS = []
 
 class Flaky(Exception):
@@ -20,9 +20,9 @@ def charge(order_id, fail_first=0):
     if len(CALLS) <= fail_first:
         raise Flaky(f"gateway busy for order {order_id}")
     return {"charged": order_id}
-'''
+"""
 
-TESTS = '''
+TESTS = """
 from datetime import timedelta
 
 import pytest
@@ -70,7 +70,7 @@ def test_a_real_worker_runs_them_too(real_time_app):
         assert worker.wait_until(
             lambda: all(h.status() is JobStatus.SUCCEEDED for h in handles), 30
         )
-'''
+"""
 
 
 def run_user_suite(tmp_path: Path, ini: str) -> subprocess.CompletedProcess[str]:
@@ -79,7 +79,16 @@ def run_user_suite(tmp_path: Path, ini: str) -> subprocess.CompletedProcess[str]
     (tmp_path / "conftest.py").write_text('pytest_plugins = ["ratchet.testing.fixtures"]\n')
     (tmp_path / "pytest.ini").write_text(ini)
     return subprocess.run(
-        [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "--rootdir", str(tmp_path)],
+        [
+            sys.executable,
+            "-m",
+            "pytest",
+            "-q",
+            "-p",
+            "no:cacheprovider",
+            "--rootdir",
+            str(tmp_path),
+        ],
         cwd=tmp_path,
         capture_output=True,
         text=True,
@@ -88,7 +97,9 @@ def run_user_suite(tmp_path: Path, ini: str) -> subprocess.CompletedProcess[str]
 
 
 def test_a_user_suite_runs_its_jobs_with_the_fixtures(tmp_path: Path) -> None:
-    proc = run_user_suite(tmp_path, "[pytest]\npythonpath = .\nratchet_allowed_modules = shopjobs\n")
+    proc = run_user_suite(
+        tmp_path, "[pytest]\npythonpath = .\nratchet_allowed_modules = shopjobs\n"
+    )
     assert proc.returncode == 0, proc.stdout + proc.stderr
     assert "3 passed" in proc.stdout
 

@@ -35,7 +35,8 @@ def run_jobs(app: Ratchet, *, limit: int | None = None) -> int:
     """Run every job due now on this thread, one claim after another, until none is due (or
     ``limit`` ran); returns how many ran. Retries and delayed jobs become due when the app's
     clock reaches their time (advance a FakeClock, then call this again)."""
-    return app.worker(concurrency=16, batch_size=16).run_due(limit=limit)
+    worker: Worker = app.worker(concurrency=16, batch_size=16)
+    return worker.run_due(limit=limit)
 
 
 @contextmanager
