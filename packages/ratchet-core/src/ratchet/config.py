@@ -71,6 +71,8 @@ class WorkerConfig:
     orphan_grace: timedelta = timedelta(seconds=30)
     """A node silent this long is marked DEAD (the watcher's Dn); its jobs are taken over."""
     orphan_scan_interval: timedelta = timedelta(seconds=60)
+    summary_interval: timedelta = timedelta(seconds=60)
+    """How often the worker logs what it did and what waits (zero: never)."""
     recurring_interval: timedelta = timedelta(seconds=1)
     """How often the worker creates the due occurrences of recurring masters."""
     recurring_batch_limit: int = 20

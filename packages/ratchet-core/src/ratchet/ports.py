@@ -87,6 +87,8 @@ class Store(Protocol):
 
     capabilities: StoreCapabilities
     url: str
+    location: str
+    """Where the store is, for logs and errors: the URL with its password hidden."""
 
     # -- lifecycle of the store itself ------------------------------------------------------
     def migrate(self) -> None:
@@ -182,6 +184,9 @@ class Store(Protocol):
 
     def count_by_status(self) -> dict[str, int]:
         """How many jobs are in each status."""
+
+    def live_counts(self) -> dict[str, int]:
+        """How many live jobs are in each live status (the live jobs only: cheap to ask)."""
 
     # -- nodes ------------------------------------------------------------------------------
     def register_node(self, node_id: str, *, now: datetime) -> None:

@@ -198,6 +198,7 @@ class Completer:
         stats = worker.stats
         stats.outcome_batches += 1
         observed = worker.app.observed()  # build events only if somebody listens
+        debug = log.isEnabledFor(logging.DEBUG)
         for o in outcomes:
             timeout = self.timeouts.pop((o.job_id, o.epoch), None)
             if o.job_id in fenced:
@@ -216,6 +217,15 @@ class Completer:
                     )
                 continue
             stats.by_job[o.job_id] = o.kind.value
+            if debug:
+                log.debug(
+                    "job %s attempt %d: %s in %.3f s%s",
+                    o.job_id,
+                    o.attempt,
+                    o.kind.value,
+                    (o.finished_at - o.started_at).total_seconds(),
+                    f" ({o.error})" if o.error else "",
+                )
             if o.kind is OutcomeKind.SUCCEEDED:
                 stats.succeeded += 1
             elif o.kind is OutcomeKind.RESCHEDULE:

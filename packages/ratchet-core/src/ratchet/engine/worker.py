@@ -44,6 +44,7 @@ from ratchet.engine.pipeline import (
 from ratchet.engine.producer import Producer
 from ratchet.engine.slots import SlotTable
 from ratchet.engine.start_check import StartCheck
+from ratchet.engine.summary import WorkSummary
 from ratchet.engine.watchdog import CancellationRequestPoller, Watchdog, cancellation_store
 from ratchet.engine.watcher import attach_liveness, new_node_id
 from ratchet.engine.workflows import attach_flows
@@ -128,6 +129,8 @@ class Worker:
         """Checked in order before every attempt; features append theirs."""
         self.periodic: list[PeriodicTask] = [PermitJanitor(config.orphan_scan_interval)]
         """Maintenance tasks run on the maintenance thread; features append theirs."""
+        if config.summary_interval > timedelta(0):
+            self.periodic.append(WorkSummary(config.summary_interval))
         self.runner = AttemptRunner(self)
         self.completer = Completer(self, config.completion_batch)
         self.producer = Producer(self)
@@ -169,7 +172,12 @@ class Worker:
             target=self._maintenance_loop, name="ratchet-maintenance", daemon=True
         )
         self._maintenance.start()
-        log.info("worker %s started with %d slots", self.node_id, self.config.concurrency)
+        log.info(
+            "worker %s started with %d slots on %s",
+            self.node_id,
+            self.config.concurrency,
+            self.store.location,
+        )
 
     def run(self, *, install_signal_handlers: bool = True) -> None:
         """Start, then block until SIGTERM / SIGINT (or :meth:`request_stop`), then drain."""

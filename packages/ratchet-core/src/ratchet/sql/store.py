@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import json
 import logging
+import os
 import threading
 import time
 import uuid
@@ -30,7 +31,7 @@ from sqlalchemy import (
     union_all,
     update,
 )
-from sqlalchemy.engine import Connection, Engine, Row
+from sqlalchemy.engine import Connection, Engine, Row, make_url
 from sqlalchemy.exc import DBAPIError, SQLAlchemyError
 from sqlalchemy.orm import Session
 
@@ -243,6 +244,16 @@ def submit_rows(
     return key_rows, job_rows, queue_rows, tag_rows
 
 
+def describe_location(url: str) -> str:
+    """``url`` as logs and errors may show it: password hidden, a SQLite file's path absolute
+    (a relative one depends on the working directory, the usual surprise)."""
+    parsed = make_url(url)
+    database = parsed.database
+    if parsed.get_backend_name() == "sqlite" and database and database != ":memory:":
+        parsed = parsed.set(database=os.path.abspath(database))
+    return parsed.render_as_string(hide_password=True)
+
+
 class SqlStore(
     PermitStoreMixin,
     CancellationStoreMixin,
@@ -265,6 +276,7 @@ class SqlStore(
 
     def __init__(self, url: str, dialect: SqlDialect, **engine_options: Any) -> None:
         self.url = url
+        self.location = describe_location(url)
         self.dialect = dialect
         kwargs = {**dialect.engine_kwargs(url), **engine_options}
         self.engine: Engine = create_engine(url, **kwargs)
@@ -1032,6 +1044,13 @@ class SqlStore(
                 )
                 for r in rows
             ]
+
+        return self._run(work, write=False)
+
+    def live_counts(self) -> dict[str, int]:
+        def work(conn: Connection) -> dict[str, int]:
+            rows = conn.execute(select(Q.c.status, func.count()).group_by(Q.c.status))
+            return {status: n for status, n in rows}
 
         return self._run(work, write=False)
 
