@@ -12,8 +12,10 @@ import sample_jobs
 
 from ratchet import EventKind, JobEvent, Ratchet, hookimpl
 from ratchet.adapters.class_policy import PackagePrefixClassPolicy
+from ratchet.config import RatchetConfig
 from ratchet.domain.errors import ConfigurationError, MissingClassPolicy, UnknownStoreError
 from ratchet.plugins import Plugins, make_plugin_manager
+from ratchet.ports import CoordinatorContext
 
 DOCS = Path(__file__).resolve().parents[2] / "docs" / "hooks.md"
 
@@ -84,16 +86,20 @@ def test_duplicate_registrations_are_refused() -> None:
         def ratchet_register_stores(self, registry: Any) -> None:
             registry.add("sqlite", lambda url, options: None)
 
-    with pytest.raises(ConfigurationError, match="two plugins register the store 'sqlite'"):
+    with pytest.raises(ConfigurationError, match="two plugins register the store 'sqlite'") as err:
         _ = make(Clash()).stores
+    # each plugin's registrations are its own: the message names both, the unnamed one by class
+    assert "ratchet.adapters.sqlite" in str(err.value)
+    assert re.search(r"\d+ \(\S+\.Clash\)", str(err.value))
 
 
 def test_hook_ratchet_register_coordinators(sqlite_url: str) -> None:
     hints: list[Any] = []
 
     class Recording:
-        def __init__(self, spec: str, context: Any) -> None:
+        def __init__(self, spec: str, context: CoordinatorContext) -> None:
             self.spec = spec
+            self.context = context
 
         def notify_new_work(self, hint: Any) -> None:
             hints.append(hint)
@@ -110,9 +116,14 @@ def test_hook_ratchet_register_coordinators(sqlite_url: str) -> None:
             registry.add("recording", Recording)
 
     app = Ratchet(
-        sqlite_url, allowed_modules=["sample_jobs"], plugins=make(Plugin()), coordinator="recording"
+        sqlite_url,
+        allowed_modules=["sample_jobs"],
+        plugins=make(Plugin()),
+        coordinator="recording",
+        node_name="n7",
     )
     assert isinstance(app.coordinator, Recording)
+    assert app.coordinator.context == CoordinatorContext(store_url=sqlite_url, node_name="n7")
     app.enqueue(sample_jobs.noop).submit()
     assert len(hints) == 1, "a zero-delay submission sends one wakeup"
     app.close()
@@ -134,12 +145,16 @@ def test_hook_ratchet_class_policy(sqlite_url: str) -> None:
         def is_allowed(self, module: str, qualname: str) -> bool:
             return qualname == "noop"
 
+    configs: list[object] = []
+
     class Plugin:
         @hookimpl
-        def ratchet_class_policy(self, config: Any) -> Any:
+        def ratchet_class_policy(self, config: RatchetConfig) -> Any:
+            configs.append(config)
             return Strict()
 
     app = Ratchet(sqlite_url, plugins=make(Plugin()))
+    assert configs == [app.config] and isinstance(configs[0], RatchetConfig)
     app.enqueue(sample_jobs.noop).submit()
     from ratchet import ClassPolicyViolation
 

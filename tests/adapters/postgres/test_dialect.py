@@ -281,12 +281,13 @@ def test_ratchet_picks_the_postgres_store_and_coordinator(postgres_store_url: st
 
 def test_postgres_coordinator_needs_a_postgres_url(tmp_path: Any) -> None:
     from ratchet.domain.errors import ConfigurationError
+    from ratchet.ports import CoordinatorContext
 
-    class FakeStore:
-        url = f"sqlite:///{tmp_path / 'x.db'}"
-
+    context = CoordinatorContext(store_url=f"sqlite:///{tmp_path / 'x.db'}", node_name="n1")
     with pytest.raises(ConfigurationError, match="PostgreSQL"):
-        make_postgres_coordinator("postgres", {"store": FakeStore()})
+        make_postgres_coordinator("postgres", context)
+    with pytest.raises(ConfigurationError, match="PostgreSQL"):
+        make_postgres_coordinator("postgres", CoordinatorContext(store_url=None, node_name="n1"))
 
 
 def test_entry_point_registers_store_and_coordinator() -> None:

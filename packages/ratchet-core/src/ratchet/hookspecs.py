@@ -6,24 +6,25 @@ the single active service (first non-None answer wins), observer hooks are told 
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 import pluggy
 
 if TYPE_CHECKING:
+    from ratchet.config import RatchetConfig
     from ratchet.events import JobEvent
     from ratchet.ports import BeanResolver, ClassPolicy, ResilienceStrategy
-    from ratchet.registry import Registry
+    from ratchet.registry import CoordinatorRegistry, ExecutorRegistry, StoreRegistry
 
 hookspec = pluggy.HookspecMarker("ratchet")
 
 
 @hookspec
-def ratchet_register_stores(registry: Registry[Any]) -> None:
+def ratchet_register_stores(registry: StoreRegistry) -> None:
     """Register store factories by URL scheme.
 
-    :param registry: call ``registry.add(scheme, factory)``; ``factory(url, options)`` returns a
-        :class:`~ratchet.ports.Store`. The scheme is the SQLAlchemy drivername before ``+``
+    :param registry: call ``registry.add(scheme, factory)``; ``factory(url, options)`` (a
+        :class:`~ratchet.ports.StoreFactory`) returns a :class:`~ratchet.ports.Store`. The scheme is the SQLAlchemy drivername before ``+``
         (``sqlite``, ``postgresql``, ``mysql``).
 
     Called once per plugin manager, when the registry is first needed.
@@ -31,10 +32,12 @@ def ratchet_register_stores(registry: Registry[Any]) -> None:
 
 
 @hookspec
-def ratchet_register_coordinators(registry: Registry[Any]) -> None:
+def ratchet_register_coordinators(registry: CoordinatorRegistry) -> None:
     """Register cluster coordinator factories by name or URL scheme.
 
-    :param registry: call ``registry.add(name, factory)``; ``factory(spec, context)`` returns a
+    :param registry: call ``registry.add(name, factory)``; ``factory(spec, context)`` (a
+        :class:`~ratchet.ports.CoordinatorFactory`, ``context`` a
+        :class:`~ratchet.ports.CoordinatorContext`) returns a
         :class:`~ratchet.ports.ClusterCoordinator`.
 
     Called once per plugin manager.
@@ -42,10 +45,11 @@ def ratchet_register_coordinators(registry: Registry[Any]) -> None:
 
 
 @hookspec
-def ratchet_register_executor_providers(registry: Registry[Any]) -> None:
+def ratchet_register_executor_providers(registry: ExecutorRegistry) -> None:
     """Register executor providers by name (``threads``, ``asyncio``, ``processes``...).
 
-    :param registry: call ``registry.add(name, factory)``; ``factory(max_workers)`` returns an
+    :param registry: call ``registry.add(name, factory)``; ``factory(max_workers)`` (an
+        :class:`~ratchet.ports.ExecutorFactory`) returns an
         :class:`~ratchet.ports.ExecutorProvider`.
 
     Called once per plugin manager.
@@ -53,7 +57,7 @@ def ratchet_register_executor_providers(registry: Registry[Any]) -> None:
 
 
 @hookspec(firstresult=True)
-def ratchet_class_policy(config: Any) -> ClassPolicy | None:
+def ratchet_class_policy(config: RatchetConfig) -> ClassPolicy | None:
     """Return the class policy that decides which job targets are allowed.
 
     Stops at first non-None result.
@@ -66,7 +70,7 @@ def ratchet_class_policy(config: Any) -> ClassPolicy | None:
 
 
 @hookspec(firstresult=True)
-def ratchet_bean_resolver(config: Any) -> BeanResolver | None:
+def ratchet_bean_resolver(config: RatchetConfig) -> BeanResolver | None:
     """Return the resolver that supplies instances for method jobs.
 
     Stops at first non-None result.
@@ -79,7 +83,7 @@ def ratchet_bean_resolver(config: Any) -> BeanResolver | None:
 
 
 @hookspec(firstresult=True)
-def ratchet_resilience_strategy(config: Any) -> ResilienceStrategy | None:
+def ratchet_resilience_strategy(config: RatchetConfig) -> ResilienceStrategy | None:
     """Return the strategy (circuit breakers) that guards job execution.
 
     Stops at first non-None result.

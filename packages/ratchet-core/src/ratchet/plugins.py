@@ -7,15 +7,31 @@ import os
 from collections.abc import Iterable
 from dataclasses import dataclass
 from functools import cached_property
-from typing import Any
+from types import ModuleType
+from typing import TYPE_CHECKING, Any, TypeVar
 
 import pluggy
 
 from ratchet import hookspecs
-from ratchet.domain.errors import MissingClassPolicy, UnknownPluginError, UnknownStoreError
+from ratchet.domain.errors import (
+    ConfigurationError,
+    MissingClassPolicy,
+    UnknownPluginError,
+    UnknownStoreError,
+)
 from ratchet.events import JobEvent
-from ratchet.ports import BeanResolver, ClassPolicy, ResilienceStrategy
-from ratchet.registry import Registry
+from ratchet.ports import (
+    BeanResolver,
+    ClassPolicy,
+    CoordinatorFactory,
+    ExecutorFactory,
+    ResilienceStrategy,
+    StoreFactory,
+)
+from ratchet.registry import CoordinatorRegistry, ExecutorRegistry, Registry, StoreRegistry
+
+if TYPE_CHECKING:
+    from ratchet.config import RatchetConfig
 
 log = logging.getLogger("ratchet.plugins")
 
@@ -67,33 +83,34 @@ class PluginInfo:
     distribution: str | None
 
 
+R = TypeVar("R", bound=Registry[Any])
+
+
 class Plugins:
     """Typed access to what the plugins supply."""
 
     def __init__(self, pm: pluggy.PluginManager) -> None:
         self.pm = pm
 
-    def _registry(self, hook_name: str, kind: str) -> Registry[Any]:
-        registry: Registry[Any] = Registry(kind)
+    def _registry(self, hook_name: str, registry: R) -> R:
         hook = getattr(self.pm.hook, hook_name)
-        for impl in reversed(hook.get_hookimpls()):  # built-ins first, for stable error messages
-            bound = _OwnedRegistry(registry, impl.plugin_name)
-            impl.function(registry=bound)
+        for impl in reversed(hook.get_hookimpls()):  # in pluggy's call order
+            impl.function(registry=registry.owned_by(_label(impl)))
         return registry
 
     @cached_property
-    def stores(self) -> Registry[Any]:
-        return self._registry("ratchet_register_stores", "store")
+    def stores(self) -> StoreRegistry:
+        return self._registry("ratchet_register_stores", StoreRegistry())
 
     @cached_property
-    def coordinators(self) -> Registry[Any]:
-        return self._registry("ratchet_register_coordinators", "coordinator")
+    def coordinators(self) -> CoordinatorRegistry:
+        return self._registry("ratchet_register_coordinators", CoordinatorRegistry())
 
     @cached_property
-    def executor_providers(self) -> Registry[Any]:
-        return self._registry("ratchet_register_executor_providers", "executor provider")
+    def executor_providers(self) -> ExecutorRegistry:
+        return self._registry("ratchet_register_executor_providers", ExecutorRegistry())
 
-    def store_factory(self, url: str) -> Any:
+    def store_factory(self, url: str) -> StoreFactory:
         """The store factory for a SQLAlchemy URL.
 
         :raises UnknownStoreError: no plugin serves the scheme.
@@ -114,7 +131,7 @@ class Plugins:
                 f"no installed plugin provides a store for {scheme!r} URLs (installed: {known}).{extra}"
             ) from None
 
-    def coordinator_factory(self, spec: str) -> Any:
+    def coordinator_factory(self, spec: str) -> CoordinatorFactory:
         """The coordinator factory for a name (``local``) or URL (``redis://...``)."""
         key = spec.split("://", 1)[0] if "://" in spec else spec
         try:
@@ -125,7 +142,7 @@ class Plugins:
                 f"no installed plugin provides a coordinator {key!r} (installed: {known})"
             ) from None
 
-    def executor_factory(self, name: str) -> Any:
+    def executor_factory(self, name: str) -> ExecutorFactory:
         try:
             return self.executor_providers[name]
         except KeyError:
@@ -134,12 +151,12 @@ class Plugins:
                 f"no installed plugin provides an executor {name!r} (installed: {known})"
             ) from None
 
-    def class_policy(self, config: Any) -> ClassPolicy:
+    def class_policy(self, config: RatchetConfig) -> ClassPolicy:
         """The winning class policy.
 
         :raises MissingClassPolicy: no plugin answered (the built-in answers only when configured).
         """
-        policy = self.pm.hook.ratchet_class_policy(config=config)
+        policy: ClassPolicy | None = self.pm.hook.ratchet_class_policy(config=config)
         if policy is None:
             raise MissingClassPolicy(
                 "no class policy is configured, so every job would be refused. Pass "
@@ -147,13 +164,31 @@ class Plugins:
                 "run as jobs), install a class-policy plugin, or pass "
                 "allow_empty_class_policy=True to start anyway and refuse every job."
             )
-        return policy  # type: ignore[no-any-return]
+        return policy
 
-    def bean_resolver(self, config: Any) -> BeanResolver:
-        return self.pm.hook.ratchet_bean_resolver(config=config)  # type: ignore[no-any-return]
+    def bean_resolver(self, config: RatchetConfig) -> BeanResolver:
+        """The winning bean resolver.
 
-    def resilience_strategy(self, config: Any) -> ResilienceStrategy:
-        return self.pm.hook.ratchet_resilience_strategy(config=config)  # type: ignore[no-any-return]
+        :raises ConfigurationError: no plugin answered (the built-in one was disabled).
+        """
+        resolver: BeanResolver | None = self.pm.hook.ratchet_bean_resolver(config=config)
+        if resolver is None:
+            raise ConfigurationError("no plugin supplies a bean resolver (ratchet_bean_resolver)")
+        return resolver
+
+    def resilience_strategy(self, config: RatchetConfig) -> ResilienceStrategy:
+        """The winning resilience strategy.
+
+        :raises ConfigurationError: no plugin answered (the built-in one was disabled).
+        """
+        strategy: ResilienceStrategy | None = self.pm.hook.ratchet_resilience_strategy(
+            config=config
+        )
+        if strategy is None:
+            raise ConfigurationError(
+                "no plugin supplies a resilience strategy (ratchet_resilience_strategy)"
+            )
+        return strategy
 
     def has_observers(self) -> bool:
         """Whether any plugin implements the event hook now (so building events is worth it)."""
@@ -165,7 +200,7 @@ class Plugins:
             try:
                 impl.function(event=event)
             except Exception:
-                log.exception("observer plugin %s failed on %s", impl.plugin_name, event.kind)
+                log.exception("observer plugin %s failed on %s", _label(impl), event.kind)
 
     def describe(self) -> list[PluginInfo]:
         """Every registered plugin with the hooks it implements."""
@@ -179,12 +214,13 @@ class Plugins:
         return infos
 
 
-class _OwnedRegistry:
-    """A registry view that records which plugin added each entry."""
-
-    def __init__(self, registry: Registry[Any], owner: str) -> None:
-        self._registry = registry
-        self._owner = owner
-
-    def add(self, name: str, factory: Any) -> None:
-        self._registry.add(name, factory, owner=self._owner)
+def _label(impl: pluggy.HookImpl) -> str:
+    """The plugin's name for messages; with what the plugin is when pluggy named it after its
+    ``id()`` (a plugin registered without a name)."""
+    name, plugin = impl.plugin_name, impl.plugin
+    if name != str(id(plugin)):
+        return name
+    if isinstance(plugin, ModuleType):
+        return f"{name} (module {plugin.__name__})"
+    cls = plugin if isinstance(plugin, type) else type(plugin)
+    return f"{name} ({cls.__module__}.{cls.__qualname__})"

@@ -642,3 +642,43 @@ def iter_chunks(items: Sequence[T], size: int) -> Iterator[Sequence[T]]:
     """Slices of ``items`` of at most ``size`` elements (helper for batched writes)."""
     for start in range(0, len(items), size):
         yield items[start : start + size]
+
+
+# -- factories: what the registry hooks register (ratchet.hookspecs, ratchet.registry) --------
+# Their parameters are positional-only: an implementation may name them as it likes.
+
+
+class StoreFactory(Protocol):
+    """Makes the store of a database URL: ``factory(url, options)``.
+
+    ``options`` are the app's ``store_options`` (None when it passed none).
+    """
+
+    def __call__(self, url: str, options: dict[str, Any] | None, /) -> Store: ...
+
+
+@dataclass(frozen=True, kw_only=True)
+class CoordinatorContext:
+    """What a coordinator factory is told about the app the coordinator serves."""
+
+    store_url: str | None
+    """The URL of the app's store (None when the coordinator is made outside an app), for a
+    coordinator that reuses the store's database (``coordinator="postgres"``)."""
+    node_name: str
+    """The app's node name (its ``node_name`` setting, else ``client``)."""
+
+
+class CoordinatorFactory(Protocol):
+    """Makes a coordinator: ``factory(spec, context)``.
+
+    ``spec`` is the app's ``coordinator`` argument as given: a registered name (``local``) or a
+    URL whose scheme is one (``redis://host/0``).
+    """
+
+    def __call__(self, spec: str, context: CoordinatorContext, /) -> ClusterCoordinator: ...
+
+
+class ExecutorFactory(Protocol):
+    """Makes an executor provider with ``max_workers`` job slots: ``factory(max_workers)``."""
+
+    def __call__(self, max_workers: int, /) -> ExecutorProvider: ...

@@ -2,9 +2,13 @@
 
 from __future__ import annotations
 
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from ratchet import hookimpl
+
+if TYPE_CHECKING:
+    from ratchet.ports import ClusterCoordinator, CoordinatorContext, Store
+    from ratchet.registry import CoordinatorRegistry, StoreRegistry
 
 #: URL schemes (before ``+driver``) served by the store.
 STORE_SCHEMES = ("postgresql", "postgres")
@@ -12,14 +16,14 @@ STORE_SCHEMES = ("postgresql", "postgres")
 COORDINATOR_NAMES = ("postgres", "postgresql", "postgresql+psycopg")
 
 
-def make_postgres_store(url: str, options: dict[str, Any] | None = None) -> Any:
+def make_postgres_store(url: str, options: dict[str, Any] | None = None) -> Store:
     """A :class:`~ratchet_postgres.store.PostgresStore` for ``url``."""
     from ratchet_postgres.store import PostgresStore
 
     return PostgresStore(url, **(options or {}))
 
 
-def make_postgres_coordinator(spec: str, context: dict[str, Any] | None = None) -> Any:
+def make_postgres_coordinator(spec: str, context: CoordinatorContext) -> ClusterCoordinator:
     """A :class:`~ratchet_postgres.coordinator.PostgresClusterCoordinator`.
 
     ``spec`` is ``postgres`` (use the app's store database) or a ``postgresql://`` URL.
@@ -30,8 +34,7 @@ def make_postgres_coordinator(spec: str, context: dict[str, Any] | None = None) 
     if "://" in spec:
         url = spec
     else:
-        store = (context or {}).get("store")
-        url = getattr(store, "url", "") or ""
+        url = context.store_url or ""
         if not url.split(":", 1)[0].startswith("postgres"):
             raise ConfigurationError(
                 "coordinator='postgres' needs a PostgreSQL store, or a postgresql:// URL as the "
@@ -41,12 +44,12 @@ def make_postgres_coordinator(spec: str, context: dict[str, Any] | None = None) 
 
 
 @hookimpl
-def ratchet_register_stores(registry: Any) -> None:
+def ratchet_register_stores(registry: StoreRegistry) -> None:
     for scheme in STORE_SCHEMES:
         registry.add(scheme, make_postgres_store)
 
 
 @hookimpl
-def ratchet_register_coordinators(registry: Any) -> None:
+def ratchet_register_coordinators(registry: CoordinatorRegistry) -> None:
     for name in COORDINATOR_NAMES:
         registry.add(name, make_postgres_coordinator)

@@ -16,12 +16,15 @@ import inspect
 import threading
 from collections.abc import Callable, Coroutine
 from concurrent.futures import Future
-from typing import Any, TypeVar
+from typing import TYPE_CHECKING, Any, TypeVar
 
 from ratchet import hookimpl
 from ratchet.adapters.threads import InterruptiblePool, run_interruptibly
 from ratchet.domain.errors import JobTimeoutError
 from ratchet.ports import AttemptControl, JobCall
+
+if TYPE_CHECKING:
+    from ratchet.registry import ExecutorRegistry
 
 T = TypeVar("T")
 
@@ -128,5 +131,5 @@ class AsyncioExecutorProvider:
 
 
 @hookimpl
-def ratchet_register_executor_providers(registry: Any) -> None:
+def ratchet_register_executor_providers(registry: ExecutorRegistry) -> None:
     registry.add("asyncio", AsyncioExecutorProvider)

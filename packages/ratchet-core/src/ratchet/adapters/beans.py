@@ -3,9 +3,13 @@
 from __future__ import annotations
 
 import threading
-from typing import Any, TypeVar
+from typing import TYPE_CHECKING, Any, TypeVar
 
 from ratchet import hookimpl
+
+if TYPE_CHECKING:
+    from ratchet.config import RatchetConfig
+    from ratchet.ports import BeanResolver
 
 T = TypeVar("T")
 
@@ -37,5 +41,5 @@ class DefaultBeanResolver:
 
 
 @hookimpl(trylast=True)
-def ratchet_bean_resolver(config: Any) -> Any:
+def ratchet_bean_resolver(config: RatchetConfig) -> BeanResolver:
     return DefaultBeanResolver()

@@ -3,9 +3,13 @@
 from __future__ import annotations
 
 from collections.abc import Iterable
-from typing import Any
+from typing import TYPE_CHECKING
 
 from ratchet import hookimpl
+
+if TYPE_CHECKING:
+    from ratchet.config import RatchetConfig
+    from ratchet.ports import ClassPolicy
 
 
 class PackagePrefixClassPolicy:
@@ -36,10 +40,9 @@ class DenyAllClassPolicy:
 
 
 @hookimpl(trylast=True)
-def ratchet_class_policy(config: Any) -> Any:
-    modules = tuple(getattr(config, "allowed_modules", ()) or ())
-    if modules:
-        return PackagePrefixClassPolicy(modules)
-    if getattr(config, "allow_empty_class_policy", False):
+def ratchet_class_policy(config: RatchetConfig) -> ClassPolicy | None:
+    if config.allowed_modules:
+        return PackagePrefixClassPolicy(config.allowed_modules)
+    if config.allow_empty_class_policy:
         return DenyAllClassPolicy()
     return None

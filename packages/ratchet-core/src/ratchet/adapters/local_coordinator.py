@@ -5,10 +5,13 @@ from __future__ import annotations
 import logging
 import threading
 from collections.abc import Callable
-from typing import Any
+from typing import TYPE_CHECKING
 
 from ratchet import hookimpl
 from ratchet.ports import WakeupHint
+
+if TYPE_CHECKING:
+    from ratchet.registry import CoordinatorRegistry
 
 log = logging.getLogger("ratchet.coordinator.local")
 
@@ -45,5 +48,5 @@ class LocalClusterCoordinator:
 
 
 @hookimpl
-def ratchet_register_coordinators(registry: Any) -> None:
-    registry.add("local", lambda spec, context=None: LocalClusterCoordinator())
+def ratchet_register_coordinators(registry: CoordinatorRegistry) -> None:
+    registry.add("local", lambda spec, context: LocalClusterCoordinator())

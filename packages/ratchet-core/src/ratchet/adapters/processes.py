@@ -38,13 +38,16 @@ from collections.abc import Callable
 from concurrent.futures import Future
 from datetime import datetime
 from multiprocessing.connection import Connection
-from typing import Any, TypeVar
+from typing import TYPE_CHECKING, Any, TypeVar
 
 from ratchet import hookimpl
 from ratchet.adapters.threads import InterruptiblePool
 from ratchet.domain.errors import JobTimeoutError
 from ratchet.domain.retry import is_do_not_retry
 from ratchet.ports import AttemptControl, JobCall
+
+if TYPE_CHECKING:
+    from ratchet.registry import ExecutorRegistry
 
 T = TypeVar("T")
 
@@ -371,7 +374,7 @@ class ProcessExecutorProvider:
 
 
 @hookimpl
-def ratchet_register_executor_providers(registry: Any) -> None:
+def ratchet_register_executor_providers(registry: ExecutorRegistry) -> None:
     registry.add("processes", ProcessExecutorProvider)
 
 

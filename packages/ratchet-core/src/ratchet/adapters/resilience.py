@@ -15,7 +15,7 @@ import logging
 import threading
 from collections.abc import Callable, Mapping
 from datetime import timedelta
-from typing import Any, TypeVar
+from typing import TYPE_CHECKING, Any, TypeVar
 
 import pybreaker
 
@@ -34,7 +34,10 @@ from ratchet.domain.breaker import (
     classify,
     resolve_profiles,
 )
-from ratchet.ports import Clock
+from ratchet.ports import Clock, ResilienceStrategy
+
+if TYPE_CHECKING:
+    from ratchet.config import RatchetConfig
 
 T = TypeVar("T")
 log = logging.getLogger("ratchet.breakers")
@@ -291,10 +294,7 @@ class CircuitBreakerResilience:
 
 
 @hookimpl(trylast=True)
-def ratchet_resilience_strategy(config: Any) -> Any:
-    if not getattr(config, "circuit_breakers", True):
+def ratchet_resilience_strategy(config: RatchetConfig) -> ResilienceStrategy:
+    if not config.circuit_breakers:
         return PassThroughResilience()
-    return CircuitBreakerResilience(
-        getattr(config, "breaker_profiles", None),
-        getattr(config, "default_breaker_profile", "DEFAULT"),
-    )
+    return CircuitBreakerResilience(config.breaker_profiles, config.default_breaker_profile)

@@ -20,11 +20,14 @@ import queue
 import threading
 from collections.abc import Callable, Sequence
 from concurrent.futures import Future
-from typing import Any, TypeVar
+from typing import TYPE_CHECKING, Any, TypeVar
 
 from ratchet import hookimpl
 from ratchet.domain.errors import JobTimeoutError
 from ratchet.ports import AttemptControl, JobCall
+
+if TYPE_CHECKING:
+    from ratchet.registry import ExecutorRegistry
 
 T = TypeVar("T")
 
@@ -226,5 +229,5 @@ class ThreadExecutorProvider:
 
 
 @hookimpl
-def ratchet_register_executor_providers(registry: Any) -> None:
+def ratchet_register_executor_providers(registry: ExecutorRegistry) -> None:
     registry.add("threads", ThreadExecutorProvider)

@@ -33,7 +33,14 @@ from ratchet.engine.workflows import batch_of, deliver_signal, install_flows
 from ratchet.events import EventKind, JobEvent
 from ratchet.ids import uuid7
 from ratchet.plugins import Plugins, make_plugin_manager
-from ratchet.ports import Clock, ClusterCoordinator, Store, StreamingInsertStore, WakeupHint
+from ratchet.ports import (
+    Clock,
+    ClusterCoordinator,
+    CoordinatorContext,
+    Store,
+    StreamingInsertStore,
+    WakeupHint,
+)
 from ratchet.serialization import EnumPolicy
 from ratchet.targets import TargetRef, target_of
 
@@ -85,7 +92,7 @@ class Ratchet(GatesMixin, RecurringMixin):
         """Consulted after ``@do_not_retry`` and before ``max_retries`` (None: always retry)."""
         self.store: Store = self.plugins.store_factory(url)(url, store_options)
         self.node_name = self.config.node_name or "client"
-        context = {"store": self.store, "app": self}
+        context = CoordinatorContext(store_url=self.store.url, node_name=self.node_name)
         self.coordinator: ClusterCoordinator = self.plugins.coordinator_factory(coordinator)(
             coordinator, context
         )

@@ -43,6 +43,7 @@ import pytest
 
 from ratchet.domain.lifecycle import JobPriority
 from ratchet.ports import ClusterCoordinator, WakeupHint
+from ratchet.registry import CoordinatorRegistry
 
 #: Module whose functions the suite submits as jobs (the class policy must allow it).
 JOBS_MODULE = __name__
@@ -372,7 +373,7 @@ def _plugins_with(node: ClusterCoordinator) -> Any:
 
     class _NodePlugin:
         @hookimpl
-        def ratchet_register_coordinators(self, registry: Any) -> None:
-            registry.add(_use_node(node), lambda spec, context=None: node)
+        def ratchet_register_coordinators(self, registry: CoordinatorRegistry) -> None:
+            registry.add(_use_node(node), lambda spec, context: node)
 
     return Plugins(make_plugin_manager(extra=[_NodePlugin()]))

@@ -70,7 +70,8 @@ def race(url: str, keys: dict[str, str], path: str = "plain") -> dict[str, Any]:
         ]
     elif path != "plain":
         raise ValueError(f"unknown path {path!r}")
-    store = Plugins(make_plugin_manager()).store_factory(url)(url, None)
+    # Any: ``insert_flow`` belongs to the SQL stores, not to the Store port.
+    store: Any = Plugins(make_plugin_manager()).store_factory(url)(url, None)
 
     def insert() -> Any:
         if path == "chain":
