@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import logging
 import re
 import sys
 from pathlib import Path
@@ -219,7 +220,7 @@ def test_hook_ratchet_resilience_strategy(sqlite_url: str) -> None:
     app.close()
 
 
-def test_hook_ratchet_job_event(sqlite_url: str) -> None:
+def test_hook_ratchet_job_event(sqlite_url: str, caplog: pytest.LogCaptureFixture) -> None:
     seen: list[JobEvent] = []
 
     class Plugin:
@@ -232,14 +233,20 @@ def test_hook_ratchet_job_event(sqlite_url: str) -> None:
         def ratchet_job_event(self, event: JobEvent) -> None:
             raise RuntimeError("observer bug")
 
-    app = Ratchet(sqlite_url, allowed_modules=["sample_jobs"], plugins=make(Broken(), Plugin()))
-    handle = app.enqueue(sample_jobs.record, 5).submit()
-    worker = app.worker()
-    [job] = worker.poll_once()
-    worker.record([worker.execute(job)])
+    # a failing observer called before and one called after the recording one
+    plugins = make(Broken(), Plugin(), Broken())
+    app = Ratchet(sqlite_url, allowed_modules=["sample_jobs"], plugins=plugins)
+    with caplog.at_level(logging.ERROR, logger="ratchet.plugins"):
+        handle = app.enqueue(sample_jobs.record, 5).submit()
+        worker = app.worker()
+        [job] = worker.poll_once()
+        worker.record([worker.execute(job)])
     kinds = [e.kind for e in seen if e.job_id == handle.id]
     assert kinds == [EventKind.SUBMITTED, EventKind.STARTED, EventKind.COMPLETED]
     assert handle.status().value == "SUCCEEDED", "a failing observer changes nothing"
+    failures = [r.getMessage() for r in caplog.records if "observer plugin" in r.getMessage()]
+    assert len(failures) == 2 * len(seen), "each broken observer is logged for each event"
+    assert all(".Broken) failed on " in message for message in failures)
     app.close()
 
 

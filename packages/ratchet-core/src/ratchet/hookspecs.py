@@ -2,6 +2,9 @@
 
 Three kinds (see ``docs/hooks.md``): registry hooks add named backends, provider hooks return
 the single active service (first non-None answer wins), observer hooks are told what happened.
+Pluggy calls every hook (so ``pm.add_hookcall_monitoring`` and ``pm.trace`` see each call);
+registry and observer hooks are called one plugin at a time and refuse wrapper implementations
+(see :class:`ratchet.plugins.Plugins`).
 """
 
 from __future__ import annotations
@@ -101,6 +104,7 @@ def ratchet_job_event(event: JobEvent) -> None:
 
     :param event: a :class:`~ratchet.events.JobEvent`; its ``kind`` says what happened.
 
-    Called after the transaction that caused the event committed, on the thread that wrote it.
-    An exception raised here is logged and never changes the job.
+    Called after the transaction that caused the event committed, on the thread that wrote it,
+    one plugin at a time: an exception raised here is logged and never changes the job, nor keeps
+    the event from the other observers.
     """

@@ -4,11 +4,11 @@ from __future__ import annotations
 
 import logging
 import os
-from collections.abc import Iterable
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from functools import cached_property
 from types import ModuleType
-from typing import TYPE_CHECKING, Any, TypeVar
+from typing import TYPE_CHECKING, Any, NamedTuple, TypeVar
 
 import pluggy
 
@@ -50,6 +50,17 @@ DEFAULT_PLUGINS = (
     "ratchet.adapters.resilience",
 )
 
+#: Hooks called one plugin at a time: the registry hooks, so that each registration is recorded
+#: under the plugin that made it, and the observer hook, so that an observer that raises keeps
+#: the event from no other observer. A wrapper implementation cannot wrap such calls, so these
+#: hooks refuse it (``ConfigurationError``) instead of never running it.
+PER_PLUGIN_HOOKS = (
+    "ratchet_register_stores",
+    "ratchet_register_coordinators",
+    "ratchet_register_executor_providers",
+    "ratchet_job_event",
+)
+
 
 def make_plugin_manager(
     *, load_entrypoints: bool = True, extra: Iterable[object] = ()
@@ -87,15 +98,40 @@ R = TypeVar("R", bound=Registry[Any])
 
 
 class Plugins:
-    """Typed access to what the plugins supply."""
+    """Typed access to what the plugins supply.
+
+    Pluggy makes every hook call, so ``pm.add_hookcall_monitoring`` and ``pm.trace`` see them
+    all. Provider hooks are one ``pm.hook`` call each (wrappers welcome). The hooks in
+    :data:`PER_PLUGIN_HOOKS` are called through ``pm.subset_hook_caller`` once per plugin that
+    implements them, in pluggy's order (``tryfirst`` first, then the last registered first).
+
+    :raises ConfigurationError: a plugin implements one of :data:`PER_PLUGIN_HOOKS` as a wrapper.
+    """
 
     def __init__(self, pm: pluggy.PluginManager) -> None:
         self.pm = pm
+        for name in PER_PLUGIN_HOOKS:
+            _refuse_wrappers(name, getattr(pm.hook, name).get_hookimpls())
+        self._observers: tuple[list[pluggy.HookImpl], list[_PluginCall]] = ([], [])
+
+    def _per_plugin(self, hook_name: str, impls: Sequence[pluggy.HookImpl]) -> list[_PluginCall]:
+        """A caller of ``hook_name`` for each plugin with a plain implementation in ``impls``
+        (the hook's implementations now), in pluggy's call order."""
+        firsts: list[pluggy.HookImpl] = []  # each plugin's first plain implementation
+        for impl in reversed(impls):
+            if not _is_wrapper(impl) and all(impl.plugin is not f.plugin for f in firsts):
+                firsts.append(impl)
+        calls = []
+        for impl in firsts:
+            others = [other.plugin for other in impls if other.plugin is not impl.plugin]
+            calls.append(_PluginCall(_label(impl), self.pm.subset_hook_caller(hook_name, others)))
+        return calls
 
     def _registry(self, hook_name: str, registry: R) -> R:
-        hook = getattr(self.pm.hook, hook_name)
-        for impl in reversed(hook.get_hookimpls()):  # in pluggy's call order
-            impl.function(registry=registry.owned_by(_label(impl)))
+        impls = getattr(self.pm.hook, hook_name).get_hookimpls()
+        _refuse_wrappers(hook_name, impls)
+        for owner, call in self._per_plugin(hook_name, impls):
+            call(registry=registry.owned_by(owner))
         return registry
 
     @cached_property
@@ -195,12 +231,27 @@ class Plugins:
         return bool(self.pm.hook.ratchet_job_event.get_hookimpls())
 
     def emit(self, event: JobEvent) -> None:
-        """Deliver an event to every observer hook; an observer's error is logged, not raised."""
-        for impl in reversed(self.pm.hook.ratchet_job_event.get_hookimpls()):
+        """Deliver an event to every observer plugin, one plugin at a time; an observer's error
+        is logged, not raised, and the other observers still get the event."""
+        for owner, call in self._observer_calls():
             try:
-                impl.function(event=event)
+                call(event=event)
             except Exception:
-                log.exception("observer plugin %s failed on %s", _label(impl), event.kind)
+                log.exception("observer plugin %s failed on %s", owner, event.kind)
+
+    def _observer_calls(self) -> list[_PluginCall]:
+        """The per-plugin callers of the event hook, rebuilt only when its implementations
+        changed (a plugin registered or unregistered since the last event)."""
+        impls = self.pm.hook.ratchet_job_event.get_hookimpls()
+        known, calls = self._observers
+        if impls != known:  # HookImpl compares by identity
+            try:
+                _refuse_wrappers("ratchet_job_event", impls)
+            except ConfigurationError as exc:  # registered after this facade was made
+                log.error("%s; it gets no events", exc)
+            calls = self._per_plugin("ratchet_job_event", impls)
+            self._observers = (impls, calls)
+        return calls
 
     def describe(self) -> list[PluginInfo]:
         """Every registered plugin with the hooks it implements."""
@@ -212,6 +263,29 @@ class Plugins:
             hooks = tuple(sorted(h.name for h in self.pm.get_hookcallers(plugin) or ()))
             infos.append(PluginInfo(str(name), hooks, dists.get(id(plugin))))
         return infos
+
+
+class _PluginCall(NamedTuple):
+    """A hook caller restricted to one plugin, and that plugin's name for messages."""
+
+    owner: str
+    call: pluggy.HookCaller
+
+
+def _is_wrapper(impl: pluggy.HookImpl) -> bool:
+    return bool(impl.wrapper or impl.hookwrapper)
+
+
+def _refuse_wrappers(hook_name: str, impls: Iterable[pluggy.HookImpl]) -> None:
+    """:raises ConfigurationError: one of ``impls`` is a wrapper (see :data:`PER_PLUGIN_HOOKS`)."""
+    for impl in impls:
+        if _is_wrapper(impl):
+            style = "wrapper=True" if impl.wrapper else "hookwrapper=True"
+            raise ConfigurationError(
+                f"plugin {_label(impl)} implements {hook_name} with @hookimpl({style}), but "
+                f"Ratchet calls {hook_name} one plugin at a time, so a wrapper could not wrap "
+                "the other plugins' implementations: implement it without wrapper/hookwrapper"
+            )
 
 
 def _label(impl: pluggy.HookImpl) -> str:
