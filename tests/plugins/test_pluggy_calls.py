@@ -6,6 +6,7 @@ from __future__ import annotations
 import logging
 import uuid
 from collections.abc import Callable, Generator
+from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import Any
 
@@ -164,6 +165,52 @@ def test_an_implementation_under_another_name_is_called_once_per_call() -> None:
     assert "aliased" in plugins.stores, "registered once (twice would be a duplicate)"
     plugins.emit(event())
     assert len(aliased.events) == len(observer.events) == 1
+
+
+@dataclass
+class DataObserver:  # eq=True: instances cannot be hashed
+    events: list[JobEvent] = field(default_factory=list)
+
+    @hookimpl
+    def ratchet_job_event(self, event: JobEvent) -> None:
+        self.events.append(event)
+
+
+def test_an_observer_that_cannot_be_hashed_is_refused() -> None:
+    pm = make_plugin_manager(load_entrypoints=False, extra=[DataObserver()])
+    with pytest.raises(ConfigurationError, match=r"\.DataObserver\) implements ratchet_job_event"):
+        Plugins(pm)
+
+    @dataclass(eq=False)  # hashed by identity
+    class Hashable:
+        events: list[JobEvent] = field(default_factory=list)
+
+        @hookimpl
+        def ratchet_job_event(self, event: JobEvent) -> None:
+            self.events.append(event)
+
+    observer = Hashable()
+    Plugins(make_plugin_manager(load_entrypoints=False, extra=[observer, Observer()])).emit(event())
+    assert len(observer.events) == 1
+
+
+def test_an_unhashable_observer_registered_later_breaks_nothing(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    pm = make_plugin_manager(load_entrypoints=False)
+    plugins = Plugins(pm)
+    plain, late = Observer(), DataObserver()
+    pm.register(plain)
+    pm.register(late)
+    with caplog.at_level(logging.ERROR, logger="ratchet.plugins"):
+        plugins.emit(event())  # neither raises nor delivers
+        plugins.emit(event())
+    [refusal] = [r.getMessage() for r in caplog.records]
+    assert "cannot be hashed" in refusal and refusal.endswith("until it is unregistered")
+    assert plain.events == late.events == []
+    pm.unregister(late)
+    plugins.emit(event())
+    assert len(plain.events) == 1
 
 
 # -- wrappers ------------------------------------------------------------------------------

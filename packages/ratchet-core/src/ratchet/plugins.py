@@ -105,18 +105,25 @@ class Plugins:
     :data:`PER_PLUGIN_HOOKS` are called through ``pm.subset_hook_caller`` once per plugin that
     implements them, in pluggy's order (``tryfirst`` first, then the last registered first).
 
-    :raises ConfigurationError: a plugin implements one of :data:`PER_PLUGIN_HOOKS` as a wrapper.
+    :raises ConfigurationError: a plugin implements one of :data:`PER_PLUGIN_HOOKS` as a wrapper,
+        or implements one and cannot be hashed (``subset_hook_caller`` keeps plugins in a set).
     """
 
     def __init__(self, pm: pluggy.PluginManager) -> None:
         self.pm = pm
         for name in PER_PLUGIN_HOOKS:
-            _refuse_wrappers(name, getattr(pm.hook, name).get_hookimpls())
+            impls = getattr(pm.hook, name).get_hookimpls()
+            _refuse_wrappers(name, impls)
+            _refuse_unhashable(name, impls)
         self._observers: tuple[list[pluggy.HookImpl], list[_PluginCall]] = ([], [])
 
     def _per_plugin(self, hook_name: str, impls: Sequence[pluggy.HookImpl]) -> list[_PluginCall]:
         """A caller of ``hook_name`` for each plugin with a plain implementation in ``impls``
-        (the hook's implementations now), in pluggy's call order."""
+        (the hook's implementations now), in pluggy's call order.
+
+        :raises ConfigurationError: a plugin of ``impls`` cannot be hashed.
+        """
+        _refuse_unhashable(hook_name, impls)
         firsts: list[pluggy.HookImpl] = []  # each plugin's first plain implementation
         for impl in reversed(impls):
             if not _is_wrapper(impl) and all(impl.plugin is not f.plugin for f in firsts):
@@ -245,11 +252,16 @@ class Plugins:
         impls = self.pm.hook.ratchet_job_event.get_hookimpls()
         known, calls = self._observers
         if impls != known:  # HookImpl compares by identity
+            # A plugin refused here was registered after this facade was made; emit never raises.
             try:
                 _refuse_wrappers("ratchet_job_event", impls)
-            except ConfigurationError as exc:  # registered after this facade was made
+            except ConfigurationError as exc:
                 log.error("%s; it gets no events", exc)
-            calls = self._per_plugin("ratchet_job_event", impls)
+            try:
+                calls = self._per_plugin("ratchet_job_event", impls)
+            except ConfigurationError as exc:
+                log.error("%s; no observer gets events until it is unregistered", exc)
+                calls = []
             self._observers = (impls, calls)
         return calls
 
@@ -286,6 +298,20 @@ def _refuse_wrappers(hook_name: str, impls: Iterable[pluggy.HookImpl]) -> None:
                 f"Ratchet calls {hook_name} one plugin at a time, so a wrapper could not wrap "
                 "the other plugins' implementations: implement it without wrapper/hookwrapper"
             )
+
+
+def _refuse_unhashable(hook_name: str, impls: Iterable[pluggy.HookImpl]) -> None:
+    """:raises ConfigurationError: the plugin of one of ``impls`` cannot be hashed."""
+    for impl in impls:
+        try:
+            hash(impl.plugin)
+        except TypeError:
+            raise ConfigurationError(
+                f"plugin {_label(impl)} implements {hook_name} but cannot be hashed, and Ratchet "
+                f"calls {hook_name} one plugin at a time through pluggy's subset_hook_caller, "
+                "which keeps plugins in a set: register a module or a class, or an instance whose "
+                "class keeps object.__hash__ (for a dataclass, eq=False)"
+            ) from None
 
 
 def _label(impl: pluggy.HookImpl) -> str:
