@@ -46,7 +46,8 @@ class Ratchet(GatesMixin, RecurringMixin):
     """A scheduler bound to one database.
 
     :param url: SQLAlchemy URL of the store (``sqlite:///jobs.db``, ``postgresql+psycopg://...``).
-    :param allowed_modules: module prefixes whose callables may run as jobs (the class policy).
+    :param allowed_modules: module prefixes whose callables may run as jobs (the class policy);
+        a single string is one prefix.
     :param allow_empty_class_policy: start without a policy (every job is then refused).
     :param auto_migrate: create/upgrade the schema on start (default: True for SQLite).
     :param coordinator: wakeup coordinator name or URL (default ``local``: this process only).
@@ -59,7 +60,7 @@ class Ratchet(GatesMixin, RecurringMixin):
         self,
         url: str = "sqlite:///ratchet.db",
         *,
-        allowed_modules: Sequence[str] = (),
+        allowed_modules: str | Sequence[str] = (),
         allow_empty_class_policy: bool = False,
         auto_migrate: bool | None = None,
         coordinator: str = "local",
@@ -70,7 +71,9 @@ class Ratchet(GatesMixin, RecurringMixin):
         **config: Any,
     ) -> None:
         self.config = RatchetConfig(
-            allowed_modules=tuple(allowed_modules),
+            allowed_modules=(
+                (allowed_modules,) if isinstance(allowed_modules, str) else tuple(allowed_modules)
+            ),
             allow_empty_class_policy=allow_empty_class_policy,
             **config,
         )
