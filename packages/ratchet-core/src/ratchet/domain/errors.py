@@ -129,3 +129,10 @@ class JobTimeoutError(BaseException):
     like ``KeyboardInterrupt`` and ``asyncio.CancelledError``, so a job's ``except Exception``
     does not swallow it. A timed-out attempt is retried while retries remain, then dead-lettered.
     """
+
+    DEFAULT_MESSAGE = "the attempt ran past its deadline and was interrupted"
+
+    def __init__(self, *args: object) -> None:
+        # A thread is interrupted with the bare class (the C API cannot raise an instance), so
+        # it never stands without a message.
+        super().__init__(*(args or (self.DEFAULT_MESSAGE,)))
