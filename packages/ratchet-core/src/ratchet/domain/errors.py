@@ -63,6 +63,13 @@ class MissingClassPolicy(ConfigurationError):
     """No class policy is configured, so every job would be refused."""
 
 
+class SchemaNotReady(ConfigurationError):
+    """The database has no Ratchet schema, or an older one than this version of Ratchet needs.
+
+    The message names the database (password masked) and the command that fixes it.
+    """
+
+
 class UnknownStoreError(ConfigurationError):
     """No installed plugin provides a store for the URL scheme."""
 

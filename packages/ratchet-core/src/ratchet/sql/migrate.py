@@ -4,9 +4,11 @@ from __future__ import annotations
 
 import logging
 import os
+import shlex
 import threading
 from collections.abc import Iterator
 from contextlib import contextmanager
+from functools import lru_cache
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -124,6 +126,61 @@ def head_revisions(store: SqlStore) -> tuple[str, ...]:
         from alembic.script import ScriptDirectory
 
         return tuple(sorted(ScriptDirectory.from_config(alembic_config(store)).get_heads()))
+
+
+@lru_cache(maxsize=16)
+def _shipped(locations: tuple[str, ...]) -> tuple[frozenset[str], frozenset[str]]:
+    """The head revisions and every revision of the migrations in ``locations`` (read once)."""
+    with quiet_alembic():
+        from alembic.config import Config
+        from alembic.script import ScriptDirectory
+
+        cfg = Config()
+        cfg.set_main_option("script_location", "ratchet.sql:migrations")
+        cfg.set_main_option("path_separator", "os")
+        cfg.set_main_option("version_locations", os.pathsep.join(locations))
+        script = ScriptDirectory.from_config(cfg)
+        known = frozenset(rev.revision for rev in script.walk_revisions())
+        return frozenset(script.get_heads()), known
+
+
+def upgrade_command(url: str) -> str:
+    """The command that brings the database at ``url`` to the newest schema (password masked)."""
+    shown = safe_url(url)
+    masked = " (with the real password)" if shown != url else ""
+    return f"`ratchet db upgrade --url {shlex.quote(shown)}`{masked}"
+
+
+def schema_problem(store: SqlStore) -> str | None:
+    """None when the database is at every revision this installation ships; else one line that
+    says what is missing and how to fix it (one read of the version table).
+
+    A database at revisions this installation does not know was upgraded by a newer version of
+    Ratchet: that is logged, not refused, so that older nodes keep running through a rolling
+    upgrade.
+    """
+    core = str(Path(__file__).resolve().parent / "migrations" / "versions")
+    heads, known = _shipped((core, *store.dialect.migration_locations))
+    current = frozenset(current_revisions(store))
+    if current == heads:
+        return None
+    where = safe_url(store.url)
+    unknown = current - known
+    if unknown:
+        log.warning(
+            "the Ratchet schema of %s is at %s, which this installation does not know: a newer "
+            "version of Ratchet upgraded it; upgrade ratchet-core and its adapters here too",
+            where,
+            revisions_text(tuple(sorted(unknown))),
+        )
+        return None
+    fix = f"run {upgrade_command(store.url)}, or create the app with auto_migrate=True"
+    if not current:
+        return f"the database at {where} has no Ratchet schema: {fix}"
+    return (
+        f"the database at {where} lacks Ratchet schema {revisions_text(tuple(sorted(heads - current)))} "
+        f"(it is at {revisions_text(tuple(sorted(current)))}): {fix}"
+    )
 
 
 def current_revisions(store: SqlStore) -> tuple[str, ...]:
