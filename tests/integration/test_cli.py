@@ -2,15 +2,23 @@
 
 from __future__ import annotations
 
+import contextlib
+import io
+import json
 import sys
 import uuid
 from collections.abc import Iterator
+from datetime import datetime, timedelta
 from pathlib import Path
+from uuid import UUID
 
 import pytest
+import sample_jobs
 from click.testing import CliRunner, Result
 
+from ratchet import JobStatus, Ratchet
 from ratchet.cli import main
+from ratchet.testing import FakeClock
 
 
 @pytest.fixture
@@ -185,3 +193,103 @@ def test_an_unreachable_database_is_one_line() -> None:
         run("jobs", "list", "--url", "postgresql+psycopg://u:secret@127.0.0.1:9/db")
     )
     assert error.startswith("database unavailable: ") and "secret" not in error
+
+
+# ------------------------------------------------------------------------- jobs list / show
+@pytest.fixture
+def jobs_db(sqlite_url: str, clock: FakeClock) -> Iterator[tuple[str, dict[str, UUID]]]:
+    """A database with a job that succeeded on its third attempt, one dead-lettered after two,
+    and one pending with tags and rich arguments."""
+    app = Ratchet(sqlite_url, allowed_modules=["sample_jobs"], clock=clock)
+    flaky = app.enqueue(sample_jobs.fail_until, 3).with_max_retries(5).submit()
+    dead = app.enqueue(sample_jobs.fail_always, "boom").with_max_retries(1).submit()
+    worker = app.worker(concurrency=4)
+    for _ in range(3):
+        while jobs := worker.poll_once():
+            outcomes = [worker.execute(j) for j in jobs]
+            for j in jobs:
+                worker._inflight.pop(j.job_id)
+            worker.record([o for o in outcomes if o is not None])
+    pending = (
+        app.schedule(timedelta(minutes=5), sample_jobs.record, {"n": [1, 2]})
+        .with_tags("Billing", "eu")
+        .with_timeout(timedelta(seconds=90))
+        .with_backoff("FIXED", timedelta(milliseconds=1500))
+        .submit()
+    )
+    assert (flaky.status(), dead.status()) == (JobStatus.SUCCEEDED, JobStatus.FAILED)
+    app.close()
+    yield sqlite_url, {"flaky": flaky.id, "dead": dead.id, "pending": pending.id}
+
+
+def test_jobs_list_has_a_header_and_readable_columns(
+    jobs_db: tuple[str, dict[str, UUID]],
+) -> None:
+    url, ids = jobs_db
+    result = run("jobs", "list", "--url", url)
+    assert result.exit_code == 0, result.output
+    header, *rows = result.stdout.splitlines()
+    assert header.split() == ["JOB", "ID", "STATUS", "PRIORITY", "ATTEMPTS", "CREATED", "TARGET"]
+    by_id = {row.split()[0]: row.split() for row in rows}
+    assert by_id[str(ids["flaky"])][1:4] == ["SUCCEEDED", "NORMAL", "3"]
+    assert by_id[str(ids["dead"])][1:4] == ["FAILED", "NORMAL", "2"]
+    assert by_id[str(ids["pending"])][1:4] == ["PENDING", "NORMAL", "0"]
+    assert by_id[str(ids["pending"])][-1] == "sample_jobs:record"
+    assert datetime.fromisoformat(by_id[str(ids["pending"])][4]).utcoffset() is not None
+
+
+def test_jobs_list_says_when_nothing_matches(jobs_db: tuple[str, dict[str, UUID]]) -> None:
+    url, _ = jobs_db
+    result = run("jobs", "list", "--url", url, "--status", "paused", "--tag", "eu")
+    assert (result.exit_code, result.stdout) == (0, "no jobs match status PAUSED and tag 'eu'\n")
+    assert run("jobs", "list", "--url", url, "--status", "paused", "--json").stdout == "[]\n"
+
+
+def test_jobs_show_is_plain_json(jobs_db: tuple[str, dict[str, UUID]]) -> None:
+    url, ids = jobs_db
+    pending = json.loads(run("jobs", "show", "--url", url, str(ids["pending"])).stdout)
+    assert pending["payload"] == {"args": [{"n": [1, 2]}], "kwargs": {}}
+    assert pending["tags"] == ["billing", "eu"]
+    assert pending["timeout_seconds"] == 90.0
+    assert pending["backoff_delay_seconds"] == 1.5
+    assert pending["attempts"] == 0 and pending["attempt_history"] == []
+    for key in ("created_at", "scheduled_time"):
+        assert datetime.fromisoformat(pending[key]).utcoffset() == timedelta(0), key
+
+    flaky = json.loads(run("jobs", "show", "--url", url, str(ids["flaky"])).stdout)
+    assert flaky["result"] == 3  # a JSON value, not JSON inside a string
+    assert (flaky["attempts"], flaky["failed_attempts"]) == (3, 2)
+    history = flaky["attempt_history"]
+    assert [a["attempt"] for a in history] == [1, 2, 3]
+    assert [a["outcome"] for a in history] == ["RETRY", "RETRY", "SUCCEEDED"]
+    for attempt in history:
+        assert datetime.fromisoformat(attempt["started_at"]).utcoffset() == timedelta(0)
+        assert isinstance(attempt["duration_seconds"], float)
+
+    dead = json.loads(run("jobs", "show", "--url", url, str(ids["dead"])).stdout)
+    assert (dead["status"], dead["attempts"], len(dead["attempt_history"])) == ("FAILED", 2, 2)
+    assert dead["last_error"] == "RuntimeError: boom"
+
+
+def test_jobs_list_json_has_the_fields_of_show(jobs_db: tuple[str, dict[str, UUID]]) -> None:
+    url, ids = jobs_db
+    listed = json.loads(run("jobs", "list", "--url", url, "--json").stdout)
+    shown = json.loads(run("jobs", "show", "--url", url, str(ids["flaky"])).stdout)
+    [flaky] = [doc for doc in listed if doc["id"] == str(ids["flaky"])]
+    del shown["attempt_history"], shown["epoch"]
+    assert flaky == shown
+
+
+def test_the_demo_counts_attempts_as_the_cli_does(tmp_path: Path) -> None:
+    from ratchet.demo import run_demo
+
+    db = tmp_path / "demo.db"
+    out = io.StringIO()
+    with contextlib.redirect_stdout(out):
+        assert run_demo(str(db), quiet_logs=False) == 0
+    demo_rows = {line[:20].strip(): line[20:].split()[:2] for line in out.getvalue().splitlines()}
+    assert demo_rows["flaky (retried)"] == ["SUCCEEDED", "3"]
+    assert demo_rows["broken (DLQ)"] == ["FAILED", "2"]
+    listed = json.loads(run("jobs", "list", "--url", f"sqlite:///{db}", "--json").stdout)
+    attempts = {doc["target"].split(":")[1]: doc["attempts"] for doc in listed}
+    assert (attempts["flaky_charge"], attempts["broken_import"]) == (3, 2)

@@ -16,7 +16,7 @@ import click
 
 from ratchet.domain.errors import ConfigurationError, RatchetError
 from ratchet.domain.lifecycle import JobStatus
-from ratchet.domain.model import JobFilter
+from ratchet.domain.model import AttemptRecord, JobFilter, JobRecord
 
 URL_ENV = "RATCHET_URL"
 
@@ -309,18 +309,116 @@ _app_option = click.option("--app", "app_spec", help="MODULE:APP instead of --ur
 @_url_option
 @_app_option
 @click.option("--status", type=click.Choice([s.value for s in JobStatus], case_sensitive=False))
-@click.option("--tag")
+@click.option("--tag", help="Only jobs carrying this tag.")
 @click.option("--limit", type=click.IntRange(1, 10_000), default=50, show_default=True)
+@click.option(
+    "--json",
+    "as_json",
+    is_flag=True,
+    help="Print a JSON array of the jobs (the fields of `jobs show`).",
+)
 def jobs_list(
-    url: str | None, app_spec: str | None, status: str | None, tag: str | None, limit: int
+    url: str | None,
+    app_spec: str | None,
+    status: str | None,
+    tag: str | None,
+    limit: int,
+    as_json: bool,
 ) -> None:
     """List jobs, newest first."""
     app = _admin_app(url, app_spec)
     flt = JobFilter(statuses=(JobStatus(status.upper()),) if status else (), tag=tag)
-    for rec in app.list_jobs(flt, limit):
+    records = app.list_jobs(flt, limit)
+    if as_json:
+        click.echo(json.dumps([job_document(rec) for rec in records], indent=2))
+        return
+    if not records:
+        wanted = [f"status {status.upper()}"] if status else []
+        wanted += [f"tag {tag!r}"] if tag else []
+        click.echo(f"no jobs match {' and '.join(wanted)}" if wanted else "no jobs")
+        return
+    click.echo(_LIST_FORMAT.format("JOB ID", "STATUS", "PRIORITY", "ATTEMPTS", "CREATED", "TARGET"))
+    for rec in records:
         click.echo(
-            f"{rec.job_id}  {rec.status.value:<9}  p{int(rec.priority)}  a{rec.attempts}  {rec.target}"
+            _LIST_FORMAT.format(
+                str(rec.job_id),
+                rec.status.value,
+                rec.priority.name,
+                rec.attempts_started,
+                rec.created_at.isoformat(timespec="seconds"),
+                rec.target,
+            )
         )
+
+
+_LIST_FORMAT = "{:<36}  {:<9}  {:<8}  {:>8}  {:<25}  {}"
+
+
+def _json_text(text: str | None) -> Any:
+    """Stored JSON as a JSON value (text that is not JSON stays a string)."""
+    if text is None:
+        return None
+    try:
+        return json.loads(text)
+    except ValueError:
+        return text
+
+
+def _when(value: datetime | None) -> str | None:
+    return None if value is None else value.isoformat()
+
+
+def _seconds_of(value: timedelta | None) -> float | None:
+    return None if value is None else value.total_seconds()
+
+
+def job_document(rec: JobRecord) -> dict[str, Any]:
+    """A job as JSON: arguments and result as JSON values, ISO 8601 times with their offset,
+    durations in seconds; ``attempts`` counts the attempts started (as ``jobs list`` does)."""
+    return {
+        "id": str(rec.job_id),
+        "status": rec.status.value,
+        "target": rec.target,
+        "payload": _json_text(rec.payload),
+        "result": _json_text(rec.result),
+        "last_error": rec.last_error,
+        "priority": rec.priority.name,
+        "attempts": rec.attempts_started,
+        "failed_attempts": rec.attempts,
+        "max_retries": rec.max_retries,
+        "backoff": rec.backoff.value,
+        "backoff_delay_seconds": _seconds_of(rec.backoff_delay),
+        "timeout_seconds": _seconds_of(rec.timeout),
+        "tags": list(rec.tags),
+        "params": dict(rec.params),
+        "created_at": _when(rec.created_at),
+        "scheduled_time": _when(rec.scheduled_time),
+        "picked_at": _when(rec.picked_at),
+        "terminated_at": _when(rec.terminated_at),
+        "picked_by": rec.picked_by,
+        "paused_from": rec.paused_from.value if rec.paused_from else None,
+        "idempotency_key": rec.idempotency_key,
+        "business_key": rec.business_key,
+        "superseded_by": str(rec.superseded_by) if rec.superseded_by else None,
+        "executor": rec.executor,
+        "resource_name": rec.resource_name,
+        "recurring_master_id": str(rec.recurring_master_id) if rec.recurring_master_id else None,
+    }
+
+
+def attempt_document(attempt: AttemptRecord) -> dict[str, Any]:
+    """One row of a job's attempt history as JSON."""
+    duration = None if attempt.finished_at is None else attempt.finished_at - attempt.started_at
+    return {
+        "attempt": attempt.attempt,
+        "epoch": attempt.epoch,
+        "node": attempt.node_id,
+        "outcome": attempt.outcome,
+        "started_at": _when(attempt.started_at),
+        "finished_at": _when(attempt.finished_at),
+        "duration_seconds": _seconds_of(duration),
+        "error": attempt.error,
+    }
 
 
 def _job_id(text: str) -> uuid.UUID:
@@ -341,22 +439,10 @@ def jobs_show(url: str | None, app_spec: str | None, job_id: str) -> None:
     rec = app.get_job(ident)
     if rec is None:
         raise click.ClickException(f"no job {job_id}")
-    doc = {
-        k: (str(v) if not isinstance(v, (int, float, str, type(None), list, dict)) else v)
-        for k, v in rec.__dict__.items()
-    }
-    doc["attempt_history"] = [
-        {
-            "attempt": a.attempt,
-            "epoch": a.epoch,
-            "node": a.node_id,
-            "outcome": a.outcome,
-            "started_at": a.started_at.isoformat(),
-            "error": a.error,
-        }
-        for a in app.attempts(rec.job_id)
-    ]
-    click.echo(json.dumps(doc, indent=2, default=str))
+    doc = job_document(rec)
+    doc["epoch"] = rec.epoch  # the listing does not read it for ended jobs
+    doc["attempt_history"] = [attempt_document(a) for a in app.attempts(rec.job_id)]
+    click.echo(json.dumps(doc, indent=2))
 
 
 @jobs.command("cancel")
