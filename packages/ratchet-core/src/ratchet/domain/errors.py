@@ -25,6 +25,11 @@ class InvalidJobTarget(RatchetError, ValueError):
     __ratchet_do_not_retry__ = True
 
 
+class InvalidJobArguments(InvalidJobTarget):
+    """The arguments given at submit do not fit the target's signature (too many, missing, or an
+    unknown keyword): the job would fail on every attempt, so it is refused at once."""
+
+
 class UnknownJobTarget(InvalidJobTarget):
     """A stored ``module:qualname`` reference no longer resolves to a callable."""
 

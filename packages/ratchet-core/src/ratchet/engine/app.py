@@ -35,7 +35,7 @@ from ratchet.ids import uuid7
 from ratchet.plugins import Plugins, make_plugin_manager
 from ratchet.ports import Clock, ClusterCoordinator, Store, StreamingInsertStore, WakeupHint
 from ratchet.serialization import EnumPolicy
-from ratchet.targets import TargetRef, target_of
+from ratchet.targets import TargetRef, check_arguments, target_of
 
 log = logging.getLogger("ratchet")
 
@@ -160,8 +160,13 @@ class Ratchet(GatesMixin, RecurringMixin):
 
     # -- scheduling API ------------------------------------------------------------------------
     def enqueue(self, fn: Callable[..., Any], *args: Any, **kwargs: Any) -> JobBuilder:
-        """A builder for a job due now; call ``.submit()``."""
-        return JobBuilder(self, self.check_target(fn), args, kwargs)
+        """A builder for a job due now; call ``.submit()``.
+
+        :raises InvalidJobArguments: ``fn`` cannot be called with these arguments.
+        """
+        ref = self.check_target(fn)
+        check_arguments(fn, ref, args, kwargs)
+        return JobBuilder(self, ref, args, kwargs)
 
     def enqueue_now(self, fn: Callable[..., Any], *args: Any, **kwargs: Any) -> JobHandle:
         """Submit a job due now with an immediate wakeup."""
@@ -172,6 +177,7 @@ class Ratchet(GatesMixin, RecurringMixin):
     ) -> JobBuilder:
         """A builder for a job due after ``delay`` (or at an aware ``datetime``)."""
         ref = self.check_target(fn)
+        check_arguments(fn, ref, args, kwargs)
         if isinstance(delay, datetime):
             return JobBuilder(self, ref, args, kwargs, run_at=delay)
         if not isinstance(delay, timedelta):

@@ -278,7 +278,7 @@ class JobBuilder:
         """After the job failed for good (the DLQ, not each retry), call ``fn(ctx, error)``."""
         from ratchet.engine.workflows import stored_callable
 
-        self._parts().on_failure = stored_callable(self._app, fn, "on_failure callback")
+        self._parts().on_failure = stored_callable(self._app, fn, "on_failure callback", 2)
         return self
 
     def then(self, fn: Callable[..., Any], *args: Any, **kwargs: Any) -> JobBuilder:

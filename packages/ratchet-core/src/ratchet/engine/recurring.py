@@ -52,7 +52,7 @@ from ratchet.events import EventKind, JobEvent
 from ratchet.ids import uuid7
 from ratchet.ports import RecurringStore, WakeupHint
 from ratchet.serialization import NO_ARGUMENTS, EnumPolicy, encode_payload
-from ratchet.targets import TargetRef, resolve_attribute
+from ratchet.targets import TargetRef, check_arguments, resolve_attribute
 
 if TYPE_CHECKING:
     from ratchet.config import RatchetConfig
@@ -578,10 +578,12 @@ class RecurringMixin:
         :raises InvalidCronExpression: the expression is not valid Quartz syntax.
         :raises UnknownTimeZone: the zone is not a known IANA zone.
         :raises InvalidJobTarget / ClassPolicyViolation: ``fn`` cannot be a job.
+        :raises InvalidJobArguments: ``fn`` cannot be called with these arguments.
         """
         parse(cron)
         name = zone_name(zone)
         ref = self.check_target(fn)
+        check_arguments(fn, ref, args, kwargs)
         return RecurringJobBuilder(self, cron.strip(), name, ref, args, kwargs)
 
     def schedule_recurring_utc(
