@@ -21,6 +21,7 @@ from ratchet.domain.model import NewJob
 from ratchet.domain.options import (
     BackoffPolicy,
     JobOptions,
+    job_priority,
     normalize_tags,
     validate_option_text,
 )
@@ -133,7 +134,7 @@ class _BatchOptions:
         return self
 
     def with_priority(self, priority: JobPriority | int) -> Any:
-        self._priority = JobOptions(priority=JobPriority(priority)).priority
+        self._priority = job_priority(priority)
         return self
 
     def with_max_retries(self, max_retries: int) -> Any:

@@ -17,6 +17,7 @@ from ratchet.domain.model import NewJob
 from ratchet.domain.options import (
     BackoffPolicy,
     JobOptions,
+    job_priority,
     normalize_tags,
     validate_option_text,
 )
@@ -174,12 +175,8 @@ class JobBuilder:
 
     # -- options ---------------------------------------------------------------------------
     def with_priority(self, priority: JobPriority | int) -> JobBuilder:
-        try:
-            self._priority = JobPriority(priority)
-        except ValueError:
-            raise InvalidJobOptions(
-                f"priority must be 0..4 (a JobPriority), got {priority!r}"
-            ) from None
+        """A :class:`JobPriority`, or its value 0..4."""
+        self._priority = job_priority(priority)
         return self
 
     def with_max_retries(self, max_retries: int) -> JobBuilder:
