@@ -205,11 +205,7 @@ def jobs_db(sqlite_url: str, clock: FakeClock) -> Iterator[tuple[str, dict[str, 
     dead = app.enqueue(sample_jobs.fail_always, "boom").with_max_retries(1).submit()
     worker = app.worker(concurrency=4)
     for _ in range(3):
-        while jobs := worker.poll_once():
-            outcomes = [worker.execute(j) for j in jobs]
-            for j in jobs:
-                worker._inflight.pop(j.job_id)
-            worker.record([o for o in outcomes if o is not None])
+        worker.run_due()
     pending = (
         app.schedule(timedelta(minutes=5), sample_jobs.record, {"n": [1, 2]})
         .with_tags("Billing", "eu")
