@@ -55,7 +55,64 @@ def test_after_is_exclusive_and_the_default_count_is_five() -> None:
 def test_a_schedule_that_ends_prints_fewer_lines() -> None:
     code, lines, _ = run("0 0 12 25 DEC ? 2025", "--after", "2024-01-01T00:00:00Z", "--count", "3")
     assert (code, lines) == (0, ["2025-12-25T12:00:00+00:00"])
-    assert run("0 0 12 25 DEC ? 2020", "--count", "3")[:2] == (0, [])
+
+
+@pytest.mark.parametrize(
+    ("expression", "why"),
+    [
+        (
+            "0 0 0 30 2 ?",
+            "no date matches its day-of-month, month, day-of-week and year fields together "
+            "(such as the 30th of February)",
+        ),
+        ("0 0 0 29 2 ? 2027", "no date matches"),
+        ("0 0 12 25 DEC ? 2020", "its last year, 2020, is over"),
+        ("0 0 12 25 DEC ? 2500", "its first year, 2500, is more than 100 years ahead"),
+    ],
+)
+def test_a_schedule_without_fire_times_says_why_and_fails(expression: str, why: str) -> None:
+    code, lines, err = run(expression, "--after", "2024-01-01T00:00:00Z")
+    assert (code, lines) == (2, [])
+    assert err.startswith(
+        f"error: {expression!r} never fires after 2024-01-01T00:00:00+00:00 in UTC: {why}"
+    )
+    assert len(err.splitlines()) == 1
+
+
+@pytest.mark.parametrize(
+    ("unix", "quartz"),
+    [
+        (
+            "*/5 * * * *",
+            "'0 */5 * * * ?' in Quartz (a leading 0 for the seconds and '?' for day-of-week)",
+        ),
+        ("30 2 1 * *", "'0 30 2 1 * ?'"),
+        (
+            "0 9 * * 1-5",
+            "'0 0 9 ? * MON-FRI' in Quartz (a leading 0 for the seconds and '?' for day-of-month, with day names)",
+        ),
+        ("0 0 * * 0,6", "'0 0 0 ? * SUN,SAT'"),
+        ("0 0 * * 7", "'0 0 0 ? * SUN'"),
+    ],
+)
+def test_a_unix_cron_line_gets_its_quartz_form(unix: str, quartz: str) -> None:
+    code, _, err = run(unix)
+    assert code == 2
+    assert f"got 5; as a Unix cron line it is {quartz}" in err
+    suggested = quartz.split("'")[1]
+    assert run(suggested, "--count", "1")[0] == 0, "the suggestion is a valid expression"
+
+
+def test_a_unix_line_without_a_quartz_form_says_what_differs() -> None:
+    _, _, err = run("0 0 1 * 1")
+    assert err.rstrip().endswith(
+        "got 5; this looks like a Unix cron line: Quartz adds a seconds field first, and cannot "
+        "restrict both day-of-month and day-of-week (one of them must be '?')"
+    )
+    _, _, err = run("0 25 * * *")
+    assert err.rstrip().endswith(
+        "got 5; this looks like a Unix cron line: Quartz adds a seconds field first"
+    )
 
 
 def test_the_default_after_is_now() -> None:

@@ -304,24 +304,34 @@ def test_decorator_defaults_follow_the_original(app: Ratchet) -> None:
 
 
 @pytest.mark.parametrize(
-    ("scale", "priority"),
+    ("given", "priority"),
     [
-        (1, JobPriority.LOWEST),
-        (2, JobPriority.LOWEST),
-        (3, JobPriority.LOW),
-        (4, JobPriority.LOW),
-        (5, JobPriority.NORMAL),
-        (6, JobPriority.NORMAL),
-        (7, JobPriority.HIGH),
-        (8, JobPriority.HIGH),
-        (9, JobPriority.CRITICAL),
-        (10, JobPriority.CRITICAL),
+        (0, JobPriority.LOWEST),
+        (1, JobPriority.LOW),
+        (2, JobPriority.NORMAL),
+        (3, JobPriority.HIGH),
+        (4, JobPriority.CRITICAL),
         (JobPriority.HIGH, JobPriority.HIGH),
     ],
 )
-def test_decorator_priority_scale(app: Ratchet, scale: Any, priority: JobPriority) -> None:
-    wrapper = app.recurring(EVERY_MINUTE, priority=scale)(recurring_jobs.heartbeat)
+def test_decorator_priority_is_the_job_priority_scale(
+    app: Ratchet, given: Any, priority: JobPriority
+) -> None:
+    wrapper = app.recurring(EVERY_MINUTE, priority=given)(recurring_jobs.heartbeat)
     assert wrapper.__ratchet_recurring__.options.priority is priority  # type: ignore[attr-defined]
+    assert app.recurring(EVERY_MINUTE, id="default")(recurring_jobs.heartbeat)  # NORMAL
+    assert app.recurring_definitions["default"].options.priority is JobPriority.NORMAL, (
+        "the default is a plain job's"
+    )
+
+
+def test_a_decorator_priority_is_stored_and_read_back_as_it_is(
+    app: Ratchet,
+) -> None:
+    app.recurring(EVERY_MINUTE, id="high", priority=JobPriority.HIGH)(recurring_jobs.heartbeat)
+    assert app.register_recurring_jobs() is not None
+    master = app.find_recurring("high")
+    assert master is not None and master.priority is JobPriority.HIGH
 
 
 def test_registration_is_idempotent_across_apps_and_follows_changes(
@@ -330,7 +340,9 @@ def test_registration_is_idempotent_across_apps_and_follows_changes(
     first, second = make_app(), make_app()
     for a in (first, second):
         a.recurring(EVERY_MINUTE, id="beat", tags=["ops"])(recurring_jobs.heartbeat)
-        a.recurring("0 0 * * * ?", zone="Europe/London", priority=8)(recurring_jobs.cleanup)
+        a.recurring("0 0 * * * ?", zone="Europe/London", priority=JobPriority.HIGH)(
+            recurring_jobs.cleanup
+        )
     api = first.schedule_recurring(EVERY_MINUTE, "UTC", recurring_jobs.report, "x").submit()
     report = first.register_recurring_jobs()
     assert report is not None
@@ -348,7 +360,9 @@ def test_registration_is_idempotent_across_apps_and_follows_changes(
     third.recurring(EVERY_MINUTE, id="beat", tags=["ops", "new"], max_retries=7)(
         recurring_jobs.heartbeat
     )
-    third.recurring("0 0 * * * ?", zone="Europe/London", priority=8)(recurring_jobs.cleanup)
+    third.recurring("0 0 * * * ?", zone="Europe/London", priority=JobPriority.HIGH)(
+        recurring_jobs.cleanup
+    )
     report = third.register_recurring_jobs()
     assert report is not None and report.updated == ("beat",)
     changed = third.find_recurring("beat")
@@ -538,9 +552,17 @@ def test_unknown_zones_are_refused_at_submit_and_at_decoration(app: Ratchet, zon
         app.recurring(EVERY_MINUTE, zone=zone)(recurring_jobs.heartbeat)
 
 
-@pytest.mark.parametrize("priority", [0, 11, -1, 100, True, 5.0, "5", None])
+@pytest.mark.parametrize("priority", [5, 11, -1, 100, True, 2.0, "2", "HIGH", None])
 def test_decorator_priority_out_of_range_is_refused(app: Ratchet, priority: Any) -> None:
-    with pytest.raises(InvalidJobOptions, match="1 to 10"):
+    with pytest.raises(InvalidJobOptions, match=r"priority must be 0\.\.4 \(LOWEST 0"):
+        app.recurring(EVERY_MINUTE, priority=priority)
+
+
+@pytest.mark.parametrize("priority", [5, 8, 10])
+def test_the_old_one_to_ten_scale_is_explained(app: Ratchet, priority: int) -> None:
+    with pytest.raises(
+        InvalidJobOptions, match=r"no longer takes a 1-10 scale: use JobPriority\.HIGH"
+    ):
         app.recurring(EVERY_MINUTE, priority=priority)
 
 

@@ -11,7 +11,7 @@ from __future__ import annotations
 import os
 import sqlite3
 
-from ratchet import JobContext, Ratchet
+from ratchet import JobContext, JobPriority, Ratchet
 from ratchet.domain.recurring import FIRE_TIME_PARAM
 
 app = Ratchet(os.environ["RATCHET_TEST_URL"], allowed_modules=["recurring_app"])
@@ -36,7 +36,7 @@ if VARIANT in ("v1", "v2"):
         "* * * * * ?" if VARIANT == "v1" else "*/5 * * * * ?",
         id="tick",
         name="Tick",
-        priority=9,
+        priority=JobPriority.CRITICAL,
         max_retries=0,
         tags=("clock",),
     )

@@ -67,7 +67,8 @@ def test_mariadb_1011_nodes_starting_together_migrate_exactly_once(
     report = "\n".join(outputs)
     assert [node.returncode for node in nodes] == [0] * NODES, report
     assert all("MIGRATED" in out for out in outputs), report
-    assert report.count("Running upgrade  -> 0001") == 1, report
+    assert report.count("created the Ratchet schema") == 1, report  # one node migrated
+    assert "Running upgrade" not in report, "Alembic's own lines are held back"
     store = MySQLStore(url)
     try:
         assert current_revisions(store) == head_revisions(store)

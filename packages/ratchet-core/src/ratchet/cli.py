@@ -9,53 +9,153 @@ import os
 import sys
 import uuid
 from datetime import UTC, datetime, timedelta
+from pathlib import Path
 from typing import Any
 
 import click
 
-from ratchet.domain.errors import RatchetError
+from ratchet.domain.errors import ConfigurationError, RatchetError
 from ratchet.domain.lifecycle import JobStatus
-from ratchet.domain.model import JobFilter
+from ratchet.domain.model import AttemptRecord, JobFilter, JobRecord
 
 URL_ENV = "RATCHET_URL"
 
 
 class _Group(click.Group):
-    """Turns Ratchet's typed errors into one clear line and exit code 2."""
+    """Turns Ratchet's typed errors and database errors into one clear line and exit code 2."""
 
     def invoke(self, ctx: click.Context) -> Any:
         try:
             return super().invoke(ctx)
-        except RatchetError as exc:
-            click.echo(f"error: {exc}", err=True)
+        except (RatchetError, ValueError) as exc:
+            click.echo(f"error: {_one_line(str(exc))}", err=True)
             ctx.exit(2)
-        except ValueError as exc:
-            click.echo(f"error: {exc}", err=True)
+        except Exception as exc:
+            if not type(exc).__module__.startswith("sqlalchemy"):
+                raise
+            orig = getattr(exc, "orig", None)  # the driver's message, without SQL and parameters
+            text = str(orig if orig is not None else exc).split("\n[SQL:")[0]
+            click.echo(f"error: the database refused: {_one_line(text)}", err=True)
             ctx.exit(2)
+
+
+def _one_line(text: str) -> str:
+    """``text`` with its line breaks (drivers' messages have some) folded into spaces."""
+    return " ".join(part.strip() for part in text.splitlines() if part.strip())
 
 
 def load_app(spec: str) -> Any:
-    """Import ``module:attribute`` (the current directory is importable) and return the app."""
+    """Import ``module:attribute`` (the current directory is importable) and return the app: a
+    :class:`~ratchet.Ratchet`, or a factory that takes no argument and returns one.
+
+    :raises ConfigurationError: one line saying what ``spec`` names instead and what to give.
+    """
     from ratchet.engine.app import Ratchet
 
     module_name, sep, attr = spec.partition(":")
     if not sep or not module_name or not attr:
-        raise click.UsageError(f"expected module:attribute (e.g. myapp.jobs:app), got {spec!r}")
-    if os.getcwd() not in sys.path:
-        sys.path.insert(0, os.getcwd())
+        raise ConfigurationError(f"expected MODULE:APP (e.g. myapp.jobs:app), got {spec!r}")
+    cwd = os.getcwd()
+    if cwd not in sys.path:
+        sys.path.insert(0, cwd)
     try:
         module = importlib.import_module(module_name)
     except ImportError as exc:
-        raise click.UsageError(f"cannot import {module_name!r}: {exc}") from None
-    app = getattr(module, attr, None)
-    if callable(app) and not isinstance(app, Ratchet):
-        app = app()
+        missing = exc.name or ""
+        top = module_name.split(".")[0]
+        if missing == top:
+            raise ConfigurationError(
+                f"cannot import {module_name!r}: {exc} (modules are looked up from the working "
+                f"directory {cwd} and PYTHONPATH: run the command from the directory that "
+                f"contains {top!r}, or add that directory to PYTHONPATH)"
+            ) from None
+        if module_name == missing or module_name.startswith(missing + "."):
+            raise ConfigurationError(f"cannot import {module_name!r}: {exc}") from None
+        raise ConfigurationError(f"importing {module_name!r} failed: {exc}") from None
+    apps = [
+        f"{module_name}:{name}"
+        for name, value in vars(module).items()
+        if isinstance(value, Ratchet)
+    ]
+    hint = f"; did you mean {' or '.join(apps)}?" if apps else ""
+    if not hasattr(module, attr):
+        raise ConfigurationError(f"module {module_name!r} has no attribute {attr!r}{hint}")
+    found = getattr(module, attr)
+    if isinstance(found, Ratchet):
+        return found
+    why = _not_a_factory(found, module)
+    if why is not None:
+        raise ConfigurationError(f"{spec} is not a Ratchet app or app factory: {why}{hint}")
+    app = found()
     if not isinstance(app, Ratchet):
-        raise click.UsageError(f"{spec} is not a Ratchet app (got {type(app).__name__})")
+        raise ConfigurationError(
+            f"{spec} is not a Ratchet app or app factory: calling it returned "
+            f"{type(app).__name__}{hint}"
+        )
     return app
 
 
-def _admin_app(url: str | None, app_spec: str | None) -> Any:
+def _not_a_factory(found: Any, module: Any) -> str | None:
+    """Why ``found`` cannot be an app factory (None: it may be one, so it is called)."""
+    import inspect
+
+    from ratchet.engine.app import Ratchet
+
+    if not callable(found):
+        return f"it is a {type(found).__name__}"
+    if isinstance(found, type):
+        return f"it is the class {found.__qualname__}"
+    try:
+        signature = inspect.signature(found)
+    except (TypeError, ValueError):
+        return None
+    name = getattr(found, "__qualname__", repr(found))
+    required = [
+        p
+        for p in signature.parameters.values()
+        if p.default is p.empty and p.kind not in (p.VAR_POSITIONAL, p.VAR_KEYWORD)
+    ]
+    if required:
+        return f"it is the function {name}{signature}, which needs arguments"
+    returns = signature.return_annotation
+    if returns is not signature.empty:
+        names_app = (
+            "Ratchet" in returns
+            if isinstance(returns, str)
+            else isinstance(returns, type) and issubclass(returns, Ratchet)
+        )
+        if names_app:
+            return None
+        return f"it is the function {name}{signature}, which does not return an app"
+    for value in vars(module).values():
+        if isinstance(value, Ratchet) and value.class_policy.is_allowed(
+            getattr(found, "__module__", ""), name
+        ):
+            return f"it is the function {name}{signature}, a job of this module's app"
+    return None
+
+
+def _sqlite_path(url: str) -> Path | None:
+    """The file of a ``sqlite://`` URL (None: another database, or in memory)."""
+    from sqlalchemy.engine import make_url
+
+    try:
+        parsed = make_url(url)
+    except Exception:
+        return None
+    database = parsed.database
+    if not parsed.drivername.startswith("sqlite") or not database:
+        return None
+    if database == ":memory:" or database.startswith("file:"):
+        return None
+    return Path(database)
+
+
+def _admin_app(url: str | None, app_spec: str | None, *, must_exist: bool = True) -> Any:
+    """The app a command works on: ``--app``'s, or one on ``--url`` that never migrates.
+
+    :param must_exist: refuse a SQLite file that does not exist (instead of creating it empty).
+    """
     from ratchet.engine.app import Ratchet
 
     if app_spec:
@@ -63,6 +163,12 @@ def _admin_app(url: str | None, app_spec: str | None) -> Any:
     url = url or os.environ.get(URL_ENV)
     if not url:
         raise click.UsageError(f"give --url (or set {URL_ENV}) or --app module:app")
+    path = _sqlite_path(url)
+    if must_exist and path is not None and not path.exists():
+        raise ConfigurationError(
+            f"there is no SQLite database at {path.resolve()} (a relative path is read from the "
+            f"working directory); check --url, or create it with `ratchet db upgrade --url {url}`"
+        )
     return Ratchet(url, allow_empty_class_policy=True, auto_migrate=False)
 
 
@@ -185,7 +291,7 @@ def db_upgrade(url: str | None) -> None:
     """Create or upgrade the schema to the newest revision."""
     from ratchet.sql.migrate import current_revisions
 
-    app = _admin_app(url, None)
+    app = _admin_app(url, None, must_exist=False)
     app.store.migrate()
     click.echo(f"schema at revision(s) {', '.join(current_revisions(app.store))}")
 
@@ -203,18 +309,116 @@ _app_option = click.option("--app", "app_spec", help="MODULE:APP instead of --ur
 @_url_option
 @_app_option
 @click.option("--status", type=click.Choice([s.value for s in JobStatus], case_sensitive=False))
-@click.option("--tag")
+@click.option("--tag", help="Only jobs carrying this tag.")
 @click.option("--limit", type=click.IntRange(1, 10_000), default=50, show_default=True)
+@click.option(
+    "--json",
+    "as_json",
+    is_flag=True,
+    help="Print a JSON array of the jobs (the fields of `jobs show`).",
+)
 def jobs_list(
-    url: str | None, app_spec: str | None, status: str | None, tag: str | None, limit: int
+    url: str | None,
+    app_spec: str | None,
+    status: str | None,
+    tag: str | None,
+    limit: int,
+    as_json: bool,
 ) -> None:
     """List jobs, newest first."""
     app = _admin_app(url, app_spec)
     flt = JobFilter(statuses=(JobStatus(status.upper()),) if status else (), tag=tag)
-    for rec in app.list_jobs(flt, limit):
+    records = app.list_jobs(flt, limit)
+    if as_json:
+        click.echo(json.dumps([job_document(rec) for rec in records], indent=2))
+        return
+    if not records:
+        wanted = [f"status {status.upper()}"] if status else []
+        wanted += [f"tag {tag!r}"] if tag else []
+        click.echo(f"no jobs match {' and '.join(wanted)}" if wanted else "no jobs")
+        return
+    click.echo(_LIST_FORMAT.format("JOB ID", "STATUS", "PRIORITY", "ATTEMPTS", "CREATED", "TARGET"))
+    for rec in records:
         click.echo(
-            f"{rec.job_id}  {rec.status.value:<9}  p{int(rec.priority)}  a{rec.attempts}  {rec.target}"
+            _LIST_FORMAT.format(
+                str(rec.job_id),
+                rec.status.value,
+                rec.priority.name,
+                rec.attempts_started,
+                rec.created_at.isoformat(timespec="seconds"),
+                rec.target,
+            )
         )
+
+
+_LIST_FORMAT = "{:<36}  {:<9}  {:<8}  {:>8}  {:<25}  {}"
+
+
+def _json_text(text: str | None) -> Any:
+    """Stored JSON as a JSON value (text that is not JSON stays a string)."""
+    if text is None:
+        return None
+    try:
+        return json.loads(text)
+    except ValueError:
+        return text
+
+
+def _when(value: datetime | None) -> str | None:
+    return None if value is None else value.isoformat()
+
+
+def _seconds_of(value: timedelta | None) -> float | None:
+    return None if value is None else value.total_seconds()
+
+
+def job_document(rec: JobRecord) -> dict[str, Any]:
+    """A job as JSON: arguments and result as JSON values, ISO 8601 times with their offset,
+    durations in seconds; ``attempts`` counts the attempts started (as ``jobs list`` does)."""
+    return {
+        "id": str(rec.job_id),
+        "status": rec.status.value,
+        "target": rec.target,
+        "payload": _json_text(rec.payload),
+        "result": _json_text(rec.result),
+        "last_error": rec.last_error,
+        "priority": rec.priority.name,
+        "attempts": rec.attempts_started,
+        "failed_attempts": rec.attempts,
+        "max_retries": rec.max_retries,
+        "backoff": rec.backoff.value,
+        "backoff_delay_seconds": _seconds_of(rec.backoff_delay),
+        "timeout_seconds": _seconds_of(rec.timeout),
+        "tags": list(rec.tags),
+        "params": dict(rec.params),
+        "created_at": _when(rec.created_at),
+        "scheduled_time": _when(rec.scheduled_time),
+        "picked_at": _when(rec.picked_at),
+        "terminated_at": _when(rec.terminated_at),
+        "picked_by": rec.picked_by,
+        "paused_from": rec.paused_from.value if rec.paused_from else None,
+        "idempotency_key": rec.idempotency_key,
+        "business_key": rec.business_key,
+        "superseded_by": str(rec.superseded_by) if rec.superseded_by else None,
+        "executor": rec.executor,
+        "resource_name": rec.resource_name,
+        "recurring_master_id": str(rec.recurring_master_id) if rec.recurring_master_id else None,
+    }
+
+
+def attempt_document(attempt: AttemptRecord) -> dict[str, Any]:
+    """One row of a job's attempt history as JSON."""
+    duration = None if attempt.finished_at is None else attempt.finished_at - attempt.started_at
+    return {
+        "attempt": attempt.attempt,
+        "epoch": attempt.epoch,
+        "node": attempt.node_id,
+        "outcome": attempt.outcome,
+        "started_at": _when(attempt.started_at),
+        "finished_at": _when(attempt.finished_at),
+        "duration_seconds": _seconds_of(duration),
+        "error": attempt.error,
+    }
 
 
 def _job_id(text: str) -> uuid.UUID:
@@ -230,26 +434,15 @@ def _job_id(text: str) -> uuid.UUID:
 @click.argument("job_id")
 def jobs_show(url: str | None, app_spec: str | None, job_id: str) -> None:
     """Show one job and its attempt history as JSON."""
+    ident = _job_id(job_id)
     app = _admin_app(url, app_spec)
-    rec = app.get_job(_job_id(job_id))
+    rec = app.get_job(ident)
     if rec is None:
         raise click.ClickException(f"no job {job_id}")
-    doc = {
-        k: (str(v) if not isinstance(v, (int, float, str, type(None), list, dict)) else v)
-        for k, v in rec.__dict__.items()
-    }
-    doc["attempt_history"] = [
-        {
-            "attempt": a.attempt,
-            "epoch": a.epoch,
-            "node": a.node_id,
-            "outcome": a.outcome,
-            "started_at": a.started_at.isoformat(),
-            "error": a.error,
-        }
-        for a in app.attempts(rec.job_id)
-    ]
-    click.echo(json.dumps(doc, indent=2, default=str))
+    doc = job_document(rec)
+    doc["epoch"] = rec.epoch  # the listing does not read it for ended jobs
+    doc["attempt_history"] = [attempt_document(a) for a in app.attempts(rec.job_id)]
+    click.echo(json.dumps(doc, indent=2))
 
 
 @jobs.command("cancel")
@@ -263,8 +456,9 @@ def jobs_show(url: str | None, app_spec: str | None, job_id: str) -> None:
 )
 def jobs_cancel(url: str | None, app_spec: str | None, job_id: str, interrupt: bool) -> None:
     """Cancel a live job."""
+    ident = _job_id(job_id)
     app = _admin_app(url, app_spec)
-    if not app.cancel_job(_job_id(job_id), interrupt=interrupt):
+    if not app.cancel_job(ident, interrupt=interrupt):
         raise click.ClickException(f"job {job_id} does not exist or is already finished")
     click.echo(f"canceled {job_id}")
 
@@ -275,8 +469,9 @@ def jobs_cancel(url: str | None, app_spec: str | None, job_id: str, interrupt: b
 @click.argument("job_id")
 def jobs_retry(url: str | None, app_spec: str | None, job_id: str) -> None:
     """Move a dead-lettered (FAILED) job back to PENDING."""
+    ident = _job_id(job_id)
     app = _admin_app(url, app_spec)
-    if not app.retry_job(_job_id(job_id)):
+    if not app.retry_job(ident):
         raise click.ClickException(f"job {job_id} is not in the dead-letter queue")
     click.echo(f"retrying {job_id}")
 

@@ -21,7 +21,8 @@ class RatchetConfig:
     """Settings shared by the scheduler API and the workers of one app."""
 
     allowed_modules: tuple[str, ...] = ()
-    """Module prefixes whose callables may be jobs (the class policy). Empty denies all."""
+    """Module prefixes whose callables may be jobs (the class policy). Empty denies all; a single
+    string is one prefix (``"myapp"``, not the letters m, y, a, p, p)."""
     allow_empty_class_policy: bool = False
     """Start even without a class policy (every job is then refused)."""
     max_payload_bytes: int = 100_000
@@ -43,6 +44,11 @@ class RatchetConfig:
         if isinstance(self.allowed_modules, str):
             self.allowed_modules = (self.allowed_modules,)
         self.allowed_modules = tuple(self.allowed_modules)
+        for prefix in self.allowed_modules:
+            if not isinstance(prefix, str):
+                raise ConfigurationError(
+                    f"allowed_modules must be module prefixes (strings), got {prefix!r}"
+                )
         if self.max_payload_bytes <= 0 or self.max_result_bytes <= 0:
             raise ConfigurationError("payload and result caps must be positive byte counts")
         if self.boost_interval < timedelta(0):

@@ -13,6 +13,8 @@ from functools import lru_cache
 from zoneinfo import ZoneInfo
 
 from ratchet.domain.cron import (
+    HORIZON_YEARS,
+    MAX_YEAR,
     CronExpression,
     InvalidCronExpression,
     UnknownTimeZone,
@@ -99,7 +101,8 @@ def cron_next_lines(
     ``after_iso`` defaults to ``now``; an ISO time without an offset is read as a wall time in
     ``zone``. The search horizon is a century after ``now``.
 
-    :raises ValueError: ``after_iso`` is not ISO-8601, ``now`` is naive or ``count`` < 0.
+    :raises ValueError: ``after_iso`` is not ISO-8601, ``now`` is naive or ``count`` < 0; or
+        the expression has no fire time after ``after_iso`` (the message says why).
     :raises InvalidCronExpression: the expression is not valid Quartz syntax.
     :raises UnknownTimeZone: the zone is not a known IANA zone.
     """
@@ -116,4 +119,26 @@ def cron_next_lines(
             ) from None
         if after.tzinfo is None:
             after = after.replace(tzinfo=tz)
-    return [fire.isoformat() for fire in next_fire_times(expression, tz, after, count, now=now)]
+    lines = [fire.isoformat() for fire in next_fire_times(expression, tz, after, count, now=now)]
+    if not lines and count:
+        raise ValueError(
+            f"{expression.strip()!r} never fires after {after.isoformat(timespec='seconds')} in {tz.key}: "
+            f"{_why_no_fire(parse(expression), after.astimezone(tz).year, now.astimezone(tz).year)}"
+        )
+    return lines
+
+
+def _why_no_fire(parsed: CronExpression, after_year: int, present_year: int) -> str:
+    """Why an expression has no fire time after a year (searched up to a century ahead)."""
+    last_year = min(MAX_YEAR, present_year + HORIZON_YEARS)
+    if parsed.years[-1] < after_year:
+        return f"its last year, {parsed.years[-1]}, is over"
+    if parsed.years[0] > last_year:
+        return (
+            f"its first year, {parsed.years[0]}, is more than {HORIZON_YEARS} years ahead "
+            "(fire times are looked for a century ahead)"
+        )
+    return (
+        "no date matches its day-of-month, month, day-of-week and year fields together "
+        "(such as the 30th of February)"
+    )

@@ -4,11 +4,13 @@ from __future__ import annotations
 
 import importlib
 import inspect
-from collections.abc import Callable
+import threading
+import weakref
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from ratchet.domain.errors import InvalidJobTarget, UnknownJobTarget
+from ratchet.domain.errors import InvalidJobArguments, InvalidJobTarget, UnknownJobTarget
 
 
 @dataclass(frozen=True)
@@ -97,6 +99,77 @@ def target_of(fn: Callable[..., Any]) -> TargetRef:
             "without functools.wraps?)"
         )
     return ref
+
+
+_Signatures = tuple[inspect.Signature, inspect.Signature] | None
+_SIGNATURES: weakref.WeakKeyDictionary[Any, _Signatures] = weakref.WeakKeyDictionary()
+_SIGNATURES_LOCK = threading.Lock()
+_POSITIONAL = (inspect.Parameter.POSITIONAL_ONLY, inspect.Parameter.POSITIONAL_OR_KEYWORD)
+
+
+def _signatures(func: Any) -> _Signatures:
+    """The signature of ``func`` as it is, and without its first parameter (for methods whose
+    ``self`` or ``cls`` the worker supplies); None when it cannot be read. Cached per function.
+
+    A decorated function is checked as its wrapper (the object the worker calls) accepts.
+    """
+    try:
+        with _SIGNATURES_LOCK:
+            if func in _SIGNATURES:
+                return _SIGNATURES[func]
+    except TypeError:  # not weakly referenceable: read it every time
+        pass
+    try:
+        full = inspect.signature(func, follow_wrapped=False)
+    except (TypeError, ValueError):
+        found: _Signatures = None
+    else:
+        params = list(full.parameters.values())
+        rest = params[1:] if params and params[0].kind in _POSITIONAL else params
+        found = (full, full.replace(parameters=rest))
+    try:
+        with _SIGNATURES_LOCK:
+            _SIGNATURES[func] = found
+    except TypeError:
+        pass
+    return found
+
+
+def check_arguments(
+    fn: Callable[..., Any],
+    ref: TargetRef,
+    args: Sequence[Any],
+    kwargs: Mapping[str, Any],
+    what: str = "",
+) -> None:
+    """Refuse a call that ``fn``'s signature cannot accept (checked at submit, not at run time).
+
+    Skipped when the signature cannot be read. ``what`` prefixes the message (e.g. "batch item
+    function").
+
+    :raises InvalidJobArguments: too many or too few positional arguments, a missing or an
+        unexpected keyword.
+    """
+    bound_method = inspect.ismethod(fn)
+    found = _signatures(getattr(fn, "__func__", fn) if bound_method else fn)
+    if found is None:
+        return
+    signature = found[1] if bound_method or ref.bean else found[0]
+    try:
+        signature.bind(*args, **kwargs)
+    except TypeError as exc:
+        given = f"{len(args)} positional argument{'s' if len(args) != 1 else ''}"
+        if kwargs:
+            given += f" and the keyword{'s' if len(kwargs) != 1 else ''} {', '.join(kwargs)}"
+        plain = signature.replace(
+            parameters=[p.replace(annotation=p.empty) for p in signature.parameters.values()],
+            return_annotation=signature.empty,
+        )
+        prefix = f"{what} " if what else ""
+        raise InvalidJobArguments(
+            f"{prefix}{ref} cannot be called with {given}: {exc}; it takes "
+            f"{ref.qualname.rsplit('.', 1)[-1]}{plain}"
+        ) from None
 
 
 def _walk(obj: Any, dotted: str) -> Any:

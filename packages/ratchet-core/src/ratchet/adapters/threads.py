@@ -79,6 +79,11 @@ class InterruptGuard:
             self._sent = _set_async_exc(self.ident, JobTimeoutError) == 1
             return self._sent
 
+    @property
+    def sent(self) -> bool:
+        """An interrupt was sent since the guard was last armed."""
+        return self._sent
+
 
 _local = threading.local()
 
@@ -99,8 +104,25 @@ def run_interruptibly(fn: Callable[[], T], control: AttemptControl) -> T:
     try:
         with control.watch(interrupt=guard.interrupt):
             return fn()
+    except JobTimeoutError as exc:
+        if not guard.sent:
+            raise  # the call's own, or watch() found the deadline passed: it has its message
+        # The interrupt arrives as the bare class: give it the attempt's message, keep the
+        # traceback (it shows where the call was when the deadline passed).
+        raise JobTimeoutError(timeout_message(control)).with_traceback(exc.__traceback__) from None
     finally:
         guard.disarm()
+
+
+def timeout_message(control: AttemptControl) -> str:
+    """What an interrupted attempt's ``JobTimeoutError`` says: the attempt's own message when
+    the control has one (the worker's attempts do), else its deadline."""
+    message = getattr(control, "timeout_message", None)
+    if callable(message):
+        return str(message())
+    deadline = control.deadline
+    when = f" ({deadline.isoformat()})" if deadline is not None else ""
+    return f"the attempt ran past its deadline{when} and was interrupted"
 
 
 class InterruptiblePool:

@@ -445,6 +445,59 @@ def _last_search_year(now: datetime, zone: ZoneInfo) -> int:
 
 
 # --------------------------------------------------------------------------------------------
+# Unix (5-field) expressions
+
+_UNIX_DAYS = ("SUN", "MON", "TUE", "WED", "THU", "FRI", "SAT", "SUN")  # Unix: 0 and 7 are Sunday
+
+
+def _unix_day_of_week(field: str) -> str | None:
+    """A Unix day-of-week field in Quartz terms (numbers become names: Unix counts from
+    0 = Sunday, Quartz from 1 = Sunday); None when it cannot be translated safely."""
+    items = []
+    for item in field.split(","):
+        base, slash, step = item.partition("/")
+        if base == "*":
+            items.append(item)
+            continue
+        days = []
+        for part in base.split("-"):
+            if _NUMBER.fullmatch(part) and int(part) <= 7:
+                days.append(_UNIX_DAYS[int(part)])
+            elif part in _DAY_NAMES:
+                days.append(part)
+            else:
+                return None
+        items.append("-".join(days) + slash + step)
+    return ",".join(items)
+
+
+def _unix_hint(parts: Sequence[str]) -> str:
+    """For five fields, the Quartz expression a Unix cron line means (when it has one)."""
+    minute, hour, day_of_month, month, day_of_week = parts
+    how = "a leading 0 for the seconds and '?' for "
+    if day_of_week == "*":
+        fields = (day_of_month, month, "?")
+        how += "day-of-week"
+    elif day_of_month == "*":
+        translated = _unix_day_of_week(day_of_week)
+        if translated is None:
+            return ""
+        fields = ("?", month, translated)
+        how += "day-of-month" + (", with day names" if translated != day_of_week else "")
+    else:
+        return (
+            "; this looks like a Unix cron line: Quartz adds a seconds field first, and cannot "
+            "restrict both day-of-month and day-of-week (one of them must be '?')"
+        )
+    quartz = " ".join(("0", minute, hour, *fields))
+    try:
+        CronExpression.parse(quartz)
+    except InvalidCronExpression:
+        return "; this looks like a Unix cron line: Quartz adds a seconds field first"
+    return f"; as a Unix cron line it is {quartz!r} in Quartz ({how})"
+
+
+# --------------------------------------------------------------------------------------------
 # The expression
 
 
@@ -477,11 +530,12 @@ class CronExpression:
         parts = text.upper().split()
         parser = _Parser(text)
         if len(parts) not in (6, 7):
+            hint = _unix_hint(parts) if len(parts) == 5 else ""
             raise parser.fail(
                 "expression",
                 text,
                 f"expected 6 or 7 fields (second minute hour day-of-month month day-of-week "
-                f"[year]), got {len(parts)}",
+                f"[year]), got {len(parts)}{hint}",
             )
         seconds = parser.values(_SECOND, parts[0])
         minutes = parser.values(_MINUTE, parts[1])

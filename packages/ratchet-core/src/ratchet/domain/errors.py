@@ -25,6 +25,11 @@ class InvalidJobTarget(RatchetError, ValueError):
     __ratchet_do_not_retry__ = True
 
 
+class InvalidJobArguments(InvalidJobTarget):
+    """The arguments given at submit do not fit the target's signature (too many, missing, or an
+    unknown keyword): the job would fail on every attempt, so it is refused at once."""
+
+
 class UnknownJobTarget(InvalidJobTarget):
     """A stored ``module:qualname`` reference no longer resolves to a callable."""
 
@@ -61,6 +66,13 @@ class ClassPolicyViolation(RatchetError, PermissionError):
 
 class MissingClassPolicy(ConfigurationError):
     """No class policy is configured, so every job would be refused."""
+
+
+class SchemaNotReady(ConfigurationError):
+    """The database has no Ratchet schema, or an older one than this version of Ratchet needs.
+
+    The message names the database (password masked) and the command that fixes it.
+    """
 
 
 class UnknownStoreError(ConfigurationError):
@@ -129,3 +141,10 @@ class JobTimeoutError(BaseException):
     like ``KeyboardInterrupt`` and ``asyncio.CancelledError``, so a job's ``except Exception``
     does not swallow it. A timed-out attempt is retried while retries remain, then dead-lettered.
     """
+
+    DEFAULT_MESSAGE = "the attempt ran past its deadline and was interrupted"
+
+    def __init__(self, *args: object) -> None:
+        # A thread is interrupted with the bare class (the C API cannot raise an instance), so
+        # it never stands without a message.
+        super().__init__(*(args or (self.DEFAULT_MESSAGE,)))

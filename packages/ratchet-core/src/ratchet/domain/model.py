@@ -118,7 +118,7 @@ class JobRecord:
     priority: JobPriority
     max_retries: int
     attempts: int
-    """Failed attempts so far."""
+    """Failed attempts so far (see :attr:`attempts_started` for the attempts made)."""
     backoff: BackoffPolicy
     backoff_delay: timedelta
     timeout: timedelta | None
@@ -141,6 +141,17 @@ class JobRecord:
     recurring_master_id: uuid.UUID | None = None
     stall_timeout: timedelta | None = None
     """As :attr:`NewJob.stall_timeout`."""
+
+    @property
+    def attempts_started(self) -> int:
+        """Attempts begun so far, a running one included: the ``JobContext.attempt`` of the
+        job's latest run (0: it never ran). This is what the CLI and the demo call "attempts".
+
+        ``attempts`` counts the failed ones only; a run handed back without counting (a drain,
+        a reschedule for an open breaker or a missing permit) is not a new attempt.
+        """
+        ran_now = self.status in (JobStatus.SUCCEEDED, JobStatus.RUNNING, JobStatus.TIMED_OUT)
+        return self.attempts + (1 if ran_now else 0)
 
 
 @dataclass(frozen=True)

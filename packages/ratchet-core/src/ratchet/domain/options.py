@@ -87,6 +87,22 @@ def normalize_tags(tags: Iterable[str]) -> tuple[str, ...]:
     return tuple(seen)
 
 
+def job_priority(value: object) -> JobPriority:
+    """``value`` as a :class:`JobPriority`: a member, or its value 0..4. The one priority scale
+    of every API (jobs, batches, recurring masters and their decorator).
+
+    :raises InvalidJobOptions: anything else (``True``, ``2.0``, ``"HIGH"``, 5).
+    """
+    if isinstance(value, JobPriority):
+        return value
+    if isinstance(value, int) and not isinstance(value, bool) and 0 <= value <= 4:
+        return JobPriority(value)
+    raise InvalidJobOptions(
+        "priority must be 0..4 (LOWEST 0, LOW 1, NORMAL 2, HIGH 3, CRITICAL 4) or a "
+        f"JobPriority, got {value!r}"
+    )
+
+
 @dataclass(frozen=True)
 class JobOptions:
     """Everything a job can be told besides its target and arguments."""
@@ -101,15 +117,7 @@ class JobOptions:
     immediate: bool = False
 
     def __post_init__(self) -> None:
-        if isinstance(self.priority, bool):
-            raise InvalidJobOptions(f"priority must be a JobPriority (0..4), got {self.priority!r}")
-        if not isinstance(self.priority, JobPriority):
-            try:
-                object.__setattr__(self, "priority", JobPriority(self.priority))
-            except ValueError:
-                raise InvalidJobOptions(
-                    f"priority must be a JobPriority (0..4), got {self.priority!r}"
-                ) from None
+        object.__setattr__(self, "priority", job_priority(self.priority))
         if isinstance(self.max_retries, bool) or not isinstance(self.max_retries, int):
             raise InvalidJobOptions(f"max_retries must be an int, got {self.max_retries!r}")
         if self.max_retries < 0:

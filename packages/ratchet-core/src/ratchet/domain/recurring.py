@@ -14,7 +14,6 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
 
-from ratchet.domain.errors import InvalidJobOptions
 from ratchet.domain.lifecycle import JobPriority
 from ratchet.domain.misfire import RecurringMisfirePolicy
 from ratchet.domain.model import NewJob
@@ -31,7 +30,6 @@ __all__ = [
     "RecurringStatus",
     "SyncReport",
     "fire_idempotency_key",
-    "priority_from_scale",
 ]
 
 MASTER_PARAM = "ratchet.recurring_master_id"
@@ -59,22 +57,6 @@ class RecurringSource(enum.StrEnum):
 
     API = "API"
     DECORATOR = "DECORATOR"
-
-
-def priority_from_scale(value: int | JobPriority) -> JobPriority:
-    """The original's 1-10 decorator scale: 1-2 LOWEST, 3-4 LOW, 5-6 NORMAL, 7-8 HIGH,
-    9-10 CRITICAL. A :class:`JobPriority` member is taken as it is.
-
-    :raises InvalidJobOptions: not an int in 1..10.
-    """
-    if isinstance(value, JobPriority):
-        return value
-    if isinstance(value, bool) or not isinstance(value, int) or not 1 <= value <= 10:
-        raise InvalidJobOptions(
-            f"recurring priority must be an int from 1 to 10 (1-2 LOWEST, 3-4 LOW, 5-6 NORMAL, "
-            f"7-8 HIGH, 9-10 CRITICAL) or a JobPriority, got {value!r}"
-        )
-    return JobPriority((value - 1) // 2)
 
 
 def fire_idempotency_key(master_id: uuid.UUID, fire: datetime) -> str:

@@ -42,7 +42,7 @@ from ratchet.ports import (
     WakeupHint,
 )
 from ratchet.serialization import EnumPolicy
-from ratchet.targets import TargetRef, target_of
+from ratchet.targets import TargetRef, check_arguments, target_of
 
 log = logging.getLogger("ratchet")
 
@@ -53,7 +53,8 @@ class Ratchet(GatesMixin, RecurringMixin):
     """A scheduler bound to one database.
 
     :param url: SQLAlchemy URL of the store (``sqlite:///jobs.db``, ``postgresql+psycopg://...``).
-    :param allowed_modules: module prefixes whose callables may run as jobs (the class policy).
+    :param allowed_modules: module prefixes whose callables may run as jobs (the class policy);
+        a single string is one prefix.
     :param allow_empty_class_policy: start without a policy (every job is then refused).
     :param auto_migrate: create/upgrade the schema on start (default: True for SQLite).
     :param coordinator: wakeup coordinator name or URL (default ``local``: this process only).
@@ -66,7 +67,7 @@ class Ratchet(GatesMixin, RecurringMixin):
         self,
         url: str = "sqlite:///ratchet.db",
         *,
-        allowed_modules: Sequence[str] = (),
+        allowed_modules: str | Sequence[str] = (),
         allow_empty_class_policy: bool = False,
         auto_migrate: bool | None = None,
         coordinator: str = "local",
@@ -77,7 +78,9 @@ class Ratchet(GatesMixin, RecurringMixin):
         **config: Any,
     ) -> None:
         self.config = RatchetConfig(
-            allowed_modules=tuple(allowed_modules),
+            allowed_modules=(
+                (allowed_modules,) if isinstance(allowed_modules, str) else tuple(allowed_modules)
+            ),
             allow_empty_class_policy=allow_empty_class_policy,
             **config,
         )
@@ -164,8 +167,13 @@ class Ratchet(GatesMixin, RecurringMixin):
 
     # -- scheduling API ------------------------------------------------------------------------
     def enqueue(self, fn: Callable[..., Any], *args: Any, **kwargs: Any) -> JobBuilder:
-        """A builder for a job due now; call ``.submit()``."""
-        return JobBuilder(self, self.check_target(fn), args, kwargs)
+        """A builder for a job due now; call ``.submit()``.
+
+        :raises InvalidJobArguments: ``fn`` cannot be called with these arguments.
+        """
+        ref = self.check_target(fn)
+        check_arguments(fn, ref, args, kwargs)
+        return JobBuilder(self, ref, args, kwargs)
 
     def enqueue_now(self, fn: Callable[..., Any], *args: Any, **kwargs: Any) -> JobHandle:
         """Submit a job due now with an immediate wakeup."""
@@ -176,6 +184,7 @@ class Ratchet(GatesMixin, RecurringMixin):
     ) -> JobBuilder:
         """A builder for a job due after ``delay`` (or at an aware ``datetime``)."""
         ref = self.check_target(fn)
+        check_arguments(fn, ref, args, kwargs)
         if isinstance(delay, datetime):
             return JobBuilder(self, ref, args, kwargs, run_at=delay)
         if not isinstance(delay, timedelta):

@@ -21,6 +21,7 @@ from ratchet.domain.model import NewJob
 from ratchet.domain.options import (
     BackoffPolicy,
     JobOptions,
+    job_priority,
     normalize_tags,
     validate_option_text,
 )
@@ -41,6 +42,7 @@ from ratchet.engine.workflows import (
 )
 from ratchet.events import EventKind, JobEvent
 from ratchet.serialization import encode_payload
+from ratchet.targets import check_arguments
 
 if TYPE_CHECKING:
     from ratchet.engine.app import Ratchet
@@ -132,7 +134,7 @@ class _BatchOptions:
         return self
 
     def with_priority(self, priority: JobPriority | int) -> Any:
-        self._priority = JobOptions(priority=JobPriority(priority)).priority
+        self._priority = job_priority(priority)
         return self
 
     def with_max_retries(self, max_retries: int) -> Any:
@@ -326,7 +328,7 @@ class BatchBuilder(_BatchOptions):
         listed = list(items)
         if not listed:
             raise InvalidJobOptions("a batch needs at least one item")
-        self._step = Step(self._app.check_target(fn), "")
+        self._step = _item_step(self._app, fn)
         self._items = listed
         return self
 
@@ -379,7 +381,7 @@ class StreamingBatchBuilder(_BatchOptions):
 
     def process(self, fn: Callable[..., Any]) -> StreamingBatchBuilder:
         """One child job ``fn(item)`` per item."""
-        self._step = Step(self._app.check_target(fn), "")
+        self._step = _item_step(self._app, fn)
         return self
 
     def with_chunk_size(self, size: int) -> StreamingBatchBuilder:
@@ -469,6 +471,13 @@ class StreamingBatchBuilder(_BatchOptions):
     def _stream_progress(self, batch_id: uuid.UUID, processed: int, chunks: int) -> None:
         if self._on_stream is not None:
             self._on_stream(StreamingBatchContext(batch_id, processed, chunks))
+
+
+def _item_step(app: Ratchet, fn: Callable[..., Any]) -> Step:
+    """The step of a batch's children: ``fn`` must take one positional argument, the item."""
+    ref = app.check_target(fn)
+    check_arguments(fn, ref, (None,), {}, "batch item function")
+    return Step(ref, "")
 
 
 def _chunks(items: Iterator[Any], size: int) -> Iterator[list[Any]]:

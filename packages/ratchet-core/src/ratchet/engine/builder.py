@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import math
+import time
 import uuid
 import warnings
 from collections.abc import Callable, Mapping, Sequence
@@ -15,6 +17,7 @@ from ratchet.domain.model import NewJob
 from ratchet.domain.options import (
     BackoffPolicy,
     JobOptions,
+    job_priority,
     normalize_tags,
     validate_option_text,
 )
@@ -86,8 +89,45 @@ class JobHandle:
             raise LookupError(f"job {self.id} does not exist")
         return rec.status
 
+    def wait(self, timeout: float) -> JobStatus:
+        """Block until the job has ended (SUCCEEDED, FAILED or CANCELED); return that status.
+
+        Submitting only stores the job: a worker (``ratchet worker MODULE:APP``) runs it. This
+        reads the job every 10 ms at first, backing off to every 0.5 s.
+
+        :param timeout: seconds to wait at most.
+        :raises TimeoutError: the job has not ended within ``timeout`` (the message says where
+            it is).
+        :raises LookupError: the job does not exist.
+        """
+        if (
+            isinstance(timeout, bool)
+            or not isinstance(timeout, (int, float))
+            or not (0 <= timeout < math.inf)
+        ):
+            raise ValueError(f"timeout must be a number of seconds >= 0, got {timeout!r}")
+        deadline = time.monotonic() + timeout
+        delay = 0.01
+        while True:
+            status = self.status()
+            if status.is_terminal:
+                return status
+            remaining = deadline - time.monotonic()
+            if remaining <= 0:
+                hint = (
+                    "; is a worker running? (`ratchet worker MODULE:APP`)"
+                    if status in (JobStatus.PENDING, JobStatus.QUEUED)
+                    else ""
+                )
+                raise TimeoutError(
+                    f"job {self.id} is still {status.value} after {timeout:g} s{hint}"
+                )
+            time.sleep(min(delay, remaining))
+            delay = min(delay * 2, 0.5)
+
     def result(self) -> Any:
-        """The decoded JSON result of a SUCCEEDED job (None otherwise)."""
+        """The decoded JSON result of a SUCCEEDED job (None otherwise: use :meth:`wait` first
+        to let a worker run it)."""
         from ratchet.serialization import decode_result
 
         rec = self.record()
@@ -135,12 +175,8 @@ class JobBuilder:
 
     # -- options ---------------------------------------------------------------------------
     def with_priority(self, priority: JobPriority | int) -> JobBuilder:
-        try:
-            self._priority = JobPriority(priority)
-        except ValueError:
-            raise InvalidJobOptions(
-                f"priority must be 0..4 (a JobPriority), got {priority!r}"
-            ) from None
+        """A :class:`JobPriority`, or its value 0..4."""
+        self._priority = job_priority(priority)
         return self
 
     def with_max_retries(self, max_retries: int) -> JobBuilder:
@@ -239,7 +275,7 @@ class JobBuilder:
         """After the job failed for good (the DLQ, not each retry), call ``fn(ctx, error)``."""
         from ratchet.engine.workflows import stored_callable
 
-        self._parts().on_failure = stored_callable(self._app, fn, "on_failure callback")
+        self._parts().on_failure = stored_callable(self._app, fn, "on_failure callback", 2)
         return self
 
     def then(self, fn: Callable[..., Any], *args: Any, **kwargs: Any) -> JobBuilder:

@@ -32,6 +32,7 @@ from ratchet.domain.model import JobRecord, NewJob
 from ratchet.domain.options import (
     BackoffPolicy,
     JobOptions,
+    job_priority,
     normalize_tags,
     validate_option_text,
 )
@@ -45,14 +46,13 @@ from ratchet.domain.recurring import (
     RecurringSource,
     SyncReport,
     fire_idempotency_key,
-    priority_from_scale,
 )
 from ratchet.engine.builder import UnsubmittedJobWarning, validate_business_key
 from ratchet.events import EventKind, JobEvent
 from ratchet.ids import uuid7
 from ratchet.ports import RecurringStore, WakeupHint
 from ratchet.serialization import NO_ARGUMENTS, EnumPolicy, encode_payload
-from ratchet.targets import TargetRef, resolve_attribute
+from ratchet.targets import TargetRef, check_arguments, resolve_attribute
 
 if TYPE_CHECKING:
     from ratchet.config import RatchetConfig
@@ -101,6 +101,23 @@ def _first_fire(cron: str, zone: str, now: datetime) -> datetime:
             "(its years are over or more than 100 years ahead, or its days never exist)"
         )
     return first
+
+
+def _decorator_priority(value: object) -> JobPriority:
+    """A decorator's priority: the 0..4 of :class:`JobPriority`, as everywhere else.
+
+    :raises InvalidJobOptions: anything else; 5..10 (the decorator's scale in early versions)
+        says so.
+    """
+    try:
+        return job_priority(value)
+    except InvalidJobOptions as exc:
+        if isinstance(value, int) and not isinstance(value, bool) and 5 <= value <= 10:
+            raise InvalidJobOptions(
+                f"{exc}; @app.recurring no longer takes a 1-10 scale: use JobPriority.HIGH "
+                "(3) for what 7-8 meant, JobPriority.CRITICAL (4) for 9-10, NORMAL (2) for 5-6"
+            ) from None
+        raise
 
 
 def _check_policy(policy: object) -> RecurringMisfirePolicy:
@@ -578,10 +595,12 @@ class RecurringMixin:
         :raises InvalidCronExpression: the expression is not valid Quartz syntax.
         :raises UnknownTimeZone: the zone is not a known IANA zone.
         :raises InvalidJobTarget / ClassPolicyViolation: ``fn`` cannot be a job.
+        :raises InvalidJobArguments: ``fn`` cannot be called with these arguments.
         """
         parse(cron)
         name = zone_name(zone)
         ref = self.check_target(fn)
+        check_arguments(fn, ref, args, kwargs)
         return RecurringJobBuilder(self, cron.strip(), name, ref, args, kwargs)
 
     def schedule_recurring_utc(
@@ -599,7 +618,7 @@ class RecurringMixin:
         id: str | None = None,
         name: str | None = None,
         enabled: bool = True,
-        priority: int | JobPriority = 5,
+        priority: int | JobPriority = JobPriority.NORMAL,
         max_retries: int = 3,
         backoff: BackoffPolicy | str = BackoffPolicy.EXPONENTIAL,
         backoff_delay: timedelta = timedelta(seconds=1),
@@ -611,7 +630,7 @@ class RecurringMixin:
         :class:`~ratchet.engine.context.JobContext`.
 
         Everything is checked here, at import time: the expression, the zone, the priority
-        (1-10: 1-2 LOWEST, 3-4 LOW, 5-6 NORMAL, 7-8 HIGH, 9-10 CRITICAL), the options and the
+        (a :class:`JobPriority` or its value 0..4, as everywhere), the options and the
         signature. ``id`` (default ``module.qualname``) is the business key: when a worker
         starts it makes exactly one active master per id match this declaration, and cancels
         the masters of declarations that are gone (or ``enabled=False``).
@@ -620,9 +639,8 @@ class RecurringMixin:
         """
         parse(cron)
         zone_id = zone_name(zone)
-        job_priority = priority_from_scale(priority)
         options = JobOptions(
-            priority=job_priority,
+            priority=_decorator_priority(priority),
             max_retries=max_retries,
             backoff=backoff,  # type: ignore[arg-type]
             backoff_delay=backoff_delay,

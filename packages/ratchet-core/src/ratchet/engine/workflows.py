@@ -46,7 +46,7 @@ from ratchet.serialization import (
     encode_payload,
     encode_result,
 )
-from ratchet.targets import TargetRef, resolve_attribute, target_of
+from ratchet.targets import TargetRef, check_arguments, resolve_attribute, target_of
 
 if TYPE_CHECKING:
     from ratchet.engine.app import Ratchet
@@ -67,10 +67,12 @@ SIGNAL_SCAN_PASSES = 10
 # ---------------------------------------------------------------------------------------------
 # stored references (callbacks and predicates follow the rule of job targets)
 # ---------------------------------------------------------------------------------------------
-def stored_callable(app: Ratchet, fn: Callable[..., Any], what: str) -> str:
-    """``module:qualname`` of an importable function allowed by the class policy.
+def stored_callable(app: Ratchet, fn: Callable[..., Any], what: str, arity: int = 1) -> str:
+    """``module:qualname`` of an importable function allowed by the class policy, which is
+    called with ``arity`` positional arguments.
 
     :raises InvalidJobTarget: a lambda, closure, bean method or anything not importable.
+    :raises InvalidJobArguments: it cannot take ``arity`` positional arguments.
     :raises ClassPolicyViolation: the policy refuses its module.
     """
     try:
@@ -83,6 +85,7 @@ def stored_callable(app: Ratchet, fn: Callable[..., Any], what: str) -> str:
             "or a static method"
         )
     app.enforce_policy(ref)
+    check_arguments(fn, ref, (None,) * arity, {}, what)
     return str(ref)
 
 
@@ -149,6 +152,7 @@ def make_step(
 ) -> Step:
     """Check and encode a later job now, so bad input fails at the call, not at submit."""
     ref = app.check_target(fn)
+    check_arguments(fn, ref, args, kwargs)
     payload = encode_payload(
         list(args), dict(kwargs), app.config.max_payload_bytes, enums=app.enums
     )

@@ -39,6 +39,7 @@ from ratchet.domain.errors import (
     DuplicateBusinessKeyError,
     DuplicateIdempotencyKeyError,
     InvalidJobOptions,
+    SchemaNotReady,
     StoreUnavailable,
 )
 from ratchet.domain.lifecycle import JobPriority, JobStatus, check_transition, sources_of
@@ -308,6 +309,34 @@ class SqlStore(
         self._install_workflow_hooks()
         self.retried_errors = 0
         """How many retryable errors (deadlocks, busy) were absorbed by retrying."""
+        self._schema_ready = False
+        self._schema_lock = threading.Lock()
+
+    def require_schema(self) -> None:
+        """Make sure the database is at the schema this installation ships, once per store:
+        the first operation reads the migration version table (a failed check is repeated on
+        the next operation, a passed one never; :meth:`migrate` counts as one).
+
+        :raises SchemaNotReady: no schema, or an older one; the message names the command that
+            fixes it.
+        :raises StoreUnavailable: the database cannot be reached.
+        """
+        if self._schema_ready:
+            return
+        from ratchet.sql.migrate import schema_problem
+
+        with self._schema_lock:
+            if self._schema_ready:
+                return
+            try:
+                problem = schema_problem(self)
+            except DBAPIError as exc:
+                if self._translate(exc) is ErrorKind.TRANSIENT or exc.connection_invalidated:
+                    raise StoreUnavailable(f"database unavailable: {exc.orig}") from exc
+                raise
+            if problem is not None:
+                raise SchemaNotReady(problem)
+            self._schema_ready = True
 
     # ------------------------------------------------------------------ plumbing
     def _translate(self, exc: SQLAlchemyError) -> ErrorKind:
@@ -321,6 +350,8 @@ class SqlStore(
         ``autocommit``: ``work`` is a single statement, atomic on its own, so it runs without
         ``BEGIN`` and ``COMMIT`` (two round trips fewer on a client/server database).
         """
+        if not self._schema_ready:
+            self.require_schema()
         engine = self.engine if write else self.read_engine
         if autocommit:
             engine = self._autocommit or self._autocommit_engine()
@@ -375,6 +406,7 @@ class SqlStore(
         from ratchet.sql.migrate import upgrade
 
         upgrade(self)
+        self._schema_ready = True
 
     def close(self) -> None:
         self.engine.dispose()
@@ -405,6 +437,7 @@ class SqlStore(
         for job in jobs:
             check_transition(None, job.status)
         if connection is not None:
+            self.require_schema()
             conn = connection.connection() if isinstance(connection, Session) else connection
             try:
                 return self._insert(conn, jobs, now)

@@ -206,6 +206,8 @@ class WorkflowStoreMixin:
 
         def _run(self, work: Callable[[Connection], T], *, write: bool = True) -> T: ...
 
+        def require_schema(self) -> None: ...
+
         def _terminate(
             self,
             conn: Connection,
@@ -321,6 +323,7 @@ class WorkflowStoreMixin:
 
         try:
             if connection is not None:
+                self.require_schema()
                 conn = connection.connection() if isinstance(connection, Session) else connection
                 return work(conn)
             return self._run(work)
