@@ -95,3 +95,18 @@ def test_each_job_gets_a_debug_line(app: Ratchet, caplog: pytest.LogCaptureFixtu
 def test_a_zero_interval_turns_the_summary_off(app: Ratchet) -> None:
     worker = app.worker(summary_interval=timedelta(0))
     assert not any(isinstance(t, WorkSummary) for t in worker.periodic)
+
+
+def test_records_name_their_job_only_when_there_is_one(
+    app: Ratchet, caplog: pytest.LogCaptureFixture
+) -> None:
+    from ratchet.engine.context import about_job, install_log_record_factory
+
+    install_log_record_factory()
+    caplog.set_level(logging.INFO, logger="ratchet.test")
+    log = logging.getLogger("ratchet.test")
+    log.info("outside")
+    with about_job("job-42"):
+        log.info("about a job")
+    tags = {r.getMessage(): r.ratchet_job for r in caplog.records}  # type: ignore[attr-defined]
+    assert tags == {"outside": "", "about a job": " [job=job-42]"}

@@ -232,10 +232,14 @@ def worker(
     """Run a worker for MODULE:APP until SIGTERM or SIGINT, then drain."""
     from ratchet.config import WorkerConfig
 
-    logging.basicConfig(
-        level=log_level.upper(),
-        format="%(asctime)s %(levelname)s %(name)s [job=%(ratchet_job_id)s] %(message)s",
+    handler = logging.StreamHandler()
+    handler.setFormatter(
+        logging.Formatter(
+            "%(asctime)s %(levelname)s %(name)s%(ratchet_job)s %(message)s",
+            defaults={"ratchet_job": ""},  # records made without Ratchet's record factory
+        )
     )
+    logging.basicConfig(level=log_level.upper(), handlers=[handler])
     from ratchet.engine.context import install_log_record_factory
 
     install_log_record_factory()

@@ -288,12 +288,27 @@ def bound(ctx: JobContext) -> Iterator[JobContext]:
 
 
 _factory_installed = False
+_about_job: contextvars.ContextVar[str | None] = contextvars.ContextVar(
+    "ratchet_about_job", default=None
+)
+
+
+@contextmanager
+def about_job(job_id: object) -> Iterator[None]:
+    """Log records made in this block carry ``job_id`` (for code that acts on a job from
+    outside its attempt, such as the watchdog)."""
+    token = _about_job.set(str(job_id))
+    try:
+        yield
+    finally:
+        _about_job.reset(token)
 
 
 def install_log_record_factory() -> None:
-    """Give every log record ``ratchet_job_id`` and ``ratchet_node_id`` attributes.
+    """Give every log record ``ratchet_job_id`` and ``ratchet_node_id`` attributes (None
+    outside a job), and ``ratchet_job``: ``" [job=ID]"`` or empty, for log formats.
 
-    They are None outside a job. Idempotent; chains to the previous factory.
+    Idempotent; chains to the previous factory.
     """
     global _factory_installed
     if _factory_installed:
@@ -303,8 +318,10 @@ def install_log_record_factory() -> None:
     def factory(*args: object, **kwargs: object) -> logging.LogRecord:
         record = previous(*args, **kwargs)
         ctx = _current.get()
-        record.ratchet_job_id = str(ctx.job_id) if ctx else None
+        job_id = str(ctx.job_id) if ctx else _about_job.get()
+        record.ratchet_job_id = job_id
         record.ratchet_node_id = ctx.node_id if ctx else None
+        record.ratchet_job = f" [job={job_id}]" if job_id else ""
         return record
 
     logging.setLogRecordFactory(factory)

@@ -22,7 +22,7 @@ from typing import TYPE_CHECKING
 from ratchet.domain.errors import JobTimeoutError
 from ratchet.domain.model import ClaimedJob
 from ratchet.domain.timeouts import AttemptPlan, TimeoutSettings, WatchdogStep, plan_attempt
-from ratchet.engine.context import AttemptCancellation
+from ratchet.engine.context import AttemptCancellation, about_job
 from ratchet.ports import CancellationStore, Clock
 
 if TYPE_CHECKING:
@@ -241,6 +241,10 @@ class Watchdog:
                 self._push(attempt.plan.steps[index][0], order[index], attempt)
 
     def _fire(self, step: WatchdogStep, attempt: Attempt, now: datetime) -> None:
+        with about_job(attempt.job.job_id):
+            self._fire_step(step, attempt, now)
+
+    def _fire_step(self, step: WatchdogStep, attempt: Attempt, now: datetime) -> None:
         job, plan = attempt.job, attempt.plan
         if step is WatchdogStep.SOFT_WARNING:
             log.warning(
