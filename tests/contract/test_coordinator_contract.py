@@ -1,4 +1,5 @@
-"""The coordinator contract over every coordinator: local, redis and (when installed) postgres.
+"""The coordinator contract over every coordinator: local, redis, (when installed) postgres, and
+the shared broker coordinator over an in-memory broker (``tests/support/memory_broker.py``).
 
 Each backend is a fixture named ``{name}_coordinator_backend`` returning a
 :class:`~ratchet.testing.coordinator_contract.CoordinatorBackend`. The postgres one is a hook:
@@ -32,6 +33,7 @@ from ratchet.testing.pytest_plugin import backend_unavailable
 
 COORDINATORS = [
     pytest.param("local", id="local"),
+    pytest.param("memory", id="memory"),
     pytest.param("redis", id="redis", marks=pytest.mark.redis),
 ]
 if importlib.util.find_spec("ratchet_postgres") is not None:
@@ -44,6 +46,15 @@ def local_coordinator_backend() -> Iterator[CoordinatorBackend]:
     shared = LocalClusterCoordinator()
     with NodeFactory(lambda: shared) as factory:
         yield CoordinatorBackend(factory)
+
+
+@pytest.fixture
+def memory_coordinator_backend() -> Iterator[CoordinatorBackend]:
+    from memory_broker import MemoryBroker, memory_coordinator
+
+    broker = MemoryBroker()
+    with NodeFactory(lambda: memory_coordinator(broker, reconnect_max=0.5)) as factory:
+        yield CoordinatorBackend(factory, broker)
 
 
 @pytest.fixture

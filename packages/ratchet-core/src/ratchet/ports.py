@@ -509,6 +509,93 @@ class ClusterCoordinator(Protocol):
         """Stop receiving and release connections. Idempotent."""
 
 
+class WakeupConnection(Protocol):
+    """One dedicated connection on which a :class:`WakeupTransport` receives wakeup messages.
+
+    Only the coordinator's subscriber thread calls it, except :meth:`interrupt`.
+    """
+
+    def listen(self) -> None:
+        """Subscribe to the wakeup channel; return once the broker confirmed it.
+
+        :raises Exception: the subscription failed (the coordinator reconnects).
+        """
+
+    def receive(self, timeout: float) -> Sequence[str | bytes] | None:
+        """Wait up to ``timeout`` seconds for traffic.
+
+        ``None`` when nothing arrived; otherwise the messages that did, in order. An empty
+        sequence means the connection showed life without a message (a ping's answer).
+
+        :raises Exception: the connection is lost.
+        """
+
+    def ping(self) -> bool:
+        """Ask the broker for a sign of life after a silence.
+
+        True when it has answered already (a synchronous round trip); False when the answer
+        comes later through :meth:`receive`.
+
+        :raises Exception: the connection is lost.
+        """
+
+    def interrupt(self) -> None:
+        """Make a blocked :meth:`listen` or :meth:`receive` return soon (it may raise).
+
+        Called from another thread while the connection is open; must not block.
+        """
+
+    def close(self) -> None:
+        """Release the connection."""
+
+
+class WakeupTransport(Protocol):
+    """What a broker-backed wakeup coordinator needs from its broker, and nothing more.
+
+    :class:`ratchet.adapters.wakeups.BrokerCoordinator` turns a transport into a
+    :class:`ClusterCoordinator`: the outbox, the publisher and subscriber threads, reconnection
+    with backoff, keepalive, listener fan-out, ignoring its own messages, counters, logging,
+    ``close`` and ``fork`` live there once.
+    """
+
+    where: str
+    """The broker and channel, safe to log (no password)."""
+
+    errors: tuple[type[BaseException], ...]
+    """Exceptions that mean the broker is unreachable or a connection broke: logged once per
+    outage without a traceback. Anything else is a bug, logged with its traceback (and handled
+    the same way: the coordinator's threads never die)."""
+
+    def connect(self) -> WakeupConnection:
+        """Open a new receiving connection (not yet subscribed)."""
+
+    def publish(self, messages: Sequence[str]) -> None:
+        """Send ``messages`` (one or more, in this order) to every subscriber of the channel.
+
+        Called from the publisher thread only.
+
+        :raises Exception: not sent (the hints are dropped and counted).
+        """
+
+    def encode(self, hint: WakeupHint, sender: str) -> str:
+        """The wire form of ``hint`` sent by the coordinator instance ``sender``."""
+
+    def decode(self, message: str | bytes) -> tuple[WakeupHint, str]:
+        """``(hint, sender)`` from the wire form.
+
+        :raises ValueError: (or ``KeyError`` / ``TypeError``) not a hint; counted and ignored.
+        """
+
+    def redact(self, text: str) -> str:
+        """``text`` (an error message or traceback) with every secret of this transport hidden."""
+
+    def after_fork_in_child(self) -> None:
+        """Forget, without closing, every connection inherited from the parent process."""
+
+    def close(self) -> None:
+        """Release the publishing side. Called once, after the coordinator's threads stopped."""
+
+
 class ClassPolicy(Protocol):
     """Decides which job targets may be stored and run."""
 
