@@ -3,11 +3,11 @@
 from __future__ import annotations
 
 import logging
-import threading
 from collections.abc import Callable
 from typing import TYPE_CHECKING
 
 from ratchet import hookimpl
+from ratchet.adapters.wakeups import Listeners
 from ratchet.ports import WakeupHint
 
 if TYPE_CHECKING:
@@ -24,27 +24,16 @@ class LocalClusterCoordinator:
     """Hints reach only listeners in this process."""
 
     def __init__(self) -> None:
-        self._listeners: list[Callable[[WakeupHint], None]] = []
-        self._lock = threading.Lock()
-        self._closed = False
+        self._listeners = Listeners(log)
 
     def notify_new_work(self, hint: WakeupHint) -> None:
-        with self._lock:
-            listeners = [] if self._closed else list(self._listeners)
-        for listener in listeners:
-            try:
-                listener(hint)
-            except Exception:
-                log.exception("wakeup listener failed")
+        self._listeners.deliver(hint)
 
     def add_listener(self, listener: Callable[[WakeupHint], None]) -> None:
-        with self._lock:
-            self._listeners.append(listener)
+        self._listeners.add(listener)
 
     def close(self) -> None:
-        with self._lock:
-            self._closed = True
-            self._listeners.clear()
+        self._listeners.close()
 
 
 @hookimpl
