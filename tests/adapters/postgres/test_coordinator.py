@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import logging
+import os
 import threading
 import time
 import uuid
@@ -286,3 +287,43 @@ def test_the_sender_does_not_wait_for_the_wal_flush(
     assert sender is not None
     setting = sender.execute("SHOW synchronous_commit").fetchone()
     assert setting == ("off",)
+
+
+def test_a_forked_child_can_still_publish(
+    make: Callable[..., PostgresClusterCoordinator],
+) -> None:
+    """A copy inherited through fork() sends from the child and leaves the parent's sessions be."""
+    inherited = make()
+    inherited.notify_new_work(WakeupHint(JobPriority.NORMAL, "warm"))  # opens the sender
+    _wait(lambda: inherited.published == 1, 10, "the NOTIFY to be sent")
+    assert inherited.transport.sender is not None
+    sessions = (inherited.listener_pid, inherited.transport.sender.info.backend_pid)
+    receiver = make()
+    recorder = Recorder()
+    receiver.add_listener(recorder)
+    pid = os.fork()
+    if pid == 0:  # the child: publish through the inherited coordinator, then leave at once
+        code = 1
+        try:
+            inherited.notify_new_work(WakeupHint(JobPriority.CRITICAL, "child"))
+            deadline = time.monotonic() + 10
+            while inherited.published < 1 and time.monotonic() < deadline:
+                time.sleep(0.01)  # polling a counter with a deadline
+            code = 0 if inherited.published == 1 else 2
+            inherited.close()
+        finally:
+            os._exit(code)
+    _, status = os.waitpid(pid, 0)
+    assert os.waitstatus_to_exitcode(status) == 0
+    assert recorder.wait_for("child", DELIVERY_BOUND) is not None
+    # the parent's copy still listens and publishes on its own sessions, and hears the child
+    assert inherited.state is CoordinatorState.CONNECTED
+    mine = Recorder()
+    inherited.add_listener(mine)
+    receiver.notify_new_work(WakeupHint(JobPriority.NORMAL, "to-parent"))
+    assert mine.wait_for("to-parent", DELIVERY_BOUND) is not None
+    inherited.notify_new_work(WakeupHint(JobPriority.NORMAL, "parent"))
+    assert recorder.wait_for("parent", DELIVERY_BOUND) is not None
+    _wait(lambda: inherited.published == 2, 10, "the parent's NOTIFY to be counted")
+    assert inherited.transport.sender is not None
+    assert (inherited.listener_pid, inherited.transport.sender.info.backend_pid) == sessions
