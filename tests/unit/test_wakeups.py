@@ -8,12 +8,9 @@ from __future__ import annotations
 
 import logging
 import os
-import re
 import threading
 import time
-import types
 from collections.abc import Callable, Iterator
-from pathlib import Path
 from typing import Any
 
 import pytest
@@ -28,7 +25,6 @@ from ratchet.adapters.wakeups import (
 )
 from ratchet.domain.errors import ConfigurationError
 from ratchet.domain.lifecycle import JobPriority
-from ratchet.plugins import Plugins, make_plugin_manager
 from ratchet.ports import WakeupHint
 from ratchet.testing.coordinator_contract import Recorder, unique
 
@@ -412,30 +408,3 @@ def test_a_forked_child_publishes_under_an_instance_id_of_its_own(
     _, recorder = listening(make)
     inherited.notify_new_work(WakeupHint(JobPriority.NORMAL, "parent"))
     assert recorder.wait_for("parent", 5) is not None
-
-
-# ---------------------------------------------------------------------------------- the docs
-def test_the_transport_in_the_hooks_doc_works() -> None:
-    text = (Path(__file__).resolve().parents[2] / "docs" / "hooks.md").read_text("utf-8")
-    section = text.split("### Writing a broker coordinator", 1)[1]
-    code = re.search(r"^```python\n(.*?)^```", section, re.MULTILINE | re.DOTALL)
-    assert code is not None
-    plugin = types.ModuleType("hub_plugin")
-    exec(compile(code.group(1), "docs/hooks.md", "exec"), plugin.__dict__)
-    plugins = Plugins(make_plugin_manager(load_entrypoints=False, extra=[plugin]))
-    make = plugins.coordinator_factory("hub")
-    a, b = make("hub", None), make("hub", None)
-    try:
-        assert a.wait_connected(5) and b.wait_connected(5)
-        recorder = Recorder()
-        b.add_listener(recorder)
-        a.add_listener(recorder)
-        a.notify_new_work(WakeupHint(JobPriority.CRITICAL, "web-1"))
-        assert recorder.wait_for("web-1", 5) is not None
-        assert wait_until(lambda: len(recorder.find("web-1")) == 2)  # a's own, then b's
-        assert wait_until(lambda: a.stats.ignored_own == 1 and b.stats.received == 1)
-        assert a.state is CoordinatorState.CONNECTED
-    finally:
-        a.close()
-        b.close()
-    assert [t.name for t in threading.enumerate() if t.name.startswith("ratchet-hub-")] == []
