@@ -28,9 +28,9 @@ from ratchet import (
     SignalDecision,
     WorkflowCondition,
 )
+from ratchet.domain.workflow import EffectKind, FlowEffect
 from ratchet.engine.worker import Worker
 from ratchet.engine.workflows import SignalTimeoutScanner, apply_effects
-from ratchet.sql.workflows import EffectKind, FlowEffect
 from ratchet.testing import FakeClock
 from tripwire_fixtures import Tripwire
 

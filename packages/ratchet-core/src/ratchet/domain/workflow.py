@@ -11,8 +11,9 @@ from __future__ import annotations
 import enum
 import json
 import math
+import uuid
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any
 
@@ -297,6 +298,35 @@ def validate_signal_key(key: str) -> str:
 
 
 Resolver = Callable[[str], Callable[..., Any]]
+"""Turns a stored ``module:qualname`` predicate reference into the callable."""
+
+
+class EffectKind(enum.StrEnum):
+    """What the caller must do after the transaction that ended jobs committed."""
+
+    ON_SUCCESS = "on_success"
+    ON_FAILURE = "on_failure"
+    BATCH_PROGRESS = "batch_progress"
+    BATCH_COMPLETED = "batch_completed"
+    CHAIN_COMPLETED = "chain_completed"
+    CHAIN_FAILED = "chain_failed"
+    BRANCH_TRIGGERED = "branch_triggered"
+    CONDITION_FAILED = "condition_failed"
+    RELEASED = "released"
+    SIGNAL_TIMED_OUT = "signal_timed_out"
+
+
+@dataclass(frozen=True)
+class FlowEffect:
+    """One after-commit action. ``source`` is the job whose write caused it (the outcome's job
+    for cascades), so a caller can drop effects of writes that did not apply."""
+
+    kind: EffectKind
+    job_id: uuid.UUID | None
+    source: uuid.UUID | None
+    target: str | None = None
+    data: dict[str, Any] = field(default_factory=dict)
+    batch: BatchContext | None = None
 
 
 @dataclass(frozen=True)

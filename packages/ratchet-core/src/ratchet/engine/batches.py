@@ -16,6 +16,7 @@ from datetime import datetime, timedelta
 from typing import TYPE_CHECKING, Any
 
 from ratchet.domain.errors import InvalidJobOptions, RatchetError
+from ratchet.domain.flows import BatchSpec, BranchSpec, FlowJob
 from ratchet.domain.lifecycle import JobPriority, JobStatus
 from ratchet.domain.model import NewJob
 from ratchet.domain.options import (
@@ -46,7 +47,6 @@ from ratchet.targets import check_arguments
 
 if TYPE_CHECKING:
     from ratchet.engine.app import Ratchet
-    from ratchet.sql.workflows import BranchSpec, FlowJob
 
 #: What a batch parent's row names as its target; it never runs.
 PARENT_TARGET = "ratchet.engine.batches:batch_parent"
@@ -246,7 +246,6 @@ class _BatchOptions:
         self, parent: NewJob, now: datetime
     ) -> tuple[list[FlowJob], list[BranchSpec]]:
         from ratchet.engine.workflows import later_job
-        from ratchet.sql.workflows import BranchSpec, FlowJob
 
         jobs = [FlowJob(parent, JobType.BATCH_PARENT, has_dependents=bool(self._branches))]
         specs: list[BranchSpec] = []
@@ -275,8 +274,6 @@ class _BatchOptions:
     def _children(
         self, parent: NewJob, step_ref: str, items: Iterable[Any], now: datetime
     ) -> list[FlowJob]:
-        from ratchet.sql.workflows import FlowJob
-
         max_bytes, enums = self._app.config.max_payload_bytes, self._app.enums
         out = []
         for item in items:
@@ -341,7 +338,6 @@ class BatchBuilder(_BatchOptions):
     def submit(self, connection: Any = None) -> BatchHandle:
         """Insert the parent, the children and the branches in one transaction."""
         from ratchet.engine.app import _run_after_commit
-        from ratchet.sql.workflows import BatchSpec
 
         if self._items is None or self._step is None:
             raise InvalidJobOptions("call for_each(items, fn) before submit()")
@@ -414,8 +410,6 @@ class StreamingBatchBuilder(_BatchOptions):
 
         :raises InvalidJobOptions: no items, or ``from_iterable``/``process`` missing.
         """
-        from ratchet.sql.workflows import BatchSpec
-
         if self._source is None or self._step is None:
             raise InvalidJobOptions("call from_iterable(items) and process(fn) before start()")
         store = _flow_store(self._app)

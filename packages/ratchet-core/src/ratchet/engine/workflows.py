@@ -1,9 +1,9 @@
 """Chains, workflow branches, callbacks and signals: building flows, and what follows a commit.
 
-The store does everything that must happen exactly once inside the transaction that ends a job
-(:mod:`ratchet.sql.workflows`); this module turns builders into flows, delivers signals, runs the
-signal-timeout scan, and after each commit applies the store's effects: events, ``on_success`` /
-``on_failure`` callbacks, batch progress hooks and wakeups.
+The store does everything that must happen exactly once inside the transaction that ends a job;
+this module turns builders into flows, delivers signals, runs the signal-timeout scan, and after
+each commit applies the store's effects: events, ``on_success`` / ``on_failure`` callbacks, batch
+progress hooks and wakeups.
 """
 
 from __future__ import annotations
@@ -24,12 +24,15 @@ from ratchet.domain.errors import (
     InvalidJobOptions,
     InvalidJobTarget,
 )
+from ratchet.domain.flows import BranchSpec, FlowJob
 from ratchet.domain.lifecycle import JobPriority, JobStatus
 from ratchet.domain.model import NewJob, Outcome
 from ratchet.domain.options import validate_option_text
 from ratchet.domain.workflow import (
     BatchContext,
     ConditionType,
+    EffectKind,
+    FlowEffect,
     JobFailedError,
     JobType,
     SignalDecision,
@@ -52,7 +55,6 @@ if TYPE_CHECKING:
     from ratchet.engine.app import Ratchet
     from ratchet.engine.builder import JobBuilder, JobHandle
     from ratchet.engine.worker import Worker
-    from ratchet.sql.workflows import BranchSpec, FlowEffect, FlowJob
 
 log = logging.getLogger("ratchet.workflows")
 
@@ -192,8 +194,6 @@ def build_flow(
     app: Ratchet, head: NewJob, parts: FlowParts, now: datetime
 ) -> tuple[list[FlowJob], list[BranchSpec]]:
     """The rows of a job with chain steps, branches, callbacks or a signal wait."""
-    from ratchet.sql.workflows import BranchSpec, FlowJob
-
     chain_id = head.job_id if parts.chain else None
     if parts.signal_key is not None:
         head = dc_replace(head, status=JobStatus.WAITING)
@@ -425,8 +425,6 @@ def apply_effects(
     app: Ratchet, effects: Iterable[FlowEffect], node_id: str | None, worker: Worker | None = None
 ) -> None:
     """Emit events, run callbacks and progress hooks, and wake workers for released jobs."""
-    from ratchet.sql.workflows import EffectKind
-
     for effect in effects:
         now = app.now()
         kind = effect.kind
@@ -501,7 +499,6 @@ def _context(effect: FlowEffect, node_id: str | None, now: datetime) -> Any:
 
 def _run_callback(app: Ratchet, effect: FlowEffect, node_id: str | None) -> None:
     from ratchet.engine.context import bound
-    from ratchet.sql.workflows import EffectKind
 
     ctx = _context(effect, node_id, app.now())
     try:

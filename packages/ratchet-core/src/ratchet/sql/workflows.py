@@ -19,15 +19,13 @@ Representation (see docs/workflows.md):
 
 from __future__ import annotations
 
-import enum
 import json
 import logging
 import threading
 import uuid
 from collections import defaultdict
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass, field
-from dataclasses import replace as dc_replace
+from dataclasses import dataclass
 from datetime import datetime, timedelta
 from typing import TYPE_CHECKING, Any, TypeVar
 
@@ -37,12 +35,15 @@ from sqlalchemy.exc import DBAPIError
 from sqlalchemy.orm import Session
 
 from ratchet.domain.errors import InvalidJobOptions
+from ratchet.domain.flows import BatchSpec, BranchSpec, FlowJob, waiting
 from ratchet.domain.lifecycle import JobStatus, check_transition
 from ratchet.domain.model import NewJob, Outcome, OutcomeKind
 from ratchet.domain.options import BackoffPolicy
 from ratchet.domain.retry import RetryPolicy, decide_retry
 from ratchet.domain.workflow import (
     BatchContext,
+    EffectKind,
+    FlowEffect,
     JobResult,
     JobType,
     SignalTimeoutError,
@@ -72,79 +73,15 @@ CHUNK = 500
 WAITING = JobStatus.WAITING.value
 
 
-# ---------------------------------------------------------------------------------------------
-# values crossing the store boundary
-# ---------------------------------------------------------------------------------------------
-@dataclass(frozen=True)
-class FlowJob:
-    """A job of a flow about to be inserted: a :class:`NewJob` plus its links.
-
-    ``job.status`` must be WAITING when ``waiting_for`` or ``signal_key`` is set, and for a
-    batch parent.
-    """
-
-    job: NewJob
-    job_type: JobType = JobType.SINGLE
-    batch_id: uuid.UUID | None = None
-    chain_id: uuid.UUID | None = None
-    depends_on: uuid.UUID | None = None
-    waiting_for: uuid.UUID | None = None
-    has_dependents: bool = False
-    on_success: str | None = None
-    on_failure: str | None = None
-    signal_key: str | None = None
-    signal_wait: timedelta | None = None
-
-
-@dataclass(frozen=True)
-class BranchSpec:
-    """A workflow condition row to insert: ``child`` runs when ``condition`` holds."""
-
-    parent: uuid.UUID
-    child: uuid.UUID
-    condition: WorkflowCondition
-    definition_order: int
-    first_match: bool = False
-    description: str | None = None
-
-
-@dataclass(frozen=True)
-class BatchSpec:
-    """A batch row to insert (``sealed`` False for a streaming batch still reading)."""
-
-    batch_id: uuid.UUID
-    name: str
-    total: int
-    sealed: bool = True
-    progress_hook: str | None = None
-
-
-class EffectKind(enum.StrEnum):
-    """What the caller must do after the transaction committed."""
-
-    ON_SUCCESS = "on_success"
-    ON_FAILURE = "on_failure"
-    BATCH_PROGRESS = "batch_progress"
-    BATCH_COMPLETED = "batch_completed"
-    CHAIN_COMPLETED = "chain_completed"
-    CHAIN_FAILED = "chain_failed"
-    BRANCH_TRIGGERED = "branch_triggered"
-    CONDITION_FAILED = "condition_failed"
-    RELEASED = "released"
-    SIGNAL_TIMED_OUT = "signal_timed_out"
-
-
-@dataclass(frozen=True)
-class FlowEffect:
-    """One after-commit action. ``source`` is the job whose write caused it (the outcome's job
-    for cascades), so a caller can drop effects of writes that did not apply."""
-
-    kind: EffectKind
-    job_id: uuid.UUID | None
-    source: uuid.UUID | None
-    target: str | None = None
-    data: dict[str, Any] = field(default_factory=dict)
-    batch: BatchContext | None = None
+__all__ = [  # the flow values live in ratchet.domain; importable from here as before
+    "BatchSpec",
+    "BranchSpec",
+    "EffectKind",
+    "FlowEffect",
+    "FlowJob",
+    "WorkflowStoreMixin",
+    "waiting",
+]
 
 
 @dataclass(frozen=True)
@@ -942,8 +879,3 @@ def _callback_data(e: _Ended, info: Row[Any]) -> dict[str, Any]:
         "started_at": e.started_at,
         "finished_at": e.finished_at,
     }
-
-
-def waiting(job: NewJob) -> NewJob:
-    """``job`` created WAITING."""
-    return dc_replace(job, status=JobStatus.WAITING)

@@ -44,9 +44,9 @@ def race(url: str, keys: dict[str, str], path: str = "plain") -> dict[str, Any]:
     job = NewJob(**fields)
     jobs = [job]
     if path == "chain":
+        from ratchet.domain.flows import FlowJob
         from ratchet.domain.lifecycle import JobStatus
         from ratchet.domain.workflow import JobType
-        from ratchet.sql.workflows import FlowJob
 
         step = NewJob(
             **{

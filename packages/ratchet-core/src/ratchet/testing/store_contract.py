@@ -175,8 +175,8 @@ def submission(store: Any, clock: FakeClock, path: str, carrier: NewJob) -> Subm
         )
     if not hasattr(store, "insert_flow"):
         pytest.skip("N/A: this store has no batches, chains, workflows or signals")
+    from ratchet.domain.flows import BatchSpec, BranchSpec, FlowJob, waiting
     from ratchet.domain.workflow import JobType, WorkflowCondition
-    from ratchet.sql.workflows import BatchSpec, BranchSpec, FlowJob, waiting
 
     entry, _, position = path.partition(":")
     if entry in ("batch", "streaming-batch"):

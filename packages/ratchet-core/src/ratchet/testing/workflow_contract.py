@@ -18,16 +18,18 @@ from typing import Any
 
 import pytest
 
+from ratchet.domain.flows import BatchSpec, BranchSpec, FlowJob, waiting
 from ratchet.domain.lifecycle import JobStatus
 from ratchet.domain.model import ClaimedJob, NewJob, Outcome, OutcomeKind
 from ratchet.domain.workflow import (
     BatchContext,
     ConditionType,
+    EffectKind,
+    FlowEffect,
     JobResult,
     JobType,
     WorkflowCondition,
 )
-from ratchet.sql.workflows import BatchSpec, BranchSpec, EffectKind, FlowEffect, FlowJob, waiting
 from ratchet.testing.clock import FakeClock
 from ratchet.testing.store_contract import BOOST, new_job
 
