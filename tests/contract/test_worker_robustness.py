@@ -20,7 +20,7 @@ import poison_jobs
 import pytest
 
 from ratchet import JobStatus, Ratchet
-from ratchet.domain.model import Outcome
+from ratchet.domain.model import Outcome, OutcomeWrite
 from ratchet.engine.worker import Worker
 
 ENDED = {JobStatus.SUCCEEDED, JobStatus.FAILED}
@@ -81,12 +81,13 @@ class RefusingStore:
         self.refused = 0
 
     def record_outcomes(
-        self, node_id: str, outcomes: Sequence[Outcome], *, now: datetime
-    ) -> list[UUID]:
+        self, node_id: str, outcomes: Sequence[Outcome], *, now: datetime, **options: Any
+    ) -> OutcomeWrite:
         if any(o.job_id in self.poisoned and o.error is None for o in outcomes):
             self.refused += 1
             raise ValueError("value cannot be converted to the column's type")
-        return list(self._store.record_outcomes(node_id, outcomes, now=now))
+        written: OutcomeWrite = self._store.record_outcomes(node_id, outcomes, now=now, **options)
+        return written
 
     def __getattr__(self, name: str) -> Any:
         return getattr(self._store, name)

@@ -232,8 +232,8 @@ def make_machine(template: Path, workdir: Path) -> type[RuleBasedStateMachine]:
                 error="zombie",
                 retry_at=now,
             )
-            fenced = self.app.store.record_outcomes(node, [zombie], now=now)
-            assert fenced == [job.job_id], "a stale epoch's write was accepted"
+            written = self.app.store.record_outcomes(node, [zombie], now=now)
+            assert written.fenced == (job.job_id,), "a stale epoch's write was accepted"
             after = self.app.get_job(job.job_id)
             assert (after.status, after.epoch, after.attempts, after.result, after.picked_by) == (
                 before.status,

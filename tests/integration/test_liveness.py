@@ -291,10 +291,10 @@ def test_a_slot_stays_taken_until_its_outcome_is_written(
     real = store.record_outcomes
     writing, release = threading.Event(), threading.Event()
 
-    def held_write(node_id: str, outcomes: Any, *, now: Any) -> Any:
+    def held_write(node_id: str, outcomes: Any, **options: Any) -> Any:
         writing.set()
         assert release.wait(10), "the test never released the write"
-        return real(node_id, outcomes, now=now)
+        return real(node_id, outcomes, **options)
 
     monkeypatch.setattr(store, "record_outcomes", held_write)
     first = app.enqueue(lj.quick, 1).submit()

@@ -651,7 +651,7 @@ def make_machine(app: Ratchet, clock: FakeClock) -> type[RuleBasedStateMachine]:
                 return
             job_id = data.draw(st.sampled_from(sorted(self.jobs, key=str)))
             before = self.state()
-            ok = store.cancel_job(job_id, now=clock.now())
+            ok = store.cancel_job(job_id, now=clock.now()).value
             assert ok == (before[job_id].status not in TERMINAL_STATUSES)
             if ok:
                 self.canceled.add(job_id)

@@ -23,6 +23,7 @@ from ratchet import (
     InvalidJobOptions,
     InvalidJobTarget,
     JobEvent,
+    JobFilter,
     JobStatus,
     Ratchet,
     SignalDecision,
@@ -381,6 +382,35 @@ def test_canceling_a_batch_cancels_its_children_and_branches(
     assert kinds(events, EventKind.BATCH_COMPLETED) == []
     canceled = [j for j in app.list_jobs() if j.status is JobStatus.CANCELED]
     assert len(canceled) == 5  # parent, three children, one branch
+
+
+def test_canceling_the_last_live_child_completes_the_batch_with_what_follows(
+    app: Ratchet, events: list[JobEvent]
+) -> None:
+    """A cancel ends a job as an outcome does: the batch it completes reports its progress,
+    emits ``batch_completed`` and fires its branches, applied by the canceling app."""
+    h = (
+        app.enqueue_batch("last-one-canceled")
+        .for_each([1, 2, 3], flow_jobs.item)
+        .on_progress(flow_jobs.progress)
+        .then_on_batch_success(flow_jobs.step, "all-succeeded")
+        .then_when_batch(flow_jobs.most_succeeded, flow_jobs.step, "most-succeeded")
+        .submit()
+    )
+    worker = app.worker(concurrency=2)
+    worker.run_claimed(worker.poll_once())
+    [last] = app.list_jobs(JobFilter(statuses=(JobStatus.PENDING,)))
+    assert kinds(events, EventKind.BATCH_COMPLETED) == []
+
+    assert app.cancel_job(last.job_id)
+    assert flow_jobs.seen("progress")[-1] == (2, 1), "the canceled child counts as failed"
+    [done] = kinds(events, EventKind.BATCH_COMPLETED)
+    assert done.job_id == h.id and (done.data["completed"], done.data["failed"]) == (2, 1)
+    [fired] = kinds(events, EventKind.WORKFLOW_BRANCH_TRIGGERED)
+    assert fired.data["parent"] == str(h.id)
+    assert h.status() is JobStatus.SUCCEEDED
+    run_all(app, worker)
+    assert flow_jobs.seen("step") == ["most-succeeded"]
 
 
 def test_batch_submits_in_the_callers_transaction(app: Ratchet) -> None:

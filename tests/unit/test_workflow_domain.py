@@ -8,10 +8,14 @@ from typing import Any
 
 import pytest
 
-from ratchet.domain.errors import InvalidJobOptions
+from ratchet.domain.errors import ClassPolicyViolation, InvalidJobOptions
+from ratchet.domain.model import FlowWrite, OutcomeWrite
 from ratchet.domain.workflow import (
     BatchContext,
     ConditionType,
+    EffectKind,
+    FlowEffect,
+    FlowResolver,
     JobResult,
     SignalDecision,
     StoredCondition,
@@ -159,3 +163,34 @@ def test_signal_decisions_and_keys() -> None:
             validate_signal_key(bad)
     with pytest.raises(InvalidJobOptions):
         validate_signal_key(7)  # type: ignore[arg-type]
+
+
+# -- what crosses the store port ------------------------------------------------------------------
+def test_a_resolver_given_nothing_refuses_every_reference() -> None:
+    refusing = FlowResolver()
+    for resolve_one in (refusing.predicate, refusing.enum):
+        with pytest.raises(ClassPolicyViolation, match=r"tests\.jobs:anything"):
+            resolve_one("tests.jobs:anything")
+    condition = WorkflowCondition(ConditionType.CUSTOM, "m:big")
+    stored = StoredCondition(uuid.uuid4(), condition, 0)
+    errors: list[Exception] = []
+    fire, skip = select_branches(
+        [stored], OK, None, refusing.predicate, lambda _, exc: errors.append(exc)
+    )
+    assert (fire, skip) == ([], [stored])
+    assert [type(e) for e in errors] == [ClassPolicyViolation]
+
+
+def test_write_results_are_values() -> None:
+    job = uuid.uuid4()
+    effect = FlowEffect(EffectKind.RELEASED, None, job, data={"count": 1})
+    assert OutcomeWrite((job,), (effect,)) == OutcomeWrite((job,), (effect,))
+    assert OutcomeWrite() == OutcomeWrite((), ())
+    assert FlowWrite(False, (effect,)).value is False
+
+
+def test_a_flow_write_has_no_truth_value() -> None:
+    """``if store.cancel_job(...)`` (a bool before the effects came along) fails loudly instead
+    of always holding."""
+    with pytest.raises(TypeError, match=r"\.value"):
+        bool(FlowWrite(False))

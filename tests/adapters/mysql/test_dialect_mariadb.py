@@ -209,7 +209,9 @@ def test_mariadb_1011_store_retries_lock_timeouts_and_counts_them(
         holder = lock_job_row(store, job.job_id)
         outcome: dict[str, bool] = {}
         canceller = threading.Thread(
-            target=lambda: outcome.setdefault("ok", store.cancel_job(job.job_id, now=clock.now()))
+            target=lambda: outcome.setdefault(
+                "ok", store.cancel_job(job.job_id, now=clock.now()).value
+            )
         )
         canceller.start()
         try:

@@ -16,6 +16,7 @@ from sqlalchemy.exc import DBAPIError
 from ratchet.domain.lifecycle import JobPriority
 from ratchet.domain.model import OutcomeKind
 from ratchet.sql.store import SqlStore
+from ratchet.sql.workflows import REFUSE_ALL
 from ratchet.testing import FakeClock
 from ratchet.testing.store_contract import (
     expected_last_errors,
@@ -110,14 +111,14 @@ def test_mariadb_1011_record_agrees_with_the_generic_write(
     outcomes, expected_fenced = mixed_outcomes(mine, others, clock, kinds)
     now = clock.now()
 
-    fenced, rows, queries = _run_and_roll_back(
-        mysql_store, lambda c: mysql_store._record(c, "me", outcomes, now)
+    written, rows, queries = _run_and_roll_back(
+        mysql_store, lambda c: mysql_store._record(c, "me", outcomes, now, REFUSE_ALL)
     )
-    generic_fenced, generic_rows, generic_queries = _run_and_roll_back(
-        mysql_store, lambda c: SqlStore._record(mysql_store, c, "me", outcomes, now)
+    generic_written, generic_rows, generic_queries = _run_and_roll_back(
+        mysql_store, lambda c: SqlStore._record(mysql_store, c, "me", outcomes, now, REFUSE_ALL)
     )
-    assert fenced == generic_fenced
-    assert fenced == expected_fenced
+    assert written == generic_written
+    assert list(written.fenced) == expected_fenced
     assert rows == generic_rows
     last_errors = {bytes(r["job_id"]): r["last_error"] for r in rows["scheduler_job_queue"]}
     expected = expected_last_errors(outcomes, expected_fenced)
@@ -128,7 +129,7 @@ def test_mariadb_1011_record_agrees_with_the_generic_write(
     # Writes larger than one query's budget are split over several, with the same result.
     monkeypatch.setattr("ratchet_mysql.store.PIPELINE_MAX_BYTES", 2000)
     _, split_rows, split_queries = _run_and_roll_back(
-        mysql_store, lambda c: mysql_store._record(c, "me", outcomes, now)
+        mysql_store, lambda c: mysql_store._record(c, "me", outcomes, now, REFUSE_ALL)
     )
     assert split_rows == generic_rows
     assert split_queries > queries + 2

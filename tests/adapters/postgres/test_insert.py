@@ -16,6 +16,7 @@ from ratchet import DuplicateBusinessKeyError, StoreUnavailable
 from ratchet.domain.lifecycle import JobPriority
 from ratchet.ports import InsertResult
 from ratchet.sql.store import SqlStore
+from ratchet.sql.workflows import REFUSE_ALL
 from ratchet.testing.clock import FakeClock
 from ratchet.testing.store_contract import new_job
 from ratchet_postgres import PostgresStore
@@ -246,16 +247,16 @@ def _record_and_roll_back(
         event.listen(conn, "before_cursor_execute", count)
         with conn.begin() as trans:
             if generic:
-                fenced = SqlStore._record(store, conn, "me", outcomes, now)
+                written = SqlStore._record(store, conn, "me", outcomes, now, REFUSE_ALL)
             else:
-                fenced = store._record(conn, "me", outcomes, now)
+                written = store._record(conn, "me", outcomes, now, REFUSE_ALL)
             event.remove(conn, "before_cursor_execute", count)
             rows = {
                 t: [dict(r._mapping) for r in conn.execute(text(f"SELECT * FROM {t} ORDER BY {k}"))]
                 for t, k in tables.items()
             }
             trans.rollback()
-    return fenced, rows, len(statements)
+    return written, rows, len(statements)
 
 
 def test_record_outcomes_agrees_with_the_generic_write(store: PostgresStore) -> None:
@@ -278,12 +279,12 @@ def test_record_outcomes_agrees_with_the_generic_write(store: PostgresStore) -> 
     ]
     outcomes, expected_fenced = mixed_outcomes(mine, others, clock, kinds)
 
-    fenced, rows, statements = _record_and_roll_back(store, outcomes, clock.now(), False)
-    generic_fenced, generic_rows, generic_statements = _record_and_roll_back(
+    written, rows, statements = _record_and_roll_back(store, outcomes, clock.now(), False)
+    generic_written, generic_rows, generic_statements = _record_and_roll_back(
         store, outcomes, clock.now(), True
     )
-    assert fenced == generic_fenced
-    assert fenced == expected_fenced
+    assert written == generic_written
+    assert list(written.fenced) == expected_fenced
     assert rows == generic_rows
     last_errors = {r["job_id"]: r["last_error"] for r in rows["scheduler_job_queue"]}
     expected = expected_last_errors(outcomes, expected_fenced)

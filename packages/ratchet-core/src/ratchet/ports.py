@@ -20,11 +20,13 @@ from ratchet.domain.lifecycle import JobPriority
 from ratchet.domain.model import (
     AttemptRecord,
     ClaimedJob,
+    FlowWrite,
     JobFilter,
     JobRecord,
     NewJob,
     NodeRecord,
     Outcome,
+    OutcomeWrite,
 )
 from ratchet.domain.recurring import (
     FirePlan,
@@ -43,6 +45,7 @@ from ratchet.domain.watcher import (
     WatcherReport,
     WatcherSettings,
 )
+from ratchet.domain.workflow import FlowResolver
 
 T = TypeVar("T")
 
@@ -114,11 +117,19 @@ class Store(Protocol):
         nothing.
         """
 
-    def replace_job(self, old_id: uuid.UUID, new_job: NewJob, *, now: datetime) -> bool:
+    def replace_job(
+        self,
+        old_id: uuid.UUID,
+        new_job: NewJob,
+        *,
+        now: datetime,
+        resolve: FlowResolver | None = None,
+    ) -> FlowWrite[bool]:
         """Cancel a live job and insert its replacement atomically (``superseded_by`` set).
 
         The replacement takes over the old job's business key unless it brings its own.
-        Returns False (and changes nothing) if the old job does not exist or is terminal.
+        ``value`` is False (and nothing changes) if the old job does not exist or is terminal;
+        ``effects`` are what the old job's end triggers in its flow (see :meth:`cancel_job`).
         Raises ``DuplicateBusinessKeyError`` if a live job holds the replacement's business key
         and ``DuplicateIdempotencyKeyError`` if another job holds its idempotency key (a
         replacement cannot be answered with an earlier job); then nothing changes.
@@ -142,17 +153,33 @@ class Store(Protocol):
         epoch (RUNNING or TIMED_OUT): one read for all of them."""
 
     def record_outcomes(
-        self, node_id: str, outcomes: Sequence[Outcome], *, now: datetime
-    ) -> list[uuid.UUID]:
-        """Apply attempt outcomes in one transaction; return the ids that were fenced out.
+        self,
+        node_id: str,
+        outcomes: Sequence[Outcome],
+        *,
+        now: datetime,
+        resolve: FlowResolver | None = None,
+    ) -> OutcomeWrite:
+        """Apply attempt outcomes in one transaction; return the ids that were fenced out and
+        the effects of those that applied.
 
         An outcome applies only if the job is still RUNNING under this node and epoch;
-        otherwise it changes nothing and its id is returned.
+        otherwise it changes nothing and its id is in ``fenced``. A store with flows
+        (:class:`WorkflowStore`) does what the ends cause in the same transaction, evaluating
+        branch conditions through ``resolve`` (None: every stored reference is refused), and
+        returns what must follow the commit as ``effects``; a store without flows returns none.
         """
 
     # -- operators --------------------------------------------------------------------------
-    def cancel_job(self, job_id: uuid.UUID, *, now: datetime) -> bool:
-        """Cancel a live job (a RUNNING one keeps running; its result is discarded)."""
+    def cancel_job(
+        self, job_id: uuid.UUID, *, now: datetime, resolve: FlowResolver | None = None
+    ) -> FlowWrite[bool]:
+        """Cancel a live job (a RUNNING one keeps running; its result is discarded).
+
+        ``value``: whether it was canceled (False if missing or terminal). ``effects``: what the
+        cancellation triggers in its flow, evaluated through ``resolve`` as in
+        :meth:`record_outcomes` (a canceled batch child can complete its batch).
+        """
 
     def pause_job(self, job_id: uuid.UUID, *, now: datetime) -> bool:
         """PENDING -> PAUSED; True if already PAUSED."""
@@ -166,8 +193,11 @@ class Store(Protocol):
     def retry_jobs(self, job_filter: JobFilter, limit: int, *, now: datetime) -> int:
         """Retry up to ``limit`` FAILED jobs matching the filter, atomically; return the count."""
 
-    def cancel_jobs_by_tag(self, tag: str, *, now: datetime) -> int:
-        """Cancel every PENDING, PAUSED or WAITING job carrying ``tag``; return the count."""
+    def cancel_jobs_by_tag(
+        self, tag: str, *, now: datetime, resolve: FlowResolver | None = None
+    ) -> FlowWrite[int]:
+        """Cancel every PENDING, PAUSED or WAITING job carrying ``tag``; ``value`` is the count,
+        ``effects`` as for :meth:`cancel_job`."""
 
     # -- reading ----------------------------------------------------------------------------
     def get_job(self, job_id: uuid.UUID) -> JobRecord | None:
@@ -376,9 +406,11 @@ class CancelRequest:
 class CancellationStore(Protocol):
     """Optional: delivers ``cancel_job(id, interrupt=True)`` to the node running the job."""
 
-    def request_cancellation(self, job_id: uuid.UUID, *, now: datetime) -> bool:
-        """Cancel a live job like ``cancel_job``; if it was RUNNING, also leave a request for
-        its owner node to stop the attempt. False if the job is missing or terminal."""
+    def request_cancellation(
+        self, job_id: uuid.UUID, *, now: datetime, resolve: FlowResolver | None = None
+    ) -> FlowWrite[bool]:
+        """Cancel a live job like ``cancel_job`` (same answer and effects); if it was RUNNING,
+        also leave a request for its owner node to stop the attempt."""
 
     def cancellation_requests(self, node_id: str, *, now: datetime) -> list[CancelRequest]:
         """Take (return and delete) the requests addressed to ``node_id``."""
@@ -414,9 +446,12 @@ class WatcherStore(Protocol):
         settings: WatcherSettings,
         decide: Callable[[StalledJob], Outcome],
         judge_silence: bool = True,
+        resolve: FlowResolver | None = None,
     ) -> WatcherReport:
         """One watcher pass: silent nodes -> DEAD and RUNNING jobs without progress -> TIMED_OUT
-        (when ``judge_silence``), then the other due job transitions."""
+        (when ``judge_silence``), then the other due job transitions. The outcomes recorded for
+        expired jobs are followed in their flows as in :meth:`Store.record_outcomes`
+        (``resolve``); the report's ``effects`` are what must follow the commit."""
 
     def takeover(
         self,

@@ -29,8 +29,9 @@ from sqlalchemy.engine import Connection, make_url
 from sqlalchemy.exc import ProgrammingError
 
 from ratchet.domain.lifecycle import JobPriority, JobStatus
-from ratchet.domain.model import ClaimedJob, Outcome, OutcomeKind
+from ratchet.domain.model import ClaimedJob, Outcome, OutcomeKind, OutcomeWrite
 from ratchet.domain.priority import claim_order_key
+from ratchet.domain.workflow import FlowResolver
 from ratchet.ports import iter_chunks
 from ratchet.sql import schema
 from ratchet.sql.claimed import DEFINITIONS, claimed_job
@@ -207,8 +208,13 @@ class MySQLStore(SqlStore):
 
     # ------------------------------------------------------------------ outcomes
     def _record(
-        self, conn: Connection, node_id: str, outcomes: Sequence[Outcome], now: datetime
-    ) -> list[uuid.UUID]:
+        self,
+        conn: Connection,
+        node_id: str,
+        outcomes: Sequence[Outcome],
+        now: datetime,
+        resolve: FlowResolver,
+    ) -> OutcomeWrite:
         """The shared store's fenced write: a locking read of the rows this node still owns,
         then every write (the same statements, one per job and table) in as few multi-statement
         queries as fit in :data:`PIPELINE_MAX_BYTES`."""
@@ -232,7 +238,7 @@ class MySQLStore(SqlStore):
             else:
                 accepted.append((o, row[1]))
         if not accepted:
-            return fenced
+            return OutcomeWrite(tuple(fenced))
         terminal = [(o, a) for o, a in accepted if o.kind in _TERMINAL]
         back = [(o, a) for o, a in accepted if o.kind in _BACK]
         # One statement per job (deletes by primary key: with an IN list MySQL/MariaDB may scan
@@ -270,11 +276,7 @@ class MySQLStore(SqlStore):
             batch.append(sql)
             size += len(sql) + 2
         self._multi(conn, ";\n".join(batch))
-        if self.outcome_hooks:
-            applied = [o for o, _ in accepted]
-            for hook in self.outcome_hooks:
-                hook(conn, applied, now)
-        return fenced
+        return self._written(conn, fenced, [o for o, _ in accepted], now, resolve)
 
     def _insert_rows(
         self, conn: Connection, statement: PreparedInsert, rows: Sequence[tuple[Any, ...]]

@@ -11,7 +11,6 @@ compare them row for row.
 from __future__ import annotations
 
 import json
-import uuid
 from collections.abc import Iterable, Iterator, Sequence
 from contextlib import nullcontext
 from datetime import datetime, timedelta
@@ -26,7 +25,8 @@ from sqlalchemy.exc import DBAPIError
 
 from ratchet.domain.errors import DuplicateIdempotencyKeyError
 from ratchet.domain.lifecycle import JobPriority, JobStatus, check_transition
-from ratchet.domain.model import ClaimedJob, NewJob, Outcome, OutcomeKind
+from ratchet.domain.model import ClaimedJob, NewJob, Outcome, OutcomeKind, OutcomeWrite
+from ratchet.domain.workflow import FlowResolver
 from ratchet.ports import InsertResult, iter_chunks
 from ratchet.sql import schema
 from ratchet.sql.claimed import claimed_job, has_flow_effects
@@ -433,8 +433,13 @@ class PostgresStore(SqlStore):
         return results
 
     def _record(
-        self, conn: Connection, node_id: str, outcomes: Sequence[Outcome], now: datetime
-    ) -> list[uuid.UUID]:
+        self,
+        conn: Connection,
+        node_id: str,
+        outcomes: Sequence[Outcome],
+        now: datetime,
+        resolve: FlowResolver,
+    ) -> OutcomeWrite:
         """One round trip for the whole batch (the generic write needs one per outcome and table).
 
         Same effect as the generic write, including the outcome hooks it runs afterwards in
@@ -458,11 +463,7 @@ class PostgresStore(SqlStore):
         params = {"outcomes": payload, "node": node_id, "now": to_micros(now)}
         owned = set(conn.execute(record_statement(), params).scalars())
         fenced = [o.job_id for o in outcomes if o.job_id not in owned]
-        if self.outcome_hooks and owned:
-            applied = [o for o in outcomes if o.job_id in owned]
-            for hook in self.outcome_hooks:
-                hook(conn, applied, now)
-        return fenced
+        return self._written(conn, fenced, [o for o in outcomes if o.job_id in owned], now, resolve)
 
     def _claim(
         self, conn: Connection, node_id: str, limit: int, now: datetime, boost: timedelta

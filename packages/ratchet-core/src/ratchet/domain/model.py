@@ -7,10 +7,14 @@ import uuid
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
+from typing import Generic, NoReturn, TypeVar
 
 from ratchet.domain.lifecycle import JobPriority, JobStatus
 from ratchet.domain.options import BackoffPolicy, validate_option_text
 from ratchet.domain.text import is_storable_text, storable_text
+from ratchet.domain.workflow import FlowEffect
+
+T = TypeVar("T")
 
 
 @dataclass(frozen=True)
@@ -105,6 +109,30 @@ class Outcome:
             object.__setattr__(self, "error", storable_text(self.error))
         if self.result is not None and not is_storable_text(self.result):
             object.__setattr__(self, "result", storable_text(self.result))
+
+
+@dataclass(frozen=True)
+class OutcomeWrite:
+    """What one outcome write did: the outcomes it refused, and what must follow its commit."""
+
+    fenced: tuple[uuid.UUID, ...] = ()
+    """Jobs whose outcome was fenced out (no longer RUNNING under that node and epoch)."""
+    effects: tuple[FlowEffect, ...] = ()
+    """The after-commit effects of the outcomes that applied (callbacks, flow events, wakeups),
+    in the order the write produced them."""
+
+
+@dataclass(frozen=True)
+class FlowWrite(Generic[T]):
+    """The answer of a store call that may end jobs (``value``), and what must follow its
+    commit (``effects``: what the ends it caused trigger in flows)."""
+
+    value: T
+    effects: tuple[FlowEffect, ...] = ()
+
+    def __bool__(self) -> NoReturn:
+        # ``if store.cancel_job(...)`` must not silently hold for a False answer.
+        raise TypeError("a FlowWrite has no truth value: read its .value")
 
 
 @dataclass(frozen=True)

@@ -28,6 +28,7 @@ from typing import Any
 
 from ratchet.domain.errors import ConfigurationError, RatchetError
 from ratchet.domain.lifecycle import JobStatus
+from ratchet.domain.workflow import FlowEffect
 
 
 class NodeState(enum.StrEnum):
@@ -303,6 +304,9 @@ class WatcherReport:
     """The outcomes recorded for TIMED_OUT jobs nobody took over (T9)."""
     removed_nodes: int = 0
     """DEAD node rows deleted after ``dead_node_retention``."""
+    effects: tuple[FlowEffect, ...] = ()
+    """What the expired jobs' ends trigger in flows, to apply after commit (callbacks, chain
+    and branch events, wakeups)."""
 
     @property
     def changed(self) -> bool:

@@ -17,7 +17,7 @@ from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any
 
-from ratchet.domain.errors import InvalidJobOptions, RatchetError
+from ratchet.domain.errors import ClassPolicyViolation, InvalidJobOptions, RatchetError
 
 #: Longest signal key (printable ASCII), as the ``signal_key`` column holds.
 MAX_SIGNAL_KEY_LENGTH = 255
@@ -300,6 +300,37 @@ def validate_signal_key(key: str) -> str:
 Resolver = Callable[[str], Callable[..., Any]]
 """Turns a stored ``module:qualname`` predicate reference into the callable."""
 
+EnumClassResolver = Callable[[str], type[enum.Enum]]
+"""Turns a stored enum class reference into the class."""
+
+
+def refuse_reference(ref: str) -> Any:
+    """A resolver for writers that were given none: refuses every reference, imports nothing.
+
+    :raises ClassPolicyViolation: always.
+    """
+    raise ClassPolicyViolation(
+        f"the stored reference {ref} was not resolved: no resolver under a class policy was "
+        "passed to this write; it was not imported"
+    )
+
+
+@dataclass(frozen=True)
+class FlowResolver:
+    """The code a write that ends jobs may run while it evaluates branch conditions.
+
+    The engine builds it under its class policy and passes it, as an argument, to each store
+    call that can end a job (the store never resolves a stored reference on its own). The
+    default refuses every reference: predicates then count as not matched and results holding
+    enum members are seen undecoded.
+    """
+
+    predicate: Resolver = refuse_reference
+    """A CUSTOM, RESULT_VALUE or BATCH_CUSTOM predicate reference -> the callable."""
+    enum: EnumClassResolver = refuse_reference
+    """An enum class named in a parent's stored result -> the class (to decode the value that
+    predicates see)."""
+
 
 class EffectKind(enum.StrEnum):
     """What the caller must do after the transaction that ended jobs committed."""
@@ -318,8 +349,10 @@ class EffectKind(enum.StrEnum):
 
 @dataclass(frozen=True)
 class FlowEffect:
-    """One after-commit action. ``source`` is the job whose write caused it (the outcome's job
-    for cascades), so a caller can drop effects of writes that did not apply."""
+    """One after-commit action, returned by the store call whose write caused it.
+
+    ``source`` is the job whose write caused it (the outcome's job for cascades).
+    """
 
     kind: EffectKind
     job_id: uuid.UUID | None

@@ -21,7 +21,7 @@ from ratchet.domain.errors import (
     InvalidJobOptions,
 )
 from ratchet.domain.lifecycle import JobPriority
-from ratchet.domain.model import AttemptRecord, JobFilter, JobRecord
+from ratchet.domain.model import AttemptRecord, FlowWrite, JobFilter, JobRecord
 from ratchet.domain.options import JobOptions, validate_option_text
 from ratchet.domain.retry import RetryPolicy
 from ratchet.domain.workflow import BatchContext
@@ -29,7 +29,7 @@ from ratchet.engine.batches import BatchBuilder, StreamingBatchBuilder
 from ratchet.engine.builder import JobBuilder, JobHandle
 from ratchet.engine.gates_api import GatesMixin
 from ratchet.engine.recurring import RecurringMixin
-from ratchet.engine.workflows import batch_of, deliver_signal, install_flows
+from ratchet.engine.workflows import apply_effects, batch_of, deliver_signal, flow_resolver
 from ratchet.events import EventKind, JobEvent
 from ratchet.ids import uuid7
 from ratchet.plugins import Plugins, make_plugin_manager
@@ -106,7 +106,9 @@ class Ratchet(GatesMixin, RecurringMixin):
         if auto_migrate:
             self.store.migrate()
         self._wire_gates()
-        install_flows(self)
+        self.resolver = flow_resolver(self)
+        """Passed to every store call that can end jobs: the branch predicates and result enums
+        it evaluates are resolved under this app's class policy."""
 
     # -- ids, time, events -------------------------------------------------------------------
     def new_id(self) -> uuid.UUID:
@@ -300,11 +302,13 @@ class Ratchet(GatesMixin, RecurringMixin):
         new_job = builder.build(now)
         # A job's options never change once stored, so reading them first is safe; whether it
         # is still live is checked again in the replacing transaction.
-        if not self.store.replace_job(job_id, new_job, now=now):
+        replaced = self.store.replace_job(job_id, new_job, now=now, resolve=self.resolver)
+        if not replaced.value:
             raise JobNotFound(f"job {job_id} does not exist or is no longer live")
         self.emit(
             JobEvent(EventKind.REPLACED, job_id, now, data={"superseded_by": str(new_job.job_id)})
         )
+        apply_effects(self, replaced.effects, None)
         self._after_submit([(builder, new_job)], now)
         return JobHandle(new_job.job_id, self)
 
@@ -321,17 +325,20 @@ class Ratchet(GatesMixin, RecurringMixin):
             ``JobContext.is_cancellation_requested()`` stops at its next safe point.
         :returns: False if the job is missing or already terminal.
         """
+        canceled: FlowWrite[bool] | None = None
         if interrupt:
             from ratchet.engine.watchdog import cancellation_store
 
             store = cancellation_store(self.store)
             if store is not None:
-                ok = store.request_cancellation(job_id, now=self.now())
-                return self._operator(EventKind.CANCELLED, ok, job_id)
-            log.warning("this store cannot deliver cancellation requests; canceling without")
-        return self._operator(
-            EventKind.CANCELLED, self.store.cancel_job(job_id, now=self.now()), job_id
-        )
+                canceled = store.request_cancellation(job_id, now=self.now(), resolve=self.resolver)
+            else:
+                log.warning("this store cannot deliver cancellation requests; canceling without")
+        if canceled is None:
+            canceled = self.store.cancel_job(job_id, now=self.now(), resolve=self.resolver)
+        ok = self._operator(EventKind.CANCELLED, canceled.value, job_id)
+        apply_effects(self, canceled.effects, None)  # what the cancellation ended in its flows
+        return ok
 
     def pause_job(self, job_id: uuid.UUID) -> bool:
         """Pause a PENDING job (True if already paused)."""
@@ -362,13 +369,17 @@ class Ratchet(GatesMixin, RecurringMixin):
 
     def cancel_jobs_by_tag(self, tag: str) -> int:
         """Cancel every PENDING, PAUSED or WAITING job with ``tag`` (never RUNNING ones)."""
-        count = self.store.cancel_jobs_by_tag(validate_option_text(tag, "tag"), now=self.now())
+        canceled = self.store.cancel_jobs_by_tag(
+            validate_option_text(tag, "tag"), now=self.now(), resolve=self.resolver
+        )
+        count = canceled.value
         if count:
             self.emit(
                 JobEvent(
                     EventKind.BULK_CANCELLED, None, self.now(), data={"tag": tag, "count": count}
                 )
             )
+        apply_effects(self, canceled.effects, None)
         return count
 
     # -- batches and signals (docs/workflows.md) -------------------------------------------------

@@ -456,10 +456,10 @@ class StreamingBatchBuilder(_BatchOptions):
                 f"streaming batch {self._name!r}: chunk {index} failed after {processed} items "
                 f"({type(exc).__name__}: {exc}); the batch was canceled"
             ) from exc
-        store.seal_batch(parent.job_id, now=app.now())
+        sealed = store.seal_batch(parent.job_id, now=app.now(), resolve=app.resolver)
         from ratchet.engine.workflows import apply_effects
 
-        apply_effects(app, store.take_flow_effects(), None)
+        apply_effects(app, sealed.effects, None)
         return BatchHandle(parent.job_id, app)
 
     def _stream_progress(self, batch_id: uuid.UUID, processed: int, chunks: int) -> None:

@@ -16,11 +16,13 @@ import queue
 import threading
 import time
 import uuid
+from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
 from ratchet.domain.errors import OutcomeNotStorable, StoreUnavailable
 from ratchet.domain.model import Outcome, OutcomeKind
 from ratchet.domain.text import describe_error
+from ratchet.domain.workflow import FlowEffect
 from ratchet.engine.workflows import after_flow_write
 from ratchet.events import EventKind, JobEvent
 
@@ -103,8 +105,12 @@ class Completer:
                 else:
                     first[o.job_id] = o
             return self.record(list(first.values())) + self.record(rest)
-        fenced = worker.store.record_outcomes(worker.node_id, outcomes, now=worker.app.now())
-        self.report(outcomes, set(fenced))
+        app = worker.app
+        written = worker.store.record_outcomes(
+            worker.node_id, outcomes, now=app.now(), resolve=app.resolver
+        )
+        fenced = list(written.fenced)
+        self.report(outcomes, set(fenced), written.effects)
         return fenced
 
     def _write(self, batch: list[Outcome], *, retry_forever: bool) -> None:
@@ -191,9 +197,11 @@ class Completer:
             flow_effects=outcome.flow_effects,
         )
 
-    def report(self, outcomes: list[Outcome], fenced: set[uuid.UUID]) -> None:
+    def report(
+        self, outcomes: list[Outcome], fenced: set[uuid.UUID], effects: Sequence[FlowEffect] = ()
+    ) -> None:
         """Account for written ``outcomes`` (``fenced``: those refused): stats, logs, events,
-        retry wake-ups and workflow effects."""
+        retry wake-ups and the workflow ``effects`` the write returned."""
         worker = self.worker
         stats = worker.stats
         stats.outcome_batches += 1
@@ -242,7 +250,7 @@ class Completer:
             if observed:
                 for event in self._outcome_events(o, timeout):
                     worker.app.emit(event)
-        after_flow_write(worker, outcomes, fenced)  # callbacks, chain/batch events, wakeups
+        after_flow_write(worker, effects)  # callbacks, chain/batch events, wakeups
 
     def _outcome_events(self, o: Outcome, timeout: dict[str, Any] | None) -> list[JobEvent]:
         """The events of one written outcome, in the order listeners see them."""

@@ -418,6 +418,7 @@ class Liveness:
             settings=self.settings,
             decide=self.decide,
             judge_silence=self.judging(),
+            resolve=worker.app.resolver,
         )
         stats = self.stats
         stats.watcher_passes += 1
@@ -447,7 +448,7 @@ class Liveness:
             worker.app.emit(JobEvent(EventKind.STALLED, None, now, self.node_id, data))
         if report.expired:
             log.warning("watcher: %d TIMED_OUT job(s) nobody took over failed", len(report.expired))
-            worker.completer.report(list(report.expired), set())
+            worker.completer.report(list(report.expired), set(), report.effects)
         if report.changed:
             worker.producer.wake()
         return report

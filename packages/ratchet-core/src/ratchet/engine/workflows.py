@@ -8,6 +8,7 @@ progress hooks and wakeups.
 
 from __future__ import annotations
 
+import functools
 import json
 import logging
 import threading
@@ -26,13 +27,14 @@ from ratchet.domain.errors import (
 )
 from ratchet.domain.flows import BranchSpec, FlowJob
 from ratchet.domain.lifecycle import JobPriority, JobStatus
-from ratchet.domain.model import NewJob, Outcome
+from ratchet.domain.model import NewJob
 from ratchet.domain.options import validate_option_text
 from ratchet.domain.workflow import (
     BatchContext,
     ConditionType,
     EffectKind,
     FlowEffect,
+    FlowResolver,
     JobFailedError,
     JobType,
     SignalDecision,
@@ -101,12 +103,10 @@ def resolve_stored(app: Ratchet, text: str) -> Callable[..., Any]:
     return fn  # type: ignore[no-any-return]
 
 
-def install_flows(app: Ratchet) -> None:
-    """Let the store resolve predicates and decode results under the app's class policy."""
-    store: Any = app.store
-    if hasattr(store, "flow_resolver"):
-        store.flow_resolver = lambda text: resolve_stored(app, text)
-        store.enum_resolver = app.enums
+def flow_resolver(app: Ratchet) -> FlowResolver:
+    """What the app passes to every store call that can end jobs: branch predicates and the
+    enum classes of the results they read, both resolved under the app's class policy."""
+    return FlowResolver(predicate=functools.partial(resolve_stored, app), enum=app.enums)
 
 
 # ---------------------------------------------------------------------------------------------
@@ -355,20 +355,22 @@ def deliver_signal(app: Ratchet, target: uuid.UUID | str, payload: Any = None) -
     return count
 
 
-_SIGNAL_STORES: weakref.WeakValueDictionary[str, Any] = weakref.WeakValueDictionary()
-"""node id -> store of the workers in this process (weak: a closed app's store can go)."""
+_SIGNAL_WORKERS: weakref.WeakValueDictionary[str, Worker] = weakref.WeakValueDictionary()
+"""node id -> the workers in this process (weak: a stopped worker can go)."""
 _SIGNAL_LOCK = threading.Lock()
 
 
 def signal_of(node_id: str, job_id: uuid.UUID) -> Any:
-    """The payload or decision delivered to a running job (used by ``JobContext.signal()``)."""
+    """The payload or decision delivered to a running job (used by ``JobContext.signal()``),
+    decoded under the class policy of the worker's app."""
     with _SIGNAL_LOCK:
-        store = _SIGNAL_STORES.get(node_id)
-    if store is None:
+        worker = _SIGNAL_WORKERS.get(node_id)
+    if worker is None:
         raise RuntimeError(
             "JobContext.signal() is only available inside a job run by a worker of this process"
         )
-    return decode_signal(store.read_signal(job_id), store.enum_resolver)
+    store: Any = worker.store
+    return decode_signal(store.read_signal(job_id), worker.app.enums)
 
 
 class SignalTimeoutScanner:
@@ -388,12 +390,13 @@ class SignalTimeoutScanner:
         expire = getattr(store, "expire_signal_waits", None)
         if expire is None:
             return
+        app = worker.app
         for _ in range(SIGNAL_SCAN_PASSES):
-            count = expire(
-                now=worker.app.now(), limit=self.batch_size, policy=worker.app.retry_policy
+            written = expire(
+                now=app.now(), limit=self.batch_size, resolve=app.resolver, policy=app.retry_policy
             )
-            apply_effects(worker.app, store.take_flow_effects(), worker.node_id, worker)
-            if count < self.batch_size:
+            apply_effects(app, written.effects, worker.node_id, worker)
+            if written.value < self.batch_size:
                 break
 
 
@@ -404,21 +407,17 @@ def attach_flows(worker: Worker) -> None:
     interval = min(worker.config.orphan_scan_interval, timedelta(seconds=5))
     worker.periodic.append(SignalTimeoutScanner(interval))
     with _SIGNAL_LOCK:
-        _SIGNAL_STORES[worker.node_id] = worker.store
+        _SIGNAL_WORKERS[worker.node_id] = worker
 
 
 # ---------------------------------------------------------------------------------------------
 # after commit
 # ---------------------------------------------------------------------------------------------
-def after_flow_write(worker: Worker, outcomes: Sequence[Outcome], fenced: set[uuid.UUID]) -> None:
-    """Called by the worker after it recorded outcomes: apply what the write caused."""
-    take = getattr(worker.store, "take_flow_effects", None)
-    if take is None:
-        return
-    effects: list[FlowEffect] = take()
-    if not effects or all(o.job_id in fenced for o in outcomes):
-        return  # nothing applied: these are a rolled-back or earlier write's
-    apply_effects(worker.app, effects, worker.node_id, worker)
+def after_flow_write(worker: Worker, effects: Sequence[FlowEffect]) -> None:
+    """Called by the worker after it recorded outcomes: apply the ``effects`` that write returned
+    (only outcomes that applied produce any, fenced ones none)."""
+    if effects:
+        apply_effects(worker.app, effects, worker.node_id, worker)
 
 
 def apply_effects(

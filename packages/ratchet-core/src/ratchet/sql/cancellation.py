@@ -19,9 +19,12 @@ from sqlalchemy import delete, insert, select
 from sqlalchemy.engine import Connection, Row
 
 from ratchet.domain.lifecycle import JobStatus, sources_of
+from ratchet.domain.model import FlowWrite
+from ratchet.domain.workflow import FlowEffect, FlowResolver
 from ratchet.ports import CancelRequest
 from ratchet.sql import schema
 from ratchet.sql.watcher import OWNED
+from ratchet.sql.workflows import REFUSE_ALL
 
 if TYPE_CHECKING:
     from ratchet.sql.dialect import SqlDialect
@@ -51,18 +54,22 @@ class CancellationStoreMixin:
             status: JobStatus,
             now: datetime,
             *,
+            effects: list[FlowEffect],
+            resolve: FlowResolver,
             superseded_by: uuid.UUID | None = None,
             error: str | None = None,
         ) -> None: ...
 
-    def request_cancellation(self, job_id: uuid.UUID, *, now: datetime) -> bool:
+    def request_cancellation(
+        self, job_id: uuid.UUID, *, now: datetime, resolve: FlowResolver | None = None
+    ) -> FlowWrite[bool]:
         """Cancel a live job; if it was running, leave a request for its owner to stop it."""
 
-        def work(conn: Connection) -> bool:
+        def work(conn: Connection) -> FlowWrite[bool]:
             stmt = select(Q.c.status, Q.c.epoch, Q.c.picked_by).where(Q.c.job_id == job_id)
             row: Row[Any] | None = conn.execute(self.dialect.lock_rows(stmt)).first()
             if row is None or JobStatus(row.status) not in _CANCELLABLE:
-                return False
+                return FlowWrite(False)
             if row.status in OWNED and row.picked_by is not None:
                 conn.execute(delete(CR).where(CR.c.requested_at < now - STALE_AFTER))
                 conn.execute(
@@ -70,8 +77,16 @@ class CancellationStoreMixin:
                         job_id=job_id, epoch=row.epoch, node_id=row.picked_by, requested_at=now
                     )
                 )
-            self._terminate(conn, [job_id], JobStatus.CANCELED, now)
-            return True
+            effects: list[FlowEffect] = []
+            self._terminate(
+                conn,
+                [job_id],
+                JobStatus.CANCELED,
+                now,
+                effects=effects,
+                resolve=resolve or REFUSE_ALL,
+            )
+            return FlowWrite(True, tuple(effects))
 
         return self._run(work)
 

@@ -46,15 +46,18 @@ from ratchet.domain.lifecycle import JobPriority, JobStatus, check_transition, s
 from ratchet.domain.model import (
     AttemptRecord,
     ClaimedJob,
+    FlowWrite,
     JobFilter,
     JobRecord,
     NewJob,
     NodeRecord,
     Outcome,
     OutcomeKind,
+    OutcomeWrite,
 )
 from ratchet.domain.options import BackoffPolicy
 from ratchet.domain.priority import claim_order_key
+from ratchet.domain.workflow import FlowEffect, FlowResolver
 from ratchet.ports import InsertResult, StoreCapabilities, iter_chunks
 from ratchet.sql import schema
 from ratchet.sql.cancellation import CancellationStoreMixin
@@ -66,7 +69,7 @@ from ratchet.sql.prepared import PreparedInsert, PreparedKeyLookup, uuid_binder
 from ratchet.sql.recurring import RecurringStoreMixin
 from ratchet.sql.types import UTCMicros, to_micros
 from ratchet.sql.watcher import OWNED, WatcherStoreMixin
-from ratchet.sql.workflows import WorkflowStoreMixin
+from ratchet.sql.workflows import REFUSE_ALL, WorkflowStoreMixin
 
 log = logging.getLogger("ratchet.store")
 
@@ -157,8 +160,13 @@ _CLOSE_ATTEMPT = (
 )
 
 
-OutcomeHook = Callable[[Connection, list[Outcome], datetime], None]
-TerminalHook = Callable[[Connection, list[uuid.UUID], JobStatus, datetime], None]
+OutcomeHook = Callable[[Connection, list[Outcome], datetime, list[FlowEffect], FlowResolver], None]
+"""``(conn, applied outcomes, now, effects, resolve)``: appends what must follow the commit to
+``effects`` and resolves stored references only through ``resolve``."""
+TerminalHook = Callable[
+    [Connection, list[uuid.UUID], JobStatus, datetime, list[FlowEffect], FlowResolver], None
+]
+"""``(conn, job ids, terminal status, now, effects, resolve)``, as :data:`OutcomeHook`."""
 
 
 _MILLISECOND = timedelta(milliseconds=1)
@@ -302,10 +310,12 @@ class SqlStore(
         self._autocommit: Engine | None = None
         self._autocommit_lock = threading.Lock()
         self.outcome_hooks: list[OutcomeHook] = []
-        """Called inside the outcome transaction with the outcomes that applied (not fenced):
-        features that must react exactly once (batch counters, chains) hook in here."""
+        """Called inside the outcome transaction with the outcomes that applied (not fenced),
+        that write's effect list and the caller's resolver: features that must react exactly
+        once (batch counters, chains) hook in here."""
         self.terminal_hooks: list[TerminalHook] = []
-        """Called inside the transaction that cancels live jobs (before their rows go)."""
+        """Called inside the transaction that cancels live jobs (before their rows go), with
+        that write's effect list and the caller's resolver."""
         self._install_workflow_hooks()
         self.retried_errors = 0
         """How many retryable errors (deadlocks, busy) were absorbed by retrying."""
@@ -576,14 +586,30 @@ class SqlStore(
             "attempts": 0,
         }
 
-    def replace_job(self, old_id: uuid.UUID, new_job: NewJob, *, now: datetime) -> bool:
-        def work(conn: Connection) -> bool:
+    def replace_job(
+        self,
+        old_id: uuid.UUID,
+        new_job: NewJob,
+        *,
+        now: datetime,
+        resolve: FlowResolver | None = None,
+    ) -> FlowWrite[bool]:
+        def work(conn: Connection) -> FlowWrite[bool]:
             row = self._locked_queue_row(conn, old_id)
             if row is None:
-                return False
+                return FlowWrite(False)
             status = JobStatus(row.status)
             check_transition(status, JobStatus.CANCELED)
-            self._terminate(conn, [old_id], JobStatus.CANCELED, now, superseded_by=new_job.job_id)
+            effects: list[FlowEffect] = []
+            self._terminate(
+                conn,
+                [old_id],
+                JobStatus.CANCELED,
+                now,
+                effects=effects,
+                resolve=resolve or REFUSE_ALL,
+                superseded_by=new_job.job_id,
+            )
             replacement = new_job
             if replacement.business_key is None and row.business_key is not None:
                 from dataclasses import replace as dc_replace
@@ -592,7 +618,7 @@ class SqlStore(
             [result] = self._insert(conn, [replacement], now)
             if not result.inserted:  # the key's holder cannot stand in: undo the cancel
                 raise DuplicateIdempotencyKeyError(replacement.idempotency_key, result.job_id)
-            return True
+            return FlowWrite(True, tuple(effects))
 
         try:
             return self._run(work)
@@ -702,16 +728,46 @@ class SqlStore(
 
     # ------------------------------------------------------------------ outcomes
     def record_outcomes(
-        self, node_id: str, outcomes: Sequence[Outcome], *, now: datetime
-    ) -> list[uuid.UUID]:
+        self,
+        node_id: str,
+        outcomes: Sequence[Outcome],
+        *,
+        now: datetime,
+        resolve: FlowResolver | None = None,
+    ) -> OutcomeWrite:
         if not outcomes:
-            return []
+            return OutcomeWrite()
         plain = self.atomic_record and not any(o.flow_effects for o in outcomes)
-        return self._run(lambda conn: self._record(conn, node_id, outcomes, now), autocommit=plain)
+        resolver = resolve or REFUSE_ALL
+        return self._run(
+            lambda conn: self._record(conn, node_id, outcomes, now, resolver), autocommit=plain
+        )
+
+    def _written(
+        self,
+        conn: Connection,
+        fenced: Sequence[uuid.UUID],
+        applied: list[Outcome],
+        now: datetime,
+        resolve: FlowResolver,
+    ) -> OutcomeWrite:
+        """The end of every outcome write (the dialects' too): the outcome hooks see the
+        outcomes that ``applied``, in the same transaction, and what they produce is returned
+        with the ``fenced`` ids."""
+        effects: list[FlowEffect] = []
+        if applied:
+            for hook in self.outcome_hooks:
+                hook(conn, applied, now, effects, resolve)
+        return OutcomeWrite(tuple(fenced), tuple(effects))
 
     def _record(
-        self, conn: Connection, node_id: str, outcomes: Sequence[Outcome], now: datetime
-    ) -> list[uuid.UUID]:
+        self,
+        conn: Connection,
+        node_id: str,
+        outcomes: Sequence[Outcome],
+        now: datetime,
+        resolve: FlowResolver,
+    ) -> OutcomeWrite:
         owned: dict[uuid.UUID, Row[Any]] = {}
         owned_stmt = self._locked(_OWNED_ROWS)
         for chunk in iter_chunks([o.job_id for o in outcomes], CHUNK):
@@ -726,7 +782,7 @@ class SqlStore(
             else:
                 accepted.append((o, row))
         if not accepted:
-            return fenced
+            return OutcomeWrite(tuple(fenced))
         terminal = [
             (o, r) for o, r in accepted if o.kind in (OutcomeKind.SUCCEEDED, OutcomeKind.DEAD)
         ]
@@ -783,11 +839,7 @@ class SqlStore(
                 for o, r in accepted
             ],
         )
-        if self.outcome_hooks:
-            applied = [o for o, _ in accepted]
-            for hook in self.outcome_hooks:
-                hook(conn, applied, now)
-        return fenced
+        return self._written(conn, fenced, [o for o, _ in accepted], now, resolve)
 
     # ------------------------------------------------------------------ operators
     def _locked_queue_row(self, conn: Connection, job_id: uuid.UUID) -> Row[Any] | None:
@@ -803,12 +855,15 @@ class SqlStore(
         status: JobStatus,
         now: datetime,
         *,
+        effects: list[FlowEffect],
+        resolve: FlowResolver,
         superseded_by: uuid.UUID | None = None,
         error: str | None = None,
     ) -> None:
-        """Move live jobs to a terminal status (caller checked the transition)."""
+        """Move live jobs to a terminal status (caller checked the transition); what follows in
+        flows is appended to ``effects``."""
         for hook in self.terminal_hooks:
-            hook(conn, list(ids), status, now)
+            hook(conn, list(ids), status, now, effects, resolve)
         for chunk in iter_chunks(list(ids), CHUNK):
             attempts = dict(
                 conn.execute(select(Q.c.job_id, Q.c.attempts).where(Q.c.job_id.in_(chunk))).all()
@@ -832,13 +887,23 @@ class SqlStore(
                 .values(outcome=status.value, finished_at=now)
             )
 
-    def cancel_job(self, job_id: uuid.UUID, *, now: datetime) -> bool:
-        def work(conn: Connection) -> bool:
+    def cancel_job(
+        self, job_id: uuid.UUID, *, now: datetime, resolve: FlowResolver | None = None
+    ) -> FlowWrite[bool]:
+        def work(conn: Connection) -> FlowWrite[bool]:
             row = self._locked_queue_row(conn, job_id)
             if row is None or JobStatus(row.status) not in CANCELLABLE:
-                return False
-            self._terminate(conn, [job_id], JobStatus.CANCELED, now)
-            return True
+                return FlowWrite(False)
+            effects: list[FlowEffect] = []
+            self._terminate(
+                conn,
+                [job_id],
+                JobStatus.CANCELED,
+                now,
+                effects=effects,
+                resolve=resolve or REFUSE_ALL,
+            )
+            return FlowWrite(True, tuple(effects))
 
         return self._run(work)
 
@@ -950,19 +1015,29 @@ class SqlStore(
             self._raise_business_key_conflict(exc)
             raise
 
-    def cancel_jobs_by_tag(self, tag: str, *, now: datetime) -> int:
+    def cancel_jobs_by_tag(
+        self, tag: str, *, now: datetime, resolve: FlowResolver | None = None
+    ) -> FlowWrite[int]:
         norm = tag.strip().lower()
 
-        def work(conn: Connection) -> int:
+        def work(conn: Connection) -> FlowWrite[int]:
             stmt = (
                 select(Q.c.job_id)
                 .join(TAGS, TAGS.c.job_id == Q.c.job_id)
                 .where(TAGS.c.tag == norm, Q.c.status.in_([s.value for s in TAG_CANCELLABLE]))
             )
             ids = list(conn.execute(self.dialect.lock_rows(stmt)).scalars())
+            effects: list[FlowEffect] = []
             if ids:
-                self._terminate(conn, ids, JobStatus.CANCELED, now)
-            return len(ids)
+                self._terminate(
+                    conn,
+                    ids,
+                    JobStatus.CANCELED,
+                    now,
+                    effects=effects,
+                    resolve=resolve or REFUSE_ALL,
+                )
+            return FlowWrite(len(ids), tuple(effects))
 
         return self._run(work)
 

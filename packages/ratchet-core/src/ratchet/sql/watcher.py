@@ -48,7 +48,7 @@ from sqlalchemy.engine import Connection, Row
 
 from ratchet.domain.errors import FencedOut
 from ratchet.domain.lifecycle import JobStatus, check_transition
-from ratchet.domain.model import ClaimedJob, NodeRecord, Outcome, OutcomeKind
+from ratchet.domain.model import ClaimedJob, NodeRecord, Outcome, OutcomeKind, OutcomeWrite
 from ratchet.domain.priority import claim_order_key
 from ratchet.domain.watcher import (
     LIVE_NODE_STATES,
@@ -66,10 +66,12 @@ from ratchet.domain.watcher import (
     orphaned_timed_out_at,
     takeover_eligible,
 )
+from ratchet.domain.workflow import FlowEffect, FlowResolver
 from ratchet.ports import iter_chunks
 from ratchet.sql import schema
 from ratchet.sql.claimed import DEFINITIONS, claimed_job
 from ratchet.sql.types import to_micros
+from ratchet.sql.workflows import REFUSE_ALL
 
 if TYPE_CHECKING:
     from ratchet.sql.dialect import SqlDialect
@@ -175,8 +177,13 @@ class WatcherStoreMixin:
         ) -> T: ...
 
         def _record(
-            self, conn: Connection, node_id: str, outcomes: Sequence[Outcome], now: datetime
-        ) -> list[uuid.UUID]: ...
+            self,
+            conn: Connection,
+            node_id: str,
+            outcomes: Sequence[Outcome],
+            now: datetime,
+            resolve: FlowResolver,
+        ) -> OutcomeWrite: ...
 
         def _candidates(self, now: datetime, limit: int) -> Any: ...
 
@@ -282,13 +289,16 @@ class WatcherStoreMixin:
         settings: WatcherSettings,
         decide: Decide,
         judge_silence: bool = True,
+        resolve: FlowResolver | None = None,
     ) -> WatcherReport:
         """One watcher pass: silent nodes -> DEAD, then every due job transition (T4, T6, T9,
         T13) in one transaction. Idempotent: a second pass at the same ``now`` changes nothing.
 
         ``judge_silence`` False skips the two judgements of silence (nodes dead, RUNNING jobs
         stalled): the caller could not write itself lately, so the silence may be the
-        database's."""
+        database's. The outcomes recorded for expired jobs (T9) are followed in their flows
+        through ``resolve``; the report's ``effects`` are what must follow the commit."""
+        resolver = resolve or REFUSE_ALL
 
         silent_nodes = select(NODE.c.node_id).where(
             NODE.c.state.in_(LIVE), NODE.c.heartbeat_at <= now - settings.dead_after
@@ -324,7 +334,9 @@ class WatcherStoreMixin:
         report = WatcherReport()
         if jobs_due or dead:
             report = self._run(
-                lambda conn: self._watch_jobs(conn, due, now, settings, decide, judge_silence)
+                lambda conn: self._watch_jobs(
+                    conn, due, now, settings, decide, judge_silence, resolver
+                )
             )
         return dc_replace(report, dead_nodes=tuple(dead), removed_nodes=removed)
 
@@ -381,6 +393,7 @@ class WatcherStoreMixin:
         settings: WatcherSettings,
         decide: Decide,
         judge_silence: bool,
+        resolve: FlowResolver,
     ) -> WatcherReport:
         stmt = select(*self._liveness_cols()).where(due).order_by(Q.c.job_id).limit(WATCH_LIMIT)
         # A plain read finds the candidates (no lock: on MySQL/MariaDB a locking scan would lock
@@ -427,12 +440,16 @@ class WatcherStoreMixin:
                 JobStatus.RUNNING,
                 {"status": "TIMED_OUT", "timed_out_at": orphaned_timed_out_at(now, settings)},
             )
-        outcomes = self._expire(conn, expire, now, settings, decide) if expire else []
+        outcomes: list[Outcome] = []
+        effects: list[FlowEffect] = []
+        if expire:
+            outcomes, effects = self._expire(conn, expire, now, settings, decide, resolve)
         return WatcherReport(
             revoked=len(revoke),
             orphaned=len(orphaned),
             stalled=len(stall),
             expired=tuple(outcomes),
+            effects=tuple(effects),
         )
 
     def _relock(self, conn: Connection, candidates: Sequence[Row[Any]]) -> list[Any]:
@@ -485,8 +502,10 @@ class WatcherStoreMixin:
         now: datetime,
         settings: WatcherSettings,
         decide: Decide,
-    ) -> list[Outcome]:
-        """T9: record the outcome the engine decides for each job, as its owner would."""
+        resolve: FlowResolver,
+    ) -> tuple[list[Outcome], list[FlowEffect]]:
+        """T9: record the outcome the engine decides for each job, as its owner would; return
+        the outcomes that applied and what they trigger in flows."""
         definitions = {
             d.job_id: d
             for d in conn.execute(
@@ -519,9 +538,11 @@ class WatcherStoreMixin:
             )
             by_owner.setdefault(r.picked_by, []).append(decide(stalled))
         applied: list[Outcome] = []
+        effects: list[FlowEffect] = []
         for owner, outcomes in by_owner.items():
-            fenced = set(self._record(conn, owner, outcomes, now))
-            applied.extend(o for o in outcomes if o.job_id not in fenced)
+            written = self._record(conn, owner, outcomes, now, resolve)
+            applied.extend(o for o in outcomes if o.job_id not in written.fenced)
+            effects.extend(written.effects)
         retried = [o.job_id for o in applied if o.kind is not OutcomeKind.DEAD]
         if retried:  # T9: the forced end of the stalled attempt bumps the epoch
             conn.execute(
@@ -529,7 +550,7 @@ class WatcherStoreMixin:
                 .where(Q.c.job_id.in_(retried), Q.c.status == JobStatus.PENDING.value)
                 .values(epoch=Q.c.epoch + 1)
             )
-        return applied
+        return applied, effects
 
     # ------------------------------------------------------------------ acquiring work
     def _node_capacity(self, conn: Connection, node_id: str) -> Any:

@@ -13,15 +13,20 @@ Representation (see docs/workflows.md):
   one transaction that finds every child ended, mark the batch ``completion_processed`` and
   finish its parent. A rolled-back write rolls all of it back; nothing is counted twice.
 * What must happen after commit (events, ``on_success`` / ``on_failure`` callbacks, progress
-  hooks, wakeups) is collected as :class:`FlowEffect` values per thread and taken by the caller
-  with :meth:`WorkflowStoreMixin.take_flow_effects` once the store call returned.
+  hooks, wakeups) is collected as :class:`~ratchet.domain.workflow.FlowEffect` values in a list
+  that the public call creates for its transaction and passes down explicitly (to the outcome
+  and terminal hooks too); the call returns them (``OutcomeWrite``, ``FlowWrite``, the watcher's
+  report). A retried transaction starts with a new list, so nothing of a rolled-back attempt
+  is returned.
+* Branch predicates and the enum classes of the results they read are resolved by the
+  :class:`~ratchet.domain.workflow.FlowResolver` the caller passes to that call (the engine's,
+  under its class policy); without one, every reference is refused.
 """
 
 from __future__ import annotations
 
 import json
 import logging
-import threading
 import uuid
 from collections import defaultdict
 from collections.abc import Callable, Mapping, Sequence
@@ -37,13 +42,14 @@ from sqlalchemy.orm import Session
 from ratchet.domain.errors import InvalidJobOptions
 from ratchet.domain.flows import BatchSpec, BranchSpec, FlowJob, waiting
 from ratchet.domain.lifecycle import JobStatus, check_transition
-from ratchet.domain.model import NewJob, Outcome, OutcomeKind
+from ratchet.domain.model import FlowWrite, NewJob, Outcome, OutcomeKind
 from ratchet.domain.options import BackoffPolicy
 from ratchet.domain.retry import RetryPolicy, decide_retry
 from ratchet.domain.workflow import (
     BatchContext,
     EffectKind,
     FlowEffect,
+    FlowResolver,
     JobResult,
     JobType,
     SignalTimeoutError,
@@ -57,6 +63,7 @@ from ratchet.sql.claimed import has_flow_effects
 
 if TYPE_CHECKING:
     from ratchet.sql.dialect import SqlDialect
+    from ratchet.sql.store import OutcomeHook, TerminalHook
 
 log = logging.getLogger("ratchet.workflows")
 
@@ -74,6 +81,7 @@ WAITING = JobStatus.WAITING.value
 
 
 __all__ = [  # the flow values live in ratchet.domain; importable from here as before
+    "REFUSE_ALL",
     "BatchSpec",
     "BranchSpec",
     "EffectKind",
@@ -82,6 +90,9 @@ __all__ = [  # the flow values live in ratchet.domain; importable from here as b
     "WorkflowStoreMixin",
     "waiting",
 ]
+
+#: The resolver of a write that was given none: every stored reference is refused.
+REFUSE_ALL = FlowResolver()
 
 
 @dataclass(frozen=True)
@@ -115,21 +126,6 @@ _INFO = select(
 )
 
 
-def _default_resolver(text: str) -> Callable[..., Any]:
-    from ratchet.targets import TargetRef, resolve_attribute
-
-    fn = resolve_attribute(TargetRef.parse(text))
-    if not callable(fn):
-        raise TypeError(f"{text} is not callable")
-    return fn  # type: ignore[no-any-return]
-
-
-def _refuse_enums(ref: str) -> Any:
-    from ratchet.serialization import refuse_enums
-
-    return refuse_enums(ref)
-
-
 # ---------------------------------------------------------------------------------------------
 # the mixin
 # ---------------------------------------------------------------------------------------------
@@ -138,8 +134,8 @@ class WorkflowStoreMixin:
 
     if TYPE_CHECKING:
         dialect: SqlDialect
-        outcome_hooks: list[Callable[[Connection, list[Outcome], datetime], None]]
-        terminal_hooks: list[Callable[[Connection, list[uuid.UUID], JobStatus, datetime], None]]
+        outcome_hooks: list[OutcomeHook]
+        terminal_hooks: list[TerminalHook]
 
         def _run(self, work: Callable[[Connection], T], *, write: bool = True) -> T: ...
 
@@ -152,6 +148,8 @@ class WorkflowStoreMixin:
             status: JobStatus,
             now: datetime,
             *,
+            effects: list[FlowEffect],
+            resolve: FlowResolver,
             superseded_by: uuid.UUID | None = None,
             error: str | None = None,
         ) -> None: ...
@@ -161,36 +159,10 @@ class WorkflowStoreMixin:
 
         def _raise_duplicate(self, exc: DBAPIError, jobs: Sequence[NewJob]) -> None: ...
 
-    flow_resolver: Callable[[str], Callable[..., Any]] = staticmethod(_default_resolver)
-    """Turns a stored predicate reference into a callable (the app adds its class policy)."""
-    enum_resolver: Callable[[str], type[Any]] = staticmethod(_refuse_enums)
-    """Turns an enum reference in a stored result or signal into its class: refuses every one
-    until the app installs its class policy (``EnumPolicy``)."""
-
     def _install_workflow_hooks(self) -> None:
         """Register the outcome and terminal hooks (called once from ``SqlStore.__init__``)."""
-        self._flow_tls = threading.local()
         self.outcome_hooks.append(self._flow_outcomes)
         self.terminal_hooks.append(self._flow_terminated)
-
-    # ------------------------------------------------------------------ effects
-    def _effects(self, conn: Connection) -> list[FlowEffect]:
-        """This transaction's effect list (a new transaction drops a rolled-back one's)."""
-        tls = self._flow_tls
-        tx = conn.get_transaction()
-        if getattr(tls, "tx", None) is not tx:
-            tls.tx = tx
-            tls.effects = []
-        effects: list[FlowEffect] = tls.effects
-        return effects
-
-    def take_flow_effects(self) -> list[FlowEffect]:
-        """The after-commit effects of this thread's last flow write (and forget them)."""
-        tls = self._flow_tls
-        effects: list[FlowEffect] = getattr(tls, "effects", [])
-        tls.effects = []
-        tls.tx = None
-        return effects
 
     # ------------------------------------------------------------------ submission
     def insert_flow(
@@ -365,15 +337,19 @@ class WorkflowStoreMixin:
             self._raise_duplicate(exc, [fj.job for fj in children])
             raise
 
-    def seal_batch(self, batch_id: uuid.UUID, *, now: datetime) -> BatchContext | None:
-        """No more children will come; completes the batch now if every child already ended."""
+    def seal_batch(
+        self, batch_id: uuid.UUID, *, now: datetime, resolve: FlowResolver
+    ) -> FlowWrite[BatchContext | None]:
+        """No more children will come; completes the batch now if every child already ended
+        (its branch conditions resolved through ``resolve``)."""
 
-        def work(conn: Connection) -> BatchContext | None:
+        def work(conn: Connection) -> FlowWrite[BatchContext | None]:
+            effects: list[FlowEffect] = []
             conn.execute(update(B).where(B.c.batch_id == batch_id).values(sealed=True))
             ctx = self._lock_batch(conn, batch_id)
             if ctx is not None:
-                self._maybe_complete(conn, ctx, now, source=batch_id)
-            return ctx
+                self._maybe_complete(conn, ctx, now, batch_id, effects, resolve)
+            return FlowWrite(ctx, tuple(effects))
 
         return self._run(work)
 
@@ -451,8 +427,13 @@ class WorkflowStoreMixin:
         return text
 
     def expire_signal_waits(
-        self, *, now: datetime, limit: int, policy: RetryPolicy | None = None
-    ) -> int:
+        self,
+        *,
+        now: datetime,
+        limit: int,
+        resolve: FlowResolver,
+        policy: RetryPolicy | None = None,
+    ) -> FlowWrite[int]:
         """Fail up to ``limit`` signal waits whose timeout passed, through the retry decision.
 
         With a retry left the job waits again (a new deadline: the backoff delay plus its wait
@@ -460,9 +441,9 @@ class WorkflowStoreMixin:
         its dependents follow as for any failure. Rows another node is scanning are skipped.
         """
         if limit <= 0:
-            return 0
+            return FlowWrite(0)
 
-        def work(conn: Connection) -> int:
+        def work(conn: Connection) -> FlowWrite[int]:
             stmt = (
                 select(Q.c.job_id, Q.c.attempts)
                 .where(Q.c.status == WAITING, Q.c.signal_deadline <= now)
@@ -471,7 +452,7 @@ class WorkflowStoreMixin:
             )
             rows = list(conn.execute(self.dialect.lock_for_claim(stmt)).all())
             if not rows:
-                return 0
+                return FlowWrite(0)
             defs = {
                 r.job_id: r
                 for r in conn.execute(
@@ -486,7 +467,7 @@ class WorkflowStoreMixin:
                 )
             }
             dead: list[_Ended] = []
-            effects = self._effects(conn)
+            effects: list[FlowEffect] = []
             for r in rows:
                 d = defs[r.job_id]
                 attempt = r.attempts + 1
@@ -535,14 +516,20 @@ class WorkflowStoreMixin:
                     )
                     dead.append(_Ended(r.job_id, JobStatus.FAILED, error=error, finished_at=now))
             if dead:
-                self._jobs_ended(conn, dead, now)
-            return len(rows)
+                self._jobs_ended(conn, dead, now, effects, resolve)
+            return FlowWrite(len(rows), tuple(effects))
 
         return self._run(work)
 
     # ------------------------------------------------------------------ hooks
-    def _flow_outcomes(self, conn: Connection, outcomes: list[Outcome], now: datetime) -> None:
-        self._effects(conn)  # a fresh list for this transaction, even if nothing follows
+    def _flow_outcomes(
+        self,
+        conn: Connection,
+        outcomes: list[Outcome],
+        now: datetime,
+        effects: list[FlowEffect],
+        resolve: FlowResolver,
+    ) -> None:
         ended = [
             _Ended(
                 o.job_id,
@@ -558,13 +545,19 @@ class WorkflowStoreMixin:
             if o.flow_effects and o.kind in (OutcomeKind.SUCCEEDED, OutcomeKind.DEAD)
         ]
         if ended:
-            self._jobs_ended(conn, ended, now)
+            self._jobs_ended(conn, ended, now, effects, resolve)
 
     def _flow_terminated(
-        self, conn: Connection, ids: list[uuid.UUID], status: JobStatus, now: datetime
+        self,
+        conn: Connection,
+        ids: list[uuid.UUID],
+        status: JobStatus,
+        now: datetime,
+        effects: list[FlowEffect],
+        resolve: FlowResolver,
     ) -> None:
-        self._effects(conn)
-        self._jobs_ended(conn, [_Ended(i, status, finished_at=now) for i in ids], now)
+        ended = [_Ended(i, status, finished_at=now) for i in ids]
+        self._jobs_ended(conn, ended, now, effects, resolve)
 
     # ------------------------------------------------------------------ what follows an end
     def _jobs_ended(
@@ -572,16 +565,18 @@ class WorkflowStoreMixin:
         conn: Connection,
         ended: Sequence[_Ended],
         now: datetime,
+        effects: list[FlowEffect],
+        resolve: FlowResolver,
         source: Mapping[uuid.UUID, uuid.UUID] | None = None,
     ) -> None:
-        """Everything that follows from jobs reaching a terminal status, in their transaction."""
+        """Everything that follows from jobs reaching a terminal status, in their transaction:
+        what must happen after commit is appended to ``effects``."""
         infos: dict[uuid.UUID, Row[Any]] = {}
         for chunk in iter_chunks([e.job_id for e in ended], CHUNK):
             rows = conn.execute(_INFO, {"ids": chunk})
             infos.update({r.job_id: r for r in rows})
         if not infos:
             return
-        effects = self._effects(conn)
         src = dict(source or {})
         parents: list[_Ended] = []
         batch_delta: dict[uuid.UUID, list[int]] = defaultdict(lambda: [0, 0])
@@ -622,7 +617,7 @@ class WorkflowStoreMixin:
                 batch_source.setdefault(info.batch_id, origin)
                 counted.append(e.job_id)
             if info.job_type == JobType.BATCH_PARENT.value and e.status is JobStatus.CANCELED:
-                self._cancel_batch_children(conn, e.job_id, now, origin)
+                self._cancel_batch_children(conn, e.job_id, now, effects, resolve)
             if info.chain_id is not None:
                 if e.status is JobStatus.FAILED:
                     effects.append(
@@ -639,12 +634,13 @@ class WorkflowStoreMixin:
                 parents.append(e)
                 src.setdefault(e.job_id, origin)
         if parents:
-            self._follow_parents(conn, parents, now, src)
+            self._follow_parents(conn, parents, now, src, effects, resolve)
         for chunk in iter_chunks(counted, CHUNK):
             conn.execute(update(J).where(J.c.job_id.in_(chunk)).values(batch_counted=True))
         for batch_id in sorted(batch_delta):  # a fixed order: no lock-order deadlocks
             done, failed = batch_delta[batch_id]
-            self._count_children(conn, batch_id, done, failed, now, batch_source[batch_id])
+            first = batch_source[batch_id]
+            self._count_children(conn, batch_id, done, failed, now, first, effects, resolve)
 
     def _follow_parents(
         self,
@@ -652,6 +648,8 @@ class WorkflowStoreMixin:
         parents: Sequence[_Ended],
         now: datetime,
         source: Mapping[uuid.UUID, uuid.UUID],
+        effects: list[FlowEffect],
+        resolve: FlowResolver,
     ) -> None:
         ids = [p.job_id for p in parents]
         waiting: dict[uuid.UUID, list[uuid.UUID]] = defaultdict(list)
@@ -677,7 +675,6 @@ class WorkflowStoreMixin:
                 )
         release: list[uuid.UUID] = []
         cancel: list[uuid.UUID] = []
-        effects = self._effects(conn)
         for parent in parents:
             origin = source.get(parent.job_id, parent.job_id)
             live = set(waiting.get(parent.job_id, ()))
@@ -696,7 +693,7 @@ class WorkflowStoreMixin:
             result = JobResult(
                 parent.job_id,
                 parent.status is JobStatus.SUCCEEDED,
-                _safe_decode(parent.result, self.enum_resolver),
+                _safe_decode(parent.result, resolve.enum),
                 parent.error,
                 parent.started_at,
                 parent.finished_at,
@@ -728,7 +725,7 @@ class WorkflowStoreMixin:
                     )
                 )
 
-            fire, skip = select_branches(branches, result, batch, self.flow_resolver, failed)
+            fire, skip = select_branches(branches, result, batch, resolve.predicate, failed)
             release.extend(c.child_job_id for c in fire)
             cancel.extend(c.child_job_id for c in skip)
             for c in fire:
@@ -759,10 +756,15 @@ class WorkflowStoreMixin:
         if cancel:
             check_transition(JobStatus.WAITING, JobStatus.CANCELED)
             # Through the terminal hooks again: the cascade goes depth-first down the flow.
-            self._terminate(conn, cancel, JobStatus.CANCELED, now)
+            self._terminate(conn, cancel, JobStatus.CANCELED, now, effects=effects, resolve=resolve)
 
     def _cancel_batch_children(
-        self, conn: Connection, batch_id: uuid.UUID, now: datetime, origin: uuid.UUID
+        self,
+        conn: Connection,
+        batch_id: uuid.UUID,
+        now: datetime,
+        effects: list[FlowEffect],
+        resolve: FlowResolver,
     ) -> None:
         """The parent was canceled: the batch never completes and its live children go."""
         conn.execute(update(B).where(B.c.batch_id == batch_id).values(completion_processed=True))
@@ -776,7 +778,7 @@ class WorkflowStoreMixin:
             ).scalars()
         )
         if ids:
-            self._terminate(conn, ids, JobStatus.CANCELED, now)
+            self._terminate(conn, ids, JobStatus.CANCELED, now, effects=effects, resolve=resolve)
 
     def _count_children(
         self,
@@ -786,6 +788,8 @@ class WorkflowStoreMixin:
         failed: int,
         now: datetime,
         origin: uuid.UUID,
+        effects: list[FlowEffect],
+        resolve: FlowResolver,
     ) -> None:
         # An atomic increment: concurrent writers queue on the batch row, none is lost.
         conn.execute(
@@ -801,16 +805,22 @@ class WorkflowStoreMixin:
             return
         ctx = _batch_ctx(row)
         if row.progress_hook:
-            self._effects(conn).append(
+            effects.append(
                 FlowEffect(
                     EffectKind.BATCH_PROGRESS, batch_id, origin, row.progress_hook, batch=ctx
                 )
             )
         if not row.completion_processed:
-            self._maybe_complete(conn, ctx, now, origin)
+            self._maybe_complete(conn, ctx, now, origin, effects, resolve)
 
     def _maybe_complete(
-        self, conn: Connection, ctx: BatchContext, now: datetime, source: uuid.UUID
+        self,
+        conn: Connection,
+        ctx: BatchContext,
+        now: datetime,
+        source: uuid.UUID,
+        effects: list[FlowEffect],
+        resolve: FlowResolver,
     ) -> None:
         if not ctx.is_complete:
             return
@@ -838,13 +848,13 @@ class WorkflowStoreMixin:
             .where(J.c.job_id == parent)
             .values(terminal_status=JobStatus.SUCCEEDED.value, result=result, terminated_at=now)
         )
-        self._effects(conn).append(
-            FlowEffect(EffectKind.BATCH_COMPLETED, parent, source, batch=ctx)
-        )
+        effects.append(FlowEffect(EffectKind.BATCH_COMPLETED, parent, source, batch=ctx))
         self._jobs_ended(
             conn,
             [_Ended(parent, JobStatus.SUCCEEDED, result, None, None, now)],
             now,
+            effects,
+            resolve,
             {parent: source},
         )
 

@@ -44,7 +44,7 @@ class CancellationStoreContract:
     ) -> None:
         job = self.running(store, clock)
         clock.advance(5)
-        assert cancels.request_cancellation(job.job_id, now=clock.now())
+        assert cancels.request_cancellation(job.job_id, now=clock.now()).value
         assert store.get_job(job.job_id).status is JobStatus.CANCELED
         assert cancels.cancellation_requests(OTHER, now=clock.now()) == []
         assert cancels.cancellation_requests(NODE, now=clock.now()) == [
@@ -56,9 +56,9 @@ class CancellationStoreContract:
         self, store: Any, cancels: CancellationStore, clock: FakeClock
     ) -> None:
         job = self.running(store, clock)
-        assert cancels.request_cancellation(job.job_id, now=clock.now())
+        assert cancels.request_cancellation(job.job_id, now=clock.now()).value
         late = outcome(job, OutcomeKind.SUCCEEDED, clock, result='"late"')
-        assert store.record_outcomes(NODE, [late], now=clock.now()) == [job.job_id]
+        assert store.record_outcomes(NODE, [late], now=clock.now()).fenced == (job.job_id,)
         record = store.get_job(job.job_id)
         assert record.status is JobStatus.CANCELED and record.result is None
 
@@ -67,22 +67,22 @@ class CancellationStoreContract:
     ) -> None:
         pending = new_job(clock, scheduled_time=clock.now() + timedelta(hours=1))
         store.insert_jobs([pending], now=clock.now())
-        assert cancels.request_cancellation(pending.job_id, now=clock.now())
+        assert cancels.request_cancellation(pending.job_id, now=clock.now()).value
         assert store.get_job(pending.job_id).status is JobStatus.CANCELED
         assert cancels.cancellation_requests(NODE, now=clock.now()) == []
 
     def test_missing_and_terminal_jobs_are_refused(
         self, store: Any, cancels: CancellationStore, clock: FakeClock
     ) -> None:
-        assert not cancels.request_cancellation(uuid7(), now=clock.now())
+        assert not cancels.request_cancellation(uuid7(), now=clock.now()).value
         job = self.running(store, clock)
         assert (
             store.record_outcomes(
                 NODE, [outcome(job, OutcomeKind.SUCCEEDED, clock)], now=clock.now()
-            )
-            == []
+            ).fenced
+            == ()
         )
-        assert not cancels.request_cancellation(job.job_id, now=clock.now())
+        assert not cancels.request_cancellation(job.job_id, now=clock.now()).value
         assert store.get_job(job.job_id).status is JobStatus.SUCCEEDED
         assert cancels.cancellation_requests(NODE, now=clock.now()) == []
 
@@ -93,7 +93,7 @@ class CancellationStoreContract:
         theirs = self.running(store, clock, OTHER)
         for job in (*mine, theirs):
             clock.advance(1)
-            assert cancels.request_cancellation(job.job_id, now=clock.now())
+            assert cancels.request_cancellation(job.job_id, now=clock.now()).value
         got = cancels.cancellation_requests(NODE, now=clock.now())
         assert [r.job_id for r in got] == [j.job_id for j in mine], "oldest first"
         (other,) = cancels.cancellation_requests(OTHER, now=clock.now())
@@ -103,9 +103,9 @@ class CancellationStoreContract:
         self, store: Any, cancels: CancellationStore, clock: FakeClock
     ) -> None:
         orphan = self.running(store, clock, "dead-node")
-        assert cancels.request_cancellation(orphan.job_id, now=clock.now())
+        assert cancels.request_cancellation(orphan.job_id, now=clock.now()).value
         clock.advance(timedelta(days=1, seconds=1))
         fresh = self.running(store, clock)
-        assert cancels.request_cancellation(fresh.job_id, now=clock.now())
+        assert cancels.request_cancellation(fresh.job_id, now=clock.now()).value
         assert cancels.cancellation_requests("dead-node", now=clock.now()) == []
         assert len(cancels.cancellation_requests(NODE, now=clock.now())) == 1

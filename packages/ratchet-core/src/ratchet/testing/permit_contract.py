@@ -172,7 +172,7 @@ class PermitStoreContract:
         assert (wrong_node.granted, wrong_node.owned) == (False, False)
         stale = permits.acquire_permit(RES, job.job_id, job.epoch - 1, NODE, now=clock.now())
         assert (stale.granted, stale.owned) == (False, False)
-        assert store.cancel_job(job.job_id, now=clock.now())
+        assert store.cancel_job(job.job_id, now=clock.now()).value
         canceled = self.acquire(permits, job, clock)
         assert (canceled.granted, canceled.owned) == (False, False)
         assert permits.list_permits() == []

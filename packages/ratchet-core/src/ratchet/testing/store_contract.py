@@ -111,7 +111,7 @@ def failed_once(store: Any, clock: FakeClock, n: int, node: str = NODE) -> list[
         outcome(c, OutcomeKind.RETRY, clock, error=EARLIER_ERROR, retry_at=clock.now())
         for c in claimed
     ]
-    assert store.record_outcomes(node, retries, now=clock.now()) == []
+    assert store.record_outcomes(node, retries, now=clock.now()).fenced == ()
     return jobs
 
 
@@ -338,7 +338,7 @@ class StoreContract:
 
     def test_business_key_free_once_holder_is_terminal(self, store: Any, clock: FakeClock) -> None:
         [holder] = self.insert(store, clock, business_key="nightly")
-        assert store.cancel_job(holder.job_id, now=clock.now())
+        assert store.cancel_job(holder.job_id, now=clock.now()).value
         [again] = self.insert(store, clock, business_key="nightly")
         assert self.status(store, again.job_id) is JobStatus.PENDING
 
@@ -500,10 +500,10 @@ class StoreContract:
         [job] = self.insert(store, clock)
         [c] = self.claim(store, clock)
         clock.advance(2)
-        fenced = store.record_outcomes(
+        written = store.record_outcomes(
             NODE, [outcome(c, OutcomeKind.SUCCEEDED, clock, result='{"ok":true}')], now=clock.now()
         )
-        assert fenced == []
+        assert written.fenced == ()
         rec = store.get_job(job.job_id)
         assert rec.status is JobStatus.SUCCEEDED
         assert rec.result == '{"ok":true}'
@@ -518,7 +518,7 @@ class StoreContract:
         [second] = self.claim(store, clock, node=OTHER)
         assert second.epoch == first.epoch + 1
         zombie = outcome(first, OutcomeKind.SUCCEEDED, clock, result='"late"')
-        assert store.record_outcomes(NODE, [zombie], now=clock.now()) == [job.job_id]
+        assert store.record_outcomes(NODE, [zombie], now=clock.now()).fenced == (job.job_id,)
         rec = store.get_job(job.job_id)
         assert (rec.status, rec.picked_by, rec.epoch, rec.result) == (
             JobStatus.RUNNING,
@@ -528,16 +528,16 @@ class StoreContract:
         )
         # The same epoch from the wrong node is fenced too.
         wrong_node = outcome(second, OutcomeKind.SUCCEEDED, clock)
-        assert store.record_outcomes(NODE, [wrong_node], now=clock.now()) == [job.job_id]
-        assert store.record_outcomes(OTHER, [wrong_node], now=clock.now()) == []
+        assert store.record_outcomes(NODE, [wrong_node], now=clock.now()).fenced == (job.job_id,)
+        assert store.record_outcomes(OTHER, [wrong_node], now=clock.now()).fenced == ()
         assert self.status(store, job.job_id) is JobStatus.SUCCEEDED
 
     def test_mixed_batch_applies_only_owned_outcomes(self, store: Any, clock: FakeClock) -> None:
         jobs = self.insert(store, clock, n=3)
         claimed = {c.job_id: c for c in self.claim(store, clock)}
         a, b, c = (claimed[j.job_id] for j in jobs)
-        assert store.cancel_job(b.job_id, now=clock.now())
-        fenced = store.record_outcomes(
+        assert store.cancel_job(b.job_id, now=clock.now()).value
+        written = store.record_outcomes(
             NODE,
             [
                 outcome(a, OutcomeKind.SUCCEEDED, clock),
@@ -546,7 +546,7 @@ class StoreContract:
             ],
             now=clock.now(),
         )
-        assert fenced == [b.job_id]
+        assert written.fenced == (b.job_id,)
         assert [self.status(store, j.job_id) for j in jobs] == [
             JobStatus.SUCCEEDED,
             JobStatus.CANCELED,
@@ -659,19 +659,21 @@ class StoreContract:
     def test_cancel(self, store: Any, clock: FakeClock) -> None:
         pending, paused = self.insert(store, clock, n=2)
         store.pause_job(paused.job_id, now=clock.now())
-        assert store.cancel_job(pending.job_id, now=clock.now())
-        assert store.cancel_job(paused.job_id, now=clock.now())
-        assert not store.cancel_job(pending.job_id, now=clock.now()), "terminal jobs stay terminal"
-        assert not store.cancel_job(uuid7(), now=clock.now())
+        assert store.cancel_job(pending.job_id, now=clock.now()).value
+        assert store.cancel_job(paused.job_id, now=clock.now()).value
+        assert not store.cancel_job(pending.job_id, now=clock.now()).value, (
+            "terminal jobs stay terminal"
+        )
+        assert not store.cancel_job(uuid7(), now=clock.now()).value
         assert self.status(store, pending.job_id) is JobStatus.CANCELED
 
     def test_cancel_running_job_fences_its_result(self, store: Any, clock: FakeClock) -> None:
         [job] = self.insert(store, clock)
         [c] = self.claim(store, clock)
-        assert store.cancel_job(job.job_id, now=clock.now())
+        assert store.cancel_job(job.job_id, now=clock.now()).value
         assert store.record_outcomes(
             NODE, [outcome(c, OutcomeKind.SUCCEEDED, clock)], now=clock.now()
-        ) == [job.job_id]
+        ).fenced == (job.job_id,)
         assert self.status(store, job.job_id) is JobStatus.CANCELED
         assert store.attempts(job.job_id)[0].outcome == "CANCELED"
 
@@ -682,7 +684,7 @@ class StoreContract:
         kept, canceled, stale = self.claim(store, clock)
         self.insert(store, clock)
         [theirs] = self.claim(store, clock, node=OTHER)
-        assert store.cancel_job(canceled.job_id, now=clock.now())
+        assert store.cancel_job(canceled.job_id, now=clock.now()).value
         asked = [
             (kept.job_id, kept.epoch),
             (canceled.job_id, canceled.epoch),
@@ -701,7 +703,7 @@ class StoreContract:
         paused = self.insert(store, clock, tags=("batch-7",))[0]
         other = self.insert(store, clock, tags=("other",))[0]
         store.pause_job(paused.job_id, now=clock.now())
-        assert store.cancel_jobs_by_tag("Batch-7", now=clock.now()) == 2
+        assert store.cancel_jobs_by_tag("Batch-7", now=clock.now()).value == 2
         assert [self.status(store, j.job_id) for j in (running, pending, paused, other)] == [
             JobStatus.RUNNING,
             JobStatus.CANCELED,
@@ -712,14 +714,14 @@ class StoreContract:
     def test_replace_is_atomic_and_moves_business_key(self, store: Any, clock: FakeClock) -> None:
         [old] = self.insert(store, clock, business_key="invoice-9")
         replacement = new_job(clock, scheduled_time=clock.now() + timedelta(minutes=5))
-        assert store.replace_job(old.job_id, replacement, now=clock.now())
+        assert store.replace_job(old.job_id, replacement, now=clock.now()).value
         old_rec, new_rec = store.get_job(old.job_id), store.get_job(replacement.job_id)
         assert old_rec.status is JobStatus.CANCELED
         assert old_rec.superseded_by == replacement.job_id
         assert new_rec.status is JobStatus.PENDING and new_rec.business_key == "invoice-9"
         # Replacing a terminal job changes nothing and inserts nothing.
         ghost = new_job(clock)
-        assert not store.replace_job(old.job_id, ghost, now=clock.now())
+        assert not store.replace_job(old.job_id, ghost, now=clock.now()).value
         assert store.get_job(ghost.job_id) is None
 
     def test_retry_jobs_bulk(self, store: Any, clock: FakeClock) -> None:
@@ -785,7 +787,7 @@ class StoreContract:
         assert {c.job_id for c in again} == {c.job_id for c in mine}
         assert all(c.epoch == 2 for c in again)
         late = [outcome(c, OutcomeKind.SUCCEEDED, clock) for c in mine]
-        assert sorted(store.record_outcomes(NODE, late, now=clock.now()), key=str) == sorted(
+        assert sorted(store.record_outcomes(NODE, late, now=clock.now()).fenced, key=str) == sorted(
             (c.job_id for c in mine), key=str
         )
 

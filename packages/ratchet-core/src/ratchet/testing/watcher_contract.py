@@ -173,15 +173,15 @@ class WatcherStoreContract:
             ws.record_progress(NODE, job.job_id, job.epoch, now=clock.now(), step=2, data=None)
         assert store.record_outcomes(
             NODE, [outcome(job, OutcomeKind.SUCCEEDED, clock, result='"zombie"')], now=clock.now()
-        ) == [job.job_id]
+        ).fenced == (job.job_id,)
         assert self.view(ws, job.job_id) == v, "a refused write changes nothing"
         assert (
             store.record_outcomes(
                 OTHER,
                 [outcome(taken, OutcomeKind.SUCCEEDED, clock, result='"ok"')],
                 now=clock.now(),
-            )
-            == []
+            ).fenced
+            == ()
         )
         rec = store.get_job(job.job_id)
         assert (rec.status, rec.result) == (JobStatus.SUCCEEDED, '"ok"')
@@ -248,8 +248,8 @@ class WatcherStoreContract:
         assert (
             store.record_outcomes(
                 NODE, [outcome(job, OutcomeKind.SUCCEEDED, clock, result="1")], now=clock.now()
-            )
-            == []
+            ).fenced
+            == ()
         )
         assert store.get_job(job.job_id).status is JobStatus.SUCCEEDED
 
@@ -304,7 +304,7 @@ class WatcherStoreContract:
         assert [a.outcome for a in store.attempts(retried.job_id)] == ["RETRY"]
         # The stalled run is fenced out; any node, its old owner included, may claim the job.
         late = outcome(retried, OutcomeKind.SUCCEEDED, clock)
-        assert store.record_outcomes(NODE, [late], now=clock.now()) == [retried.job_id]
+        assert store.record_outcomes(NODE, [late], now=clock.now()).fenced == (retried.job_id,)
         [again] = store.claim(NODE, 1, now=clock.now(), boost_interval=BOOST)
         assert (again.job_id, again.epoch) == (retried.job_id, retried.epoch + 2)
         # No retry remains: FAILED, the dead-letter queue.
@@ -360,8 +360,8 @@ class WatcherStoreContract:
         assert (
             store.record_outcomes(
                 NODE, [outcome(first, OutcomeKind.SUCCEEDED, clock)], now=clock.now()
-            )
-            == []
+            ).fenced
+            == ()
         )
         clock.advance(SETTINGS.queued_stall - US)
         self.beat_all(ws, clock, NODE, OTHER)
@@ -449,7 +449,7 @@ class WatcherStoreContract:
         clock.advance(SETTINGS.dead_after)
         assert ws.beat(OTHER, now=clock.now())
         assert self.watch(ws, clock).orphaned == 1
-        assert store.cancel_job(job.job_id, now=clock.now())
+        assert store.cancel_job(job.job_id, now=clock.now()).value
         assert ws.takeover(OTHER, 4, now=clock.now(), settings=SETTINGS) == []
         assert store.get_job(job.job_id).status is JobStatus.CANCELED
 

@@ -4,6 +4,10 @@ Subclass :class:`WorkflowStoreContract` in a test module that provides the ``sto
 ``clock`` fixtures (as for :class:`~ratchet.testing.store_contract.StoreContract`). The
 concurrency tests drive the store from several threads, each with its own node id, the way
 worker processes do; on PostgreSQL and MySQL the completions then really race on the batch row.
+
+Every store call that can end jobs returns the effects its write produced (``OutcomeWrite``,
+``FlowWrite``) and resolves branch predicates only through the resolver it is given: the suite
+passes :data:`RESOLVE`, as the engine passes its own under its class policy.
 """
 
 from __future__ import annotations
@@ -26,6 +30,7 @@ from ratchet.domain.workflow import (
     ConditionType,
     EffectKind,
     FlowEffect,
+    FlowResolver,
     JobResult,
     JobType,
     WorkflowCondition,
@@ -52,6 +57,21 @@ def value_is_even(value: Any) -> bool:
 def half_succeeded(batch: BatchContext) -> bool:
     """A BATCH_CUSTOM predicate used by the contract."""
     return batch.success_rate >= 0.5
+
+
+def resolve_predicate(text: str) -> Callable[..., Any]:
+    """The suite's predicate resolver: any importable function (the engine's also asks its
+    class policy first)."""
+    from ratchet.targets import TargetRef, resolve_attribute
+
+    fn = resolve_attribute(TargetRef.parse(text))
+    if not callable(fn):
+        raise TypeError(f"{text} is not callable")
+    return fn  # type: ignore[no-any-return]
+
+
+#: What the suite passes to every call that can end jobs.
+RESOLVE = FlowResolver(predicate=resolve_predicate)
 
 
 def _flow_store(store: Any) -> Any:
@@ -93,10 +113,9 @@ class WorkflowStoreContract:
             )
             for j in jobs
         ]
-        fenced = store.record_outcomes(node, outcomes, now=now)
-        assert fenced == []
-        effects: list[FlowEffect] = store.take_flow_effects()
-        return effects
+        written = store.record_outcomes(node, outcomes, now=now, resolve=RESOLVE)
+        assert written.fenced == ()
+        return list(written.effects)
 
     def status(self, store: Any, job_id: uuid.UUID) -> JobStatus:
         rec = store.get_job(job_id)
@@ -104,7 +123,14 @@ class WorkflowStoreContract:
         return JobStatus(rec.status)
 
     def batch(
-        self, store: Any, clock: FakeClock, n: int, *, sealed: bool = True, branches: int = 0
+        self,
+        store: Any,
+        clock: FakeClock,
+        n: int,
+        *,
+        sealed: bool = True,
+        branches: int = 0,
+        progress_hook: str | None = None,
     ) -> tuple[NewJob, list[NewJob], list[NewJob]]:
         parent = waiting(new_job(clock, target="tests.jobs:parent"))
         children = [new_job(clock, max_retries=0) for _ in range(n)]
@@ -124,7 +150,7 @@ class WorkflowStoreContract:
             jobs,
             now=clock.now(),
             branches=specs,
-            batch=BatchSpec(parent.job_id, "contract", n, sealed),
+            batch=BatchSpec(parent.job_id, "contract", n, sealed, progress_hook),
         )
         assert result.inserted
         return parent, children, branch_jobs
@@ -158,6 +184,9 @@ class WorkflowStoreContract:
                 [FlowJob(j, signal_key=key, signal_wait=timedelta(minutes=5))], now=clock.now()
             )
         return jobs
+
+    def expire(self, store: Any, clock: FakeClock, limit: int) -> Any:
+        return store.expire_signal_waits(now=clock.now(), limit=limit, resolve=RESOLVE)
 
     def race(self, workers: int, target: Callable[[int], Any]) -> list[Any]:
         """Run ``target(i)`` on ``workers`` threads released together; re-raise any error."""
@@ -259,8 +288,7 @@ class WorkflowStoreContract:
         assert self.status(store, parent.job_id) is JobStatus.WAITING
 
         def seal(i: int) -> list[FlowEffect]:
-            store.seal_batch(parent.job_id, now=clock.now())
-            return list(store.take_flow_effects())
+            return list(store.seal_batch(parent.job_id, now=clock.now(), resolve=RESOLVE).effects)
 
         results = self.race(4, seal)
         completed = [e for r in results for e in r if e.kind is EffectKind.BATCH_COMPLETED]
@@ -279,7 +307,9 @@ class WorkflowStoreContract:
         self.finish(store, clock, self.claim(store, clock))
         ctx = store.get_batch(parent.job_id)
         assert (ctx.total, ctx.completed, ctx.sealed, ctx.is_complete) == (5, 5, False, False)
-        store.seal_batch(parent.job_id, now=clock.now())
+        sealed = store.seal_batch(parent.job_id, now=clock.now(), resolve=RESOLVE)
+        assert sealed.value == store.get_batch(parent.job_id)
+        assert [e.kind for e in sealed.effects] == [EffectKind.BATCH_COMPLETED]
         assert store.get_batch(parent.job_id).is_complete
         assert self.status(store, parent.job_id) is JobStatus.SUCCEEDED
         with pytest.raises(ValueError, match="not open"):
@@ -307,10 +337,12 @@ class WorkflowStoreContract:
         store = _flow_store(store)
         parent, children, branches = self.batch(store, clock, 6, branches=2)
         running = self.claim(store, clock, limit=2)
-        assert store.cancel_job(parent.job_id, now=clock.now())
+        canceled = store.cancel_job(parent.job_id, now=clock.now(), resolve=RESOLVE)
+        assert canceled.value
+        assert canceled.effects == (), "a canceled batch never completes: nothing follows"
         assert {self.status(store, c.job_id) for c in children} == {JobStatus.CANCELED}
         assert {self.status(store, b.job_id) for b in branches} == {JobStatus.CANCELED}
-        assert store.record_outcomes(
+        written = store.record_outcomes(
             NODE,
             [
                 Outcome(
@@ -319,8 +351,39 @@ class WorkflowStoreContract:
                 for j in running
             ],
             now=clock.now(),
-        ) == [j.job_id for j in running], "the running children's results are fenced out"
+            resolve=RESOLVE,
+        )
+        assert written.fenced == tuple(j.job_id for j in running), (
+            "the running children's results are fenced out"
+        )
+        assert written.effects == ()
         assert self.status(store, parent.job_id) is JobStatus.CANCELED
+
+    def test_a_cancel_returns_what_the_end_it_caused_triggers(
+        self, store: Any, clock: FakeClock
+    ) -> None:
+        """Canceling the last live child completes its batch in the canceling transaction; the
+        cancel returns the effects (progress, completion, the branch it fired, the release)."""
+        store = _flow_store(store)
+        parent, children, branches = self.batch(
+            store, clock, 3, branches=2, progress_hook="tests.jobs:progress"
+        )
+        [first, second, last] = children
+        jobs = {j.job_id: j for j in self.claim(store, clock)}
+        self.finish(store, clock, [jobs[first.job_id], jobs[second.job_id]])
+        canceled = store.cancel_job(last.job_id, now=clock.now(), resolve=RESOLVE)
+        assert canceled.value
+        kinds = [e.kind for e in canceled.effects]
+        assert kinds.count(EffectKind.BATCH_PROGRESS) == 1
+        assert kinds.count(EffectKind.BATCH_COMPLETED) == 1
+        [completed] = [e.batch for e in canceled.effects if e.kind is EffectKind.BATCH_COMPLETED]
+        assert completed is not None and (completed.completed, completed.failed) == (2, 1)
+        [fired] = [e for e in canceled.effects if e.kind is EffectKind.BRANCH_TRIGGERED]
+        assert fired.job_id == branches[1].job_id, "a canceled child counts as failed"
+        assert EffectKind.RELEASED in kinds
+        assert {e.source for e in canceled.effects} == {last.job_id}
+        assert self.status(store, parent.job_id) is JobStatus.SUCCEEDED
+        assert self.released(store, branches) == [1]
 
     # ------------------------------------------------------------------ chains
     def test_chain_steps_are_released_one_by_one(self, store: Any, clock: FakeClock) -> None:
@@ -355,7 +418,7 @@ class WorkflowStoreContract:
         store = _flow_store(store)
         steps = self.chain(store, clock, 3)
         [head] = self.claim(store, clock)
-        assert store.cancel_job(head.job_id, now=clock.now())
+        assert store.cancel_job(head.job_id, now=clock.now(), resolve=RESOLVE).value
         assert {self.status(store, s.job_id) for s in steps} == {JobStatus.CANCELED}
 
     def test_branches_follow_their_condition(self, store: Any, clock: FakeClock) -> None:
@@ -432,6 +495,35 @@ class WorkflowStoreContract:
         failed = [e for e in effects if e.kind is EffectKind.CONDITION_FAILED]
         assert len(failed) == 1, "the predicate that does not import is reported, not fired"
 
+    def test_without_a_resolver_no_predicate_is_resolved(
+        self, store: Any, clock: FakeClock
+    ) -> None:
+        """The store resolves predicates only through the resolver it is given: a write given
+        none refuses every predicate (reported, not fired) and still applies the other
+        conditions."""
+        store = _flow_store(store)
+        parent = new_job(clock)
+        branches = self.branches_of(store, clock, parent, self.job_conditions()[:4])
+        [job] = self.claim(store, clock)
+        outcome = Outcome(
+            job.job_id,
+            job.epoch,
+            job.attempt,
+            OutcomeKind.SUCCEEDED,
+            clock.now(),
+            clock.now(),
+            result="12",
+        )
+        written = store.record_outcomes(NODE, [outcome], now=clock.now())
+        assert written.fenced == ()
+        assert self.released(store, branches) == [0], "only SUCCESS fired"
+        failed = [e for e in written.effects if e.kind is EffectKind.CONDITION_FAILED]
+        assert [e.data["branch"] for e in failed] == [
+            str(branches[2].job_id),
+            str(branches[3].job_id),
+        ]
+        assert all("ClassPolicyViolation" in e.data["error"] for e in failed)
+
     def test_first_match_fires_only_the_first_by_priority(
         self, store: Any, clock: FakeClock
     ) -> None:
@@ -498,8 +590,9 @@ class WorkflowStoreContract:
             clock.now(),
             clock.now(),
         )
-        assert store.record_outcomes("doomed", [late], now=clock.now()) == [second.job_id]
-        assert store.take_flow_effects() == [], "a fenced outcome releases nothing"
+        written = store.record_outcomes("doomed", [late], now=clock.now(), resolve=RESOLVE)
+        assert written.fenced == (second.job_id,)
+        assert written.effects == (), "a fenced outcome releases nothing"
         assert self.status(store, steps[2].job_id) is JobStatus.WAITING
         self.finish(store, clock, [again], node="survivor")
         [third] = self.claim(store, clock, node="survivor")
@@ -551,14 +644,11 @@ class WorkflowStoreContract:
         once = self.signal_jobs(store, clock, "t", 30, max_retries=0)
         retried = self.signal_jobs(store, clock, "t", 10, max_retries=1)
         clock.advance(timedelta(minutes=4))
-        assert store.expire_signal_waits(now=clock.now(), limit=100) == 0
+        assert self.expire(store, clock, 100).value == 0
         clock.advance(timedelta(minutes=2))
         counts = self.race(
             4,
-            lambda i: (
-                store.expire_signal_waits(now=clock.now(), limit=7)
-                + store.expire_signal_waits(now=clock.now(), limit=100)
-            ),
+            lambda i: self.expire(store, clock, 7).value + self.expire(store, clock, 100).value,
         )
         assert sum(counts) == 40, "every expired wait handled exactly once"
         assert {self.status(store, j.job_id) for j in once} == {JobStatus.FAILED}
@@ -566,5 +656,5 @@ class WorkflowStoreContract:
         assert {self.status(store, j.job_id) for j in retried} == {JobStatus.WAITING}
         assert {store.get_job(j.job_id).attempts for j in retried} == {1}
         clock.advance(timedelta(minutes=6))
-        assert store.expire_signal_waits(now=clock.now(), limit=100) == 10
+        assert self.expire(store, clock, 100).value == 10
         assert {self.status(store, j.job_id) for j in retried} == {JobStatus.FAILED}
