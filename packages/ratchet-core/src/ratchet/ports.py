@@ -16,6 +16,7 @@ from datetime import datetime, timedelta
 from typing import Any, Protocol, TypeVar, runtime_checkable
 
 from ratchet.domain.breaker import BreakerSpec, BreakerState, Transition
+from ratchet.domain.flows import BatchSpec, BranchSpec, FlowJob
 from ratchet.domain.lifecycle import JobPriority
 from ratchet.domain.model import (
     AttemptRecord,
@@ -36,6 +37,7 @@ from ratchet.domain.recurring import (
     SyncReport,
 )
 from ratchet.domain.resources import PermitDecision, PermitRecord, ResourceLimit
+from ratchet.domain.retry import RetryPolicy
 from ratchet.domain.watcher import (
     AcquiredWork,
     Checkpoint,
@@ -45,7 +47,7 @@ from ratchet.domain.watcher import (
     WatcherReport,
     WatcherSettings,
 )
-from ratchet.domain.workflow import FlowResolver
+from ratchet.domain.workflow import BatchContext, FlowResolver
 
 T = TypeVar("T")
 
@@ -385,6 +387,87 @@ class StreamingInsertStore(Protocol):
         own: same results, same errors, nothing inserted if anything fails (including an
         exception raised by ``chunks`` itself). ``chunks`` is iterated once; the store may
         send each chunk before asking for the next."""
+
+
+@runtime_checkable
+class WorkflowStore(Protocol):
+    """Optional store capability: batches, chains, workflow branches and signals
+    (docs/workflows.md).
+
+    Every job of a flow is stored at submit, in one transaction. Whatever follows a job's end
+    (releasing or canceling its dependents, evaluating branch conditions, counting batch
+    children, completing a batch exactly once) happens inside the transaction that ends it: the
+    outcome write (:meth:`Store.record_outcomes`), a cancellation (:meth:`Store.cancel_job` and
+    the other calls that end jobs), a signal timeout, a seal. Those calls take the caller's
+    :class:`~ratchet.domain.workflow.FlowResolver` (``resolve``), the only way the store turns
+    a stored predicate or enum reference into code, and return what must happen after their
+    commit as :class:`~ratchet.domain.workflow.FlowEffect` values (events, ``on_success`` /
+    ``on_failure`` callbacks, progress hooks, wakeups), which the caller applies.
+    """
+
+    # -- submission -------------------------------------------------------------------------
+    def insert_flow(
+        self,
+        jobs: Sequence[FlowJob],
+        *,
+        now: datetime,
+        branches: Sequence[BranchSpec] = (),
+        batch: BatchSpec | None = None,
+        connection: Any = None,
+    ) -> InsertResult:
+        """Insert a flow (head first) in one transaction (or in ``connection``'s): its jobs,
+        branch conditions and batch row.
+
+        Only the head's idempotency key answers with its holder (``inserted`` False, nothing
+        stored); a taken business key of any job raises ``DuplicateBusinessKeyError`` and a
+        taken idempotency key of a later job ``DuplicateIdempotencyKeyError``, storing nothing.
+        """
+
+    def add_batch_children(
+        self, batch_id: uuid.UUID, children: Sequence[FlowJob], *, now: datetime
+    ) -> int:
+        """Insert one chunk of a streaming batch and add it to the total, in one transaction;
+        return the new total.
+
+        :raises InvalidJobOptions: the batch does not exist, is sealed, or was canceled.
+        """
+
+    def seal_batch(
+        self, batch_id: uuid.UUID, *, now: datetime, resolve: FlowResolver
+    ) -> FlowWrite[BatchContext | None]:
+        """No more children will come: complete the batch now if every child already ended
+        (exactly once, however the seal races the last child's end). ``value``: the batch's
+        counters (None: no such batch)."""
+
+    def get_batch(self, batch_id: uuid.UUID) -> BatchContext | None:
+        """The batch's counters now (None: no such batch)."""
+
+    def batch_completion_processed(self, batch_id: uuid.UUID) -> bool:
+        """Whether the batch's completion was processed (or the batch canceled)."""
+
+    # -- signals ----------------------------------------------------------------------------
+    def deliver_signal(self, job_id: uuid.UUID, payload: str, *, now: datetime) -> int:
+        """WAITING -> PENDING for one job waiting for a signal, storing ``payload``; 1, or 0 if
+        it is not (any more) waiting. Ends no job, so it has no effects."""
+
+    def deliver_signal_by_key(self, key: str, payload: str, *, now: datetime) -> int:
+        """As :meth:`deliver_signal` for every job waiting on ``key``, in one statement;
+        return how many were released."""
+
+    def read_signal(self, job_id: uuid.UUID) -> str | None:
+        """The stored signal of a live job (None: none delivered)."""
+
+    def expire_signal_waits(
+        self,
+        *,
+        now: datetime,
+        limit: int,
+        resolve: FlowResolver,
+        policy: RetryPolicy | None = None,
+    ) -> FlowWrite[int]:
+        """Fail up to ``limit`` signal waits whose timeout passed, through the retry decision
+        (with a retry left the job waits again); rows another scanner holds are skipped.
+        ``value``: how many waits were handled."""
 
 
 class TransactionalStore(Protocol):

@@ -85,7 +85,7 @@ class BatchHandle:
         ctx = _flow_store(self.app).get_batch(self.id)
         if ctx is None:
             raise LookupError(f"batch {self.id} does not exist")
-        return ctx  # type: ignore[no-any-return]
+        return ctx
 
     def status(self) -> JobStatus:
         """The parent's status: WAITING until the batch completes, then SUCCEEDED (CANCELED if

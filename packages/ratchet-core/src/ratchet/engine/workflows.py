@@ -43,7 +43,7 @@ from ratchet.domain.workflow import (
     validate_signal_key,
 )
 from ratchet.events import EventKind, JobEvent
-from ratchet.ports import WakeupHint
+from ratchet.ports import Store, WakeupHint, WorkflowStore
 from ratchet.serialization import (
     EnumPolicy,
     EnumResolver,
@@ -284,10 +284,16 @@ def submit_flow(app: Ratchet, builder: JobBuilder, parts: FlowParts, connection:
     return handle
 
 
-def _flow_store(app: Ratchet) -> Any:
-    if not hasattr(app.store, "insert_flow"):
+def workflow_store(store: Store) -> WorkflowStore | None:
+    """The store's workflow capability, or None."""
+    return store.capability(WorkflowStore)  # type: ignore[type-abstract]
+
+
+def _flow_store(app: Ratchet) -> WorkflowStore:
+    flows = workflow_store(app.store)
+    if flows is None:
         raise InvalidJobOptions("this store does not support batches, chains, workflows or signals")
-    return app.store
+    return flows
 
 
 # ---------------------------------------------------------------------------------------------
@@ -336,12 +342,12 @@ def deliver_signal(app: Ratchet, target: uuid.UUID | str, payload: Any = None) -
     text = encode_signal(payload, app.config.max_payload_bytes, app.enums)
     now = app.now()
     if isinstance(target, uuid.UUID):
-        count = int(store.deliver_signal(target, text, now=now))
+        count = store.deliver_signal(target, text, now=now)
         if count:
             app.emit(JobEvent(EventKind.SIGNALED, target, now, data={"by": "id"}))
     elif isinstance(target, str):
         key = validate_signal_key(target)
-        count = int(store.deliver_signal_by_key(key, text, now=now))
+        count = store.deliver_signal_by_key(key, text, now=now)
         if count:
             app.emit(
                 JobEvent(EventKind.BULK_SIGNALED, None, now, data={"key": key, "count": count})
@@ -369,8 +375,9 @@ def signal_of(node_id: str, job_id: uuid.UUID) -> Any:
         raise RuntimeError(
             "JobContext.signal() is only available inside a job run by a worker of this process"
         )
-    store: Any = worker.store
-    return decode_signal(store.read_signal(job_id), worker.app.enums)
+    flows = workflow_store(worker.store)
+    text = None if flows is None else flows.read_signal(job_id)
+    return decode_signal(text, worker.app.enums)
 
 
 class SignalTimeoutScanner:
@@ -386,13 +393,12 @@ class SignalTimeoutScanner:
         self.batch_size = batch_size
 
     def run_once(self, worker: Worker) -> None:
-        store: Any = worker.store
-        expire = getattr(store, "expire_signal_waits", None)
-        if expire is None:
+        flows = workflow_store(worker.store)
+        if flows is None:
             return
         app = worker.app
         for _ in range(SIGNAL_SCAN_PASSES):
-            written = expire(
+            written = flows.expire_signal_waits(
                 now=app.now(), limit=self.batch_size, resolve=app.resolver, policy=app.retry_policy
             )
             apply_effects(app, written.effects, worker.node_id, worker)
@@ -402,7 +408,7 @@ class SignalTimeoutScanner:
 
 def attach_flows(worker: Worker) -> None:
     """Called once by ``Worker.__init__``: the signal scan and ``JobContext.signal()`` lookup."""
-    if not hasattr(worker.store, "expire_signal_waits"):
+    if workflow_store(worker.store) is None:
         return
     interval = min(worker.config.orphan_scan_interval, timedelta(seconds=5))
     worker.periodic.append(SignalTimeoutScanner(interval))
@@ -546,4 +552,4 @@ def _callback_failed(app: Ratchet, effect: FlowEffect, node_id: str | None, exc:
 
 def batch_of(app: Ratchet, batch_id: uuid.UUID) -> BatchContext | None:
     """The counters of a batch now."""
-    return _flow_store(app).get_batch(batch_id)  # type: ignore[no-any-return]
+    return _flow_store(app).get_batch(batch_id)

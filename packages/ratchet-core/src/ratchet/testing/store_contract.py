@@ -29,6 +29,7 @@ from ratchet.domain.lifecycle import JobPriority, JobStatus
 from ratchet.domain.model import ClaimedJob, JobFilter, NewJob, Outcome, OutcomeKind
 from ratchet.domain.options import BackoffPolicy
 from ratchet.ids import uuid7
+from ratchet.ports import WorkflowStore
 from ratchet.testing.clock import FakeClock
 
 NODE = "node-a"
@@ -173,7 +174,7 @@ def submission(store: Any, clock: FakeClock, path: str, carrier: NewJob) -> Subm
         return Submission(
             [carrier], lambda: store.replace_job(old.job_id, carrier, now=now), [old.job_id]
         )
-    if not hasattr(store, "insert_flow"):
+    if store.capability(WorkflowStore) is None:
         pytest.skip("N/A: this store has no batches, chains, workflows or signals")
     from ratchet.domain.flows import BatchSpec, BranchSpec, FlowJob, waiting
     from ratchet.domain.workflow import JobType, WorkflowCondition
@@ -819,7 +820,8 @@ class StoreContract:
         import subprocess
         import sys
 
-        paths = ("plain", "chain") if hasattr(store, "insert_flow") else ("plain",)
+        flows = store.capability(WorkflowStore) is not None
+        paths = ("plain", "chain") if flows else ("plain",)
         cmd = [sys.executable, "-m", "ratchet.testing.racer", store.url, json.dumps(keys)]
         procs = [
             subprocess.Popen(
