@@ -33,6 +33,7 @@ from ratchet import (
     UnsubmittedJobWarning,
 )
 from ratchet.engine.worker import Worker
+from ratchet.ports import TransactionalStore
 from ratchet.testing import FakeClock
 from tripwire_fixtures import Tripwire
 
@@ -184,6 +185,35 @@ def test_transactional_submit_with_a_session(app: Ratchet, sqlite_url: str) -> N
     assert app.get_job(rolled.id) is None
     assert kept.status() is JobStatus.PENDING
     engine.dispose()
+
+
+class _NoCallerTransactions:
+    """Delegates to a store but hides its ``TransactionalStore`` capability."""
+
+    def __init__(self, store: Any) -> None:
+        self._store = store
+
+    def capability(self, kind: type[Any]) -> Any:
+        return None if kind is TransactionalStore else self._store.capability(kind)
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._store, name)
+
+
+def test_a_store_that_cannot_join_the_callers_transaction_refuses_connection(
+    app: Ratchet,
+) -> None:
+    real = app.store
+    app.store = _NoCallerTransactions(real)  # type: ignore[assignment]
+    try:
+        with real.connect() as conn, conn.begin():  # type: ignore[attr-defined]
+            with pytest.raises(InvalidJobOptions, match="caller's transaction"):
+                app.enqueue(sample_jobs.record, "x").submit(connection=conn)
+            with pytest.raises(InvalidJobOptions, match="caller's transaction"):
+                app.enqueue_batch("b").for_each([1], sample_jobs.record).submit(connection=conn)
+    finally:
+        app.store = real
+    assert app.list_jobs() == [], "refused before anything was written"
 
 
 def test_replace_cancel_pause_resume(app: Ratchet) -> None:

@@ -470,10 +470,26 @@ class WorkflowStore(Protocol):
         ``value``: how many waits were handled."""
 
 
+@runtime_checkable
 class TransactionalStore(Protocol):
-    """Optional: a store that can join a caller's SQLAlchemy transaction."""
+    """Optional: a store whose submissions join a caller's transaction (``connection=`` of
+    :meth:`Store.insert_jobs` and :meth:`WorkflowStore.insert_flow`; for the SQL store a
+    SQLAlchemy ``Connection`` or ``Session``), and that tells the engine when it ended.
 
-    def in_caller_transaction(self, connection: Any) -> AbstractContextManager[Any]: ...
+    The store knows what ``connection`` is; the engine only hands it back here, so what follows
+    a submission (events, wakeups) waits for the caller's commit.
+    """
+
+    def after_commit(
+        self,
+        connection: Any,
+        callback: Callable[[], None],
+        *,
+        on_rollback: Callable[[], None] | None = None,
+    ) -> None:
+        """Call ``callback`` once the transaction open on ``connection`` commits; if it rolls
+        back instead, forget it and call ``on_rollback`` (if given). Each is called at most
+        once, in the order registered, on the thread that ends the transaction."""
 
 
 @dataclass(frozen=True)

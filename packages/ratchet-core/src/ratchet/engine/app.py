@@ -5,13 +5,9 @@ from __future__ import annotations
 import logging
 import threading
 import uuid
-import weakref
 from collections.abc import Callable, Iterator, Sequence
 from datetime import datetime, timedelta
 from typing import Any
-
-from sqlalchemy import event
-from sqlalchemy.orm import Session
 
 from ratchet.clock import SystemClock
 from ratchet.config import RatchetConfig, WorkerConfig
@@ -39,6 +35,7 @@ from ratchet.ports import (
     CoordinatorContext,
     Store,
     StreamingInsertStore,
+    TransactionalStore,
     WakeupHint,
 )
 from ratchet.serialization import EnumPolicy
@@ -202,6 +199,7 @@ class Ratchet(GatesMixin, RecurringMixin):
     def _submit(self, builders: Sequence[JobBuilder], connection: Any = None) -> list[JobHandle]:
         for b in builders:
             b._submitted = True
+        caller = self._caller_transactions(connection)
         now = self.now()
         streaming = self._streaming_store() if connection is None else None
         if streaming is not None and len(builders) > streaming.insert_chunk_size:
@@ -231,14 +229,27 @@ class Ratchet(GatesMixin, RecurringMixin):
         handles = [JobHandle(r.job_id, self, r.inserted) for r in results]
         inserted = [(b, j) for b, j, r in zip(builders, jobs, results, strict=True) if r.inserted]
 
-        def after_commit(*_: Any) -> None:
+        def after_commit() -> None:
             self._after_submit(inserted, now)
 
-        if connection is None:
+        if caller is None:
             after_commit()
         else:
-            _run_after_commit(connection, after_commit)
+            caller.after_commit(connection, after_commit)
         return handles
+
+    def _caller_transactions(self, connection: Any) -> TransactionalStore | None:
+        """The store's caller-transaction capability when a submission joins ``connection``
+        (None when it does not).
+
+        :raises InvalidJobOptions: ``connection`` given to a store that cannot join it.
+        """
+        if connection is None:
+            return None
+        found = self.store.capability(TransactionalStore)  # type: ignore[type-abstract]
+        if found is None:
+            raise InvalidJobOptions("this store cannot join a caller's transaction (connection=)")
+        return found
 
     def _streaming_store(self) -> StreamingInsertStore | None:
         """The store's streaming insert if it has one (a large ``submit_many`` then builds a
@@ -437,35 +448,3 @@ class Ratchet(GatesMixin, RecurringMixin):
 
     def __exit__(self, *exc: object) -> None:
         self.close()
-
-
-_AFTER_COMMIT: weakref.WeakKeyDictionary[Any, list[Callable[[], None]]] = (
-    weakref.WeakKeyDictionary()
-)
-
-
-def _run_after_commit(connection: Any, callback: Callable[[], None]) -> None:
-    """Call ``callback`` once the caller's transaction commits; never if it rolls back.
-
-    One pair of listeners per Connection or Session object drains a pending list kept for that
-    object (listeners cannot be removed while SQLAlchemy dispatches them). Not ``Connection.info``:
-    it belongs to the pooled DBAPI connection and outlives the Connection and its listeners.
-    """
-    pending = _AFTER_COMMIT.get(connection)
-    if pending is None:
-        pending = _AFTER_COMMIT[connection] = []
-        queued = pending
-
-        def on_commit(*_: Any) -> None:
-            callbacks = list(queued)
-            queued.clear()
-            for fn in callbacks:
-                fn()
-
-        def on_rollback(*_: Any) -> None:
-            queued.clear()
-
-        is_session = isinstance(connection, Session)
-        event.listen(connection, "after_commit" if is_session else "commit", on_commit)
-        event.listen(connection, "after_rollback" if is_session else "rollback", on_rollback)
-    pending.append(callback)

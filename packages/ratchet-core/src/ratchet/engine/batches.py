@@ -337,11 +337,10 @@ class BatchBuilder(_BatchOptions):
 
     def submit(self, connection: Any = None) -> BatchHandle:
         """Insert the parent, the children and the branches in one transaction."""
-        from ratchet.engine.app import _run_after_commit
-
         if self._items is None or self._step is None:
             raise InvalidJobOptions("call for_each(items, fn) before submit()")
         store = _flow_store(self._app)
+        caller = self._app._caller_transactions(connection)
         now = self._app.now()
         parent = self._template(now)
         jobs, specs = self._parent_and_branches(parent, now)
@@ -350,13 +349,13 @@ class BatchBuilder(_BatchOptions):
         result = store.insert_flow(jobs, now=now, branches=specs, batch=spec, connection=connection)
         total = len(self._items)
 
-        def after_commit(*_: Any) -> None:
+        def after_commit() -> None:
             self._emit_submitted(parent, now, total)
 
-        if connection is None:
+        if caller is None:
             after_commit()
         else:
-            _run_after_commit(connection, after_commit)
+            caller.after_commit(connection, after_commit)
         return BatchHandle(result.job_id, self._app, result.inserted)
 
 

@@ -244,10 +244,10 @@ def build_flow(
 
 def submit_flow(app: Ratchet, builder: JobBuilder, parts: FlowParts, connection: Any) -> JobHandle:
     """Insert a flow in one transaction (the caller's, when given); events after commit."""
-    from ratchet.engine.app import _run_after_commit
     from ratchet.engine.builder import JobHandle
 
     store = _flow_store(app)
+    caller = app._caller_transactions(connection)
     if any(b.condition.type.is_batch for b in parts.branches):
         raise InvalidJobOptions("batch conditions apply to batches (enqueue_batch) only")
     now = app.now()
@@ -264,7 +264,7 @@ def submit_flow(app: Ratchet, builder: JobBuilder, parts: FlowParts, connection:
     if not result.inserted:
         return handle
 
-    def after_commit(*_: Any) -> None:
+    def after_commit() -> None:
         app._after_submit([(builder, head)], now)
         if parts.chain:
             app.emit(
@@ -277,10 +277,10 @@ def submit_flow(app: Ratchet, builder: JobBuilder, parts: FlowParts, connection:
                 JobEvent(EventKind.SIGNAL_WAITING, head.job_id, now, data={"key": parts.signal_key})
             )
 
-    if connection is None:
+    if caller is None:
         after_commit()
     else:
-        _run_after_commit(connection, after_commit)
+        caller.after_commit(connection, after_commit)
     return handle
 
 

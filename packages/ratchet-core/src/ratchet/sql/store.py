@@ -60,6 +60,7 @@ from ratchet.domain.priority import claim_order_key
 from ratchet.domain.workflow import FlowEffect, FlowResolver
 from ratchet.ports import InsertResult, StoreCapabilities, iter_chunks
 from ratchet.sql import schema
+from ratchet.sql.caller_tx import CallerTransactions
 from ratchet.sql.cancellation import CancellationStoreMixin
 from ratchet.sql.claimed import DEFINITIONS, claimed_job
 from ratchet.sql.dialect import ErrorKind, SqlDialect
@@ -317,6 +318,7 @@ class SqlStore(
         """Called inside the transaction that cancels live jobs (before their rows go), with
         that write's effect list and the caller's resolver."""
         self._install_workflow_hooks()
+        self._caller_transactions = CallerTransactions()
         self.retried_errors = 0
         """How many retryable errors (deadlocks, busy) were absorbed by retrying."""
         self._schema_ready = False
@@ -1284,6 +1286,18 @@ class SqlStore(
             return len(rows)
 
         return self._run(work) if job_ids else 0
+
+    # ------------------------------------------------------------------ caller transactions
+    def after_commit(
+        self,
+        connection: Any,
+        callback: Callable[[], None],
+        *,
+        on_rollback: Callable[[], None] | None = None,
+    ) -> None:
+        """Call ``callback`` once the caller's transaction on ``connection`` (a SQLAlchemy
+        ``Connection`` or ``Session``) commits; never if it rolls back (``on_rollback`` then)."""
+        self._caller_transactions.after_commit(connection, callback, on_rollback)
 
     # ------------------------------------------------------------------ testing aids
     @contextmanager

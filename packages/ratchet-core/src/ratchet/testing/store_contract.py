@@ -29,7 +29,7 @@ from ratchet.domain.lifecycle import JobPriority, JobStatus
 from ratchet.domain.model import ClaimedJob, JobFilter, NewJob, Outcome, OutcomeKind
 from ratchet.domain.options import BackoffPolicy
 from ratchet.ids import uuid7
-from ratchet.ports import WorkflowStore
+from ratchet.ports import TransactionalStore, WorkflowStore
 from ratchet.testing.clock import FakeClock
 
 NODE = "node-a"
@@ -397,6 +397,36 @@ class StoreContract:
         assert store.get_job(rolled.job_id) is None
         assert store.find_by_idempotency_key(rolled.idempotency_key) is None
         assert self.status(store, committed.job_id) is JobStatus.PENDING
+
+    def test_after_commit_waits_for_the_callers_transaction(
+        self, store: Any, clock: FakeClock
+    ) -> None:
+        """``TransactionalStore.after_commit``: the callback runs once the caller commits, in
+        registration order; a rollback drops it (``on_rollback`` runs instead); each at most
+        once, also across later transactions on the same connection."""
+        caller = store.capability(TransactionalStore)
+        if caller is None or not hasattr(store, "connect"):
+            pytest.skip("N/A: caller transactions")
+        calls: list[str] = []
+
+        def note(what: str) -> Callable[[], None]:
+            return lambda: calls.append(what)
+
+        with store.connect() as conn:
+            with conn.begin():
+                store.insert_jobs([new_job(clock)], now=clock.now(), connection=conn)
+                caller.after_commit(conn, note("first"), on_rollback=note("first dropped"))
+                caller.after_commit(conn, note("second"))
+                assert calls == [], "nothing before the commit"
+            assert calls == ["first", "second"]
+            with conn.begin() as tx:
+                caller.after_commit(conn, note("rolled"), on_rollback=note("rolled dropped"))
+                caller.after_commit(conn, note("rolled too"))
+                tx.rollback()
+            assert calls == ["first", "second", "rolled dropped"]
+            with conn.begin():
+                pass
+        assert calls == ["first", "second", "rolled dropped"], "each at most once"
 
     # ------------------------------------------------------------------ claiming
     def test_claim_marks_running_and_bumps_epoch(self, store: Any, clock: FakeClock) -> None:
