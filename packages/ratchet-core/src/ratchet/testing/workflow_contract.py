@@ -35,7 +35,7 @@ from ratchet.domain.workflow import (
     JobType,
     WorkflowCondition,
 )
-from ratchet.ports import WorkflowStore
+from ratchet.ports import WatcherStore, WorkflowStore
 from ratchet.testing.clock import FakeClock
 from ratchet.testing.store_contract import BOOST, new_job
 
@@ -157,9 +157,9 @@ class WorkflowStoreContract:
         assert result.inserted
         return parent, children, branch_jobs
 
-    def chain(self, store: Any, clock: FakeClock, n: int) -> list[NewJob]:
-        head = new_job(clock)
-        steps = [waiting(new_job(clock)) for _ in range(n - 1)]
+    def chain(self, store: Any, clock: FakeClock, n: int, **overrides: Any) -> list[NewJob]:
+        head = new_job(clock, **overrides)
+        steps = [waiting(new_job(clock, **overrides)) for _ in range(n - 1)]
         jobs = [FlowJob(head, chain_id=head.job_id, has_dependents=n > 1)]
         previous = head.job_id
         for i, s in enumerate(steps):
@@ -602,6 +602,42 @@ class WorkflowStoreContract:
         assert {self.status(store, s.job_id) for s in steps} == {JobStatus.SUCCEEDED}
         assert [e.kind for e in effects if e.kind is EffectKind.CHAIN_COMPLETED] == [
             EffectKind.CHAIN_COMPLETED
+        ]
+
+    def test_the_watcher_returns_what_a_stalled_step_it_fails_triggers(
+        self, store: Any, clock: FakeClock
+    ) -> None:
+        """A chain step whose node died and that nobody took over is failed by the watcher
+        (T9): the later steps are canceled in that transaction and the report carries the
+        effects, as an outcome write would return them."""
+        from ratchet.domain.watcher import NodeInfo
+        from ratchet.testing.watcher_contract import SETTINGS, fail_or_retry
+
+        store = _flow_store(store)
+        watcher = store.capability(WatcherStore)
+        if watcher is None:
+            pytest.skip("N/A: the store has no WatcherStore capability")
+        steps = self.chain(store, clock, 3, max_retries=0)
+        watcher.register_incarnation(NodeInfo(NODE, NODE, "host-1", 100, 4), now=clock.now())
+        [head] = self.claim(store, clock)
+
+        def watch() -> Any:
+            now = clock.now()
+            return watcher.watch(
+                now=now, settings=SETTINGS, decide=lambda s: fail_or_retry(s, now), resolve=RESOLVE
+            )
+
+        clock.advance(SETTINGS.dead_after)
+        assert watch().orphaned == 1, "its node is silent: TIMED_OUT, eligible for takeover"
+        clock.advance(SETTINGS.takeover_window)
+        report = watch()
+        assert [(o.job_id, o.kind) for o in report.expired] == [(head.job_id, OutcomeKind.DEAD)]
+        assert [e.kind for e in report.effects] == [EffectKind.CHAIN_FAILED]
+        assert report.effects[0].source == head.job_id
+        assert [self.status(store, s.job_id) for s in steps] == [
+            JobStatus.FAILED,
+            JobStatus.CANCELED,
+            JobStatus.CANCELED,
         ]
 
     # ------------------------------------------------------------------ signals
