@@ -1,9 +1,9 @@
 """MariaDB 10.11: the scans for stalled and orphaned jobs take no locks beyond their candidates.
 
 A locking read (``SELECT … FOR UPDATE``) over every matching row locks each row InnoDB passes,
-so a scan waits on, and deadlocks with, other workers' claims and completions. The watcher, the
-takers and ``recover_orphans`` therefore read their candidates without locks and then lock (or
-conditionally update) those rows only, by primary key. Here another transaction holds locks that
+so a scan waits on, and deadlocks with, other workers' claims and completions. The watcher and
+the takers therefore read their candidates without locks and then lock (or conditionally
+update) those rows only, by primary key. Here another transaction holds locks that
 a locking scan would run into (a job that is not a candidate, and the owner's node row as a
 heartbeat in flight holds it); every pass must finish without waiting for them and act on the
 candidates.
@@ -97,17 +97,24 @@ def lock_node(blocker: Any, node_id: str) -> None:
     assert blocker.execute(stmt).first() is not None, "the blocker must really hold the row"
 
 
-def test_recover_orphans_locks_only_its_candidates(
+def test_declaring_a_node_dead_locks_only_its_candidates(
     store: Any, blocker: Any, clock: FakeClock
 ) -> None:
-    orphan = claim_one(store, clock, "ghost")  # its node never registered: an orphan later
-    clock.advance(timedelta(seconds=60))
+    register(store, clock, "doomed")
+    orphan = claim_one(store, clock, "doomed")
+    ghost = claim_one(store, clock, "ghost")  # its node never registered: orphaned at once
+    clock.advance(SETTINGS.dead_after)
     register(store, clock, "alive")
     busy = claim_one(store, clock, "alive")  # RUNNING, not orphaned: no candidate
     lock_job(blocker, busy.job_id)  # its owner is writing its completion, say
-    recovered = bounded(lambda: store.recover_orphans(now=clock.now(), grace=SETTINGS.dead_after))
-    assert recovered == 1
-    assert store.get_job(orphan.job_id).status is JobStatus.PENDING
+    lock_node(blocker, "alive")  # a heartbeat in flight
+    now = clock.now()
+    report = bounded(
+        lambda: store.watch(now=now, settings=SETTINGS, decide=lambda s: fail_or_retry(s, now))
+    )
+    assert (report.dead_nodes, report.orphaned) == (("doomed",), 2)
+    views = store.job_liveness([orphan.job_id, ghost.job_id])
+    assert {v.status for v in views} == {JobStatus.TIMED_OUT}
 
 
 def test_watcher_pass_locks_only_its_candidates(store: Any, blocker: Any, clock: FakeClock) -> None:

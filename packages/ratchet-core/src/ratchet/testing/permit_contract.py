@@ -18,9 +18,11 @@ from ratchet.domain.errors import InvalidJobOptions
 from ratchet.domain.lifecycle import JobStatus
 from ratchet.domain.model import ClaimedJob, OutcomeKind
 from ratchet.domain.resources import PermitDecision, ResourceLimit
-from ratchet.ports import PermitStore
+from ratchet.domain.watcher import NodeInfo, WatcherReport
+from ratchet.ports import PermitStore, WatcherStore
 from ratchet.testing.clock import FakeClock
 from ratchet.testing.store_contract import BOOST, NODE, OTHER, new_job, outcome
+from ratchet.testing.watcher_contract import SETTINGS, US, fail_or_retry
 
 RES = "payment-api"
 
@@ -50,6 +52,21 @@ class PermitStoreContract:
         self, permits: PermitStore, job: ClaimedJob, clock: FakeClock, node: str = NODE
     ) -> PermitDecision:
         return permits.acquire_permit(RES, job.job_id, job.epoch, node, now=clock.now())
+
+    def watcher(self, store: Any) -> WatcherStore:
+        """The store's watcher capability (node liveness, hand-back and takeover)."""
+        ws = store.capability(WatcherStore)
+        if ws is None:
+            pytest.skip("N/A: the store has no WatcherStore capability")
+        return ws  # type: ignore[no-any-return]
+
+    def register(self, ws: WatcherStore, clock: FakeClock, *nodes: str) -> None:
+        for node in nodes:
+            ws.register_incarnation(NodeInfo(node, node, "host-1", 100, 4), now=clock.now())
+
+    def watch(self, ws: WatcherStore, clock: FakeClock) -> WatcherReport:
+        now = clock.now()
+        return ws.watch(now=now, settings=SETTINGS, decide=lambda s: fail_or_retry(s, now))
 
     # ------------------------------------------------------------------ limits
     def test_limits_round_trip_and_update(self, permits: PermitStore, clock: FakeClock) -> None:
@@ -211,11 +228,14 @@ class PermitStoreContract:
         self, store: Any, permits: PermitStore, clock: FakeClock
     ) -> None:
         """A zombie attempt keeps counting until it releases: the permit is per (job, epoch)."""
+        ws = self.watcher(store)
+        self.register(ws, clock, NODE, OTHER)
         permits.set_resource_limit(ResourceLimit(RES, 2), now=clock.now())
         [first] = self.running(store, clock)
         assert self.acquire(permits, first, clock).granted
-        assert store.release_jobs(NODE, [first.job_id], now=clock.now()) == 1
-        [second] = store.claim(OTHER, 1, now=clock.now(), boost_interval=BOOST)
+        assert ws.hand_back(NODE, [first.job_id], now=clock.now(), settings=SETTINGS) == (0, 1)
+        [second] = ws.takeover(OTHER, 1, now=clock.now(), settings=SETTINGS)
+        assert (second.job_id, second.epoch) == (first.job_id, first.epoch + 1)
         decision = self.acquire(permits, second, clock, node=OTHER)
         assert (decision.granted, decision.in_use) == (True, 2)
         assert permits.release_permit(first.job_id, first.epoch)
@@ -224,34 +244,49 @@ class PermitStoreContract:
         ]
 
     # ------------------------------------------------------------------ reclaiming
-    def test_recover_orphans_reclaims_permits_of_dead_nodes(
+    def test_a_node_declared_dead_by_the_watcher_loses_its_permits(
         self, store: Any, permits: PermitStore, clock: FakeClock
     ) -> None:
+        ws = self.watcher(store)
         permits.set_resource_limit(ResourceLimit(RES, 2), now=clock.now())
-        store.register_node(NODE, now=clock.now())
-        store.register_node(OTHER, now=clock.now())
+        self.register(ws, clock, NODE, OTHER)
         [dead_job] = self.running(store, clock, node=NODE)
         [live_job] = self.running(store, clock, node=OTHER)
         assert self.acquire(permits, dead_job, clock).granted
         assert self.acquire(permits, live_job, clock, node=OTHER).granted
-        grace = timedelta(seconds=60)
-        clock.advance(59)
-        store.heartbeat(OTHER, now=clock.now())
-        assert store.recover_orphans(now=clock.now(), grace=grace) == 0
-        assert len(permits.list_permits(RES)) == 2, "a node within its grace keeps its permits"
-        clock.advance(2)
-        assert store.recover_orphans(now=clock.now(), grace=grace) == 1
+        clock.advance(SETTINGS.dead_after - US)
+        assert ws.beat(OTHER, now=clock.now())
+        assert self.watch(ws, clock).dead_nodes == ()
+        assert len(permits.list_permits(RES)) == 2, "a node within its deadline keeps its permits"
+        clock.advance(US)
+        assert self.watch(ws, clock).dead_nodes == (NODE,)
         assert [(p.job_id, p.node_id) for p in permits.list_permits(RES)] == [
             (live_job.job_id, OTHER)
         ]
-        [again] = store.claim(OTHER, 1, now=clock.now(), boost_interval=BOOST)
-        assert again.job_id == dead_job.job_id
+        [again] = ws.takeover(OTHER, 1, now=clock.now(), settings=SETTINGS)
+        assert (again.job_id, again.epoch) == (dead_job.job_id, dead_job.epoch + 1)
         assert self.acquire(permits, again, clock, node=OTHER).granted
+
+    def test_a_node_declared_dead_explicitly_loses_its_permits_at_once(
+        self, store: Any, permits: PermitStore, clock: FakeClock
+    ) -> None:
+        """The engine declares its own previous incarnations dead on start (``declare_dead``)."""
+        ws = self.watcher(store)
+        self.register(ws, clock, NODE, OTHER)
+        [dead_job] = self.running(store, clock, node=NODE)
+        [live_job] = self.running(store, clock, node=OTHER)
+        assert self.acquire(permits, dead_job, clock).granted
+        assert self.acquire(permits, live_job, clock, node=OTHER).granted
+        assert ws.declare_dead([NODE], now=clock.now()) == [NODE]
+        assert [p.node_id for p in permits.list_permits()] == [OTHER]
+        assert ws.declare_dead([NODE], now=clock.now()) == []
+        assert [p.node_id for p in permits.list_permits()] == [OTHER]
 
     def test_reclaim_permits_of_vanished_nodes(
         self, store: Any, permits: PermitStore, clock: FakeClock
     ) -> None:
-        store.register_node(NODE, now=clock.now())
+        ws = self.watcher(store)
+        self.register(ws, clock, NODE)
         [job] = self.running(store, clock)
         assert self.acquire(permits, job, clock).granted
         grace = timedelta(seconds=30)

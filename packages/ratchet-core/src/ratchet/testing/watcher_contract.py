@@ -138,6 +138,39 @@ class WatcherStoreContract:
         assert ws.takeover(NODE, 5, now=clock.now(), settings=SETTINGS) == []
 
     # ------------------------------------------------------------------ T13, T8, fencing
+    def test_a_silent_node_dies_and_survivors_take_over_its_running_jobs(
+        self, store: Any, ws: WatcherStore, clock: FakeClock
+    ) -> None:
+        """Only the node silent past ``dead_after`` dies: its RUNNING jobs become TIMED_OUT and
+        eligible at once, a node that heart-beats keeps its own, a survivor's poll takes them
+        over under a new epoch, and the dead node's late outcomes are refused."""
+        self.node(ws, clock, NODE)
+        self.node(ws, clock, OTHER)
+        mine = self.running(store, clock, NODE, n=2)
+        [theirs] = self.running(store, clock, OTHER)
+        clock.advance(SETTINGS.dead_after - US)
+        assert ws.beat(OTHER, now=clock.now())
+        report = self.watch(ws, clock)
+        assert (report.dead_nodes, report.orphaned) == ((), 0), "silent, but not long enough"
+        clock.advance(US)
+        report = self.watch(ws, clock)
+        assert (report.dead_nodes, report.orphaned) == ((NODE,), 2)
+        assert {self.view(ws, c.job_id).status for c in mine} == {JobStatus.TIMED_OUT}
+        assert self.view(ws, theirs.job_id).status is JobStatus.RUNNING
+        assert {n.node_id: n.state for n in store.list_nodes()} == {NODE: "DEAD", OTHER: "ALIVE"}
+        assert not ws.beat(NODE, now=clock.now()), "a dead node learns it on its next beat"
+        work = ws.acquire_work(OTHER, 4, now=clock.now(), settings=SETTINGS, boost_interval=BOOST)
+        assert (work.state, work.started, work.claimed) == (NodeState.ALIVE, (), ())
+        assert sorted((str(t.job_id), t.epoch) for t in work.taken) == sorted(
+            (str(c.job_id), c.epoch + 1) for c in mine
+        )
+        late = [outcome(c, OutcomeKind.SUCCEEDED, clock) for c in mine]
+        assert sorted(store.record_outcomes(NODE, late, now=clock.now()).fenced, key=str) == sorted(
+            (c.job_id for c in mine), key=str
+        )
+        views = ws.job_liveness([c.job_id for c in mine])
+        assert {(v.status, v.picked_by) for v in views} == {(JobStatus.RUNNING, OTHER)}
+
     def test_dead_owner_jobs_are_taken_over_at_once_and_the_zombie_is_fenced(
         self, store: Any, ws: WatcherStore, clock: FakeClock
     ) -> None:
@@ -466,6 +499,38 @@ class WatcherStoreContract:
         assert self.view(ws, job.job_id).status is JobStatus.TIMED_OUT
         [taken] = ws.takeover(OTHER, 4, now=clock.now(), settings=SETTINGS)
         assert taken.job_id == job.job_id, "eligible at once, though its node is alive"
+
+    def test_hand_back_of_listed_jobs_touches_only_this_nodes_running_jobs(
+        self, store: Any, ws: WatcherStore, clock: FakeClock
+    ) -> None:
+        """A drain that lists its jobs hands back only its own among them; a taker then runs
+        them under a new epoch and the drained node's late writes are refused."""
+        self.node(ws, clock, NODE)
+        self.node(ws, clock, OTHER)
+        mine = self.running(store, clock, NODE, n=2)
+        [unlisted] = self.running(store, clock, NODE)
+        [theirs] = self.running(store, clock, OTHER)
+        assert ws.set_draining(NODE, now=clock.now())
+        listed = [c.job_id for c in mine] + [theirs.job_id]
+        assert ws.hand_back(NODE, listed, now=clock.now(), settings=SETTINGS) == (0, 2)
+        assert ws.hand_back(NODE, [], now=clock.now(), settings=SETTINGS) == (0, 0)
+        assert {self.view(ws, c.job_id).status for c in mine} == {JobStatus.TIMED_OUT}
+        assert self.view(ws, unlisted.job_id).status is JobStatus.RUNNING
+        v = self.view(ws, theirs.job_id)
+        assert (v.status, v.picked_by, v.epoch) == (JobStatus.RUNNING, OTHER, theirs.epoch)
+        taken = ws.takeover(OTHER, 4, now=clock.now(), settings=SETTINGS)
+        assert sorted((str(t.job_id), t.epoch) for t in taken) == sorted(
+            (str(c.job_id), c.epoch + 1) for c in mine
+        )
+        zombie = outcome(mine[0], OutcomeKind.SUCCEEDED, clock, result='"late"')
+        assert store.record_outcomes(NODE, [zombie], now=clock.now()).fenced == (mine[0].job_id,)
+        rec = store.get_job(mine[0].job_id)
+        assert (rec.status, rec.picked_by, rec.epoch, rec.result) == (
+            JobStatus.RUNNING,
+            OTHER,
+            mine[0].epoch + 1,
+            None,
+        )
 
     # ------------------------------------------------------------------ races
     def test_racing_watchers_and_takers_act_once(

@@ -25,6 +25,7 @@ import pytest
 from ratchet.domain.flows import BatchSpec, BranchSpec, FlowJob, waiting
 from ratchet.domain.lifecycle import JobStatus
 from ratchet.domain.model import ClaimedJob, NewJob, Outcome, OutcomeKind
+from ratchet.domain.watcher import NodeInfo
 from ratchet.domain.workflow import (
     BatchContext,
     ConditionType,
@@ -38,6 +39,7 @@ from ratchet.domain.workflow import (
 from ratchet.ports import WatcherStore, WorkflowStore
 from ratchet.testing.clock import FakeClock
 from ratchet.testing.store_contract import BOOST, new_job
+from ratchet.testing.watcher_contract import SETTINGS, fail_or_retry
 
 NODE = "node-a"
 
@@ -574,15 +576,20 @@ class WorkflowStoreContract:
 
     def test_a_chain_survives_its_worker_dying(self, store: Any, clock: FakeClock) -> None:
         store = _flow_store(store)
+        ws = store.capability(WatcherStore)
+        if ws is None:
+            pytest.skip("N/A: the store has no WatcherStore capability")
         steps = self.chain(store, clock, 3)
-        store.register_node("doomed", now=clock.now())
-        store.register_node("survivor", now=clock.now())
+        for node in ("doomed", "survivor"):
+            ws.register_incarnation(NodeInfo(node, node, "host-1", 100, 4), now=clock.now())
         self.finish(store, clock, self.claim(store, clock, node="doomed"), node="doomed")
         [second] = self.claim(store, clock, node="doomed")  # then the node dies mid-step
-        clock.advance(timedelta(seconds=61))
-        assert store.heartbeat("survivor", now=clock.now())
-        assert store.recover_orphans(now=clock.now(), grace=timedelta(seconds=60)) == 1
-        [again] = self.claim(store, clock, node="survivor")
+        clock.advance(SETTINGS.dead_after)
+        assert ws.beat("survivor", now=clock.now())
+        now = clock.now()
+        report = ws.watch(now=now, settings=SETTINGS, decide=lambda s: fail_or_retry(s, now))
+        assert (report.dead_nodes, report.orphaned) == (("doomed",), 1)
+        [again] = ws.takeover("survivor", 4, now=clock.now(), settings=SETTINGS)
         assert again.job_id == second.job_id and again.epoch == second.epoch + 1
         late = Outcome(
             second.job_id,
