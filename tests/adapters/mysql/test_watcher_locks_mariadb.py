@@ -28,7 +28,7 @@ from ratchet.testing.store_contract import BOOST, new_job
 from ratchet.testing.watcher_contract import SETTINGS, fail_or_retry
 
 T = TypeVar("T")
-Q, NODE = schema.job_queue, schema.node
+Q, NODE, PERMIT = schema.job_queue, schema.node, schema.resource_permit
 #: Far below the server's lock wait timeout (50 s) and the store's retries of it: a pass that
 #: waited for the other transaction's locks could not finish within this bound.
 BOUND = 20.0
@@ -149,3 +149,23 @@ def test_takeover_locks_only_its_candidates(store: Any, blocker: Any, clock: Fak
     lock_node(blocker, "owner")
     taken = bounded(lambda: store.takeover("taker", 4, now=clock.now(), settings=SETTINGS))
     assert [(t.job_id, t.epoch) for t in taken] == [(orphan.job_id, orphan.epoch + 1)]
+
+
+def test_reclaiming_permits_of_vanished_nodes_locks_only_those_permits(
+    store: Any, blocker: Any, clock: FakeClock
+) -> None:
+    register(store, clock, "alive")
+    busy = claim_one(store, clock, "alive")
+    stray = claim_one(store, clock, "ghost")  # its node never registered (or deregistered)
+    for job, node in ((busy, "alive"), (stray, "ghost")):
+        decision = store.acquire_permit("api", job.job_id, job.epoch, node, now=clock.now())
+        assert decision.granted
+    clock.advance(SETTINGS.dead_after)
+    assert store.beat("alive", now=clock.now())
+    lock_job(blocker, busy.job_id)
+    lock_node(blocker, "alive")  # a heartbeat in flight
+    held = select(PERMIT.c.node_id).where(PERMIT.c.job_id == busy.job_id).with_for_update()
+    assert blocker.execute(held).first() is not None  # its release in flight, say
+    now = clock.now()
+    bounded(lambda: store.watch(now=now, settings=SETTINGS, decide=lambda s: fail_or_retry(s, now)))
+    assert [(p.job_id, p.node_id) for p in store.list_permits()] == [(busy.job_id, "alive")]

@@ -536,7 +536,8 @@ class WatcherStore(Protocol):
     def declare_dead(
         self, node_ids: Collection[str], *, now: datetime, silent_for: timedelta | None = None
     ) -> list[str]:
-        """Mark live incarnations DEAD (one compare-and-set each); return those marked."""
+        """Mark live incarnations DEAD (one compare-and-set each); return those marked. A store
+        with :class:`PermitStore` deletes the resource permits of the nodes it marks."""
 
     def watch(
         self,
@@ -550,7 +551,9 @@ class WatcherStore(Protocol):
         """One watcher pass: silent nodes -> DEAD and RUNNING jobs without progress -> TIMED_OUT
         (when ``judge_silence``), then the other due job transitions. The outcomes recorded for
         expired jobs are followed in their flows as in :meth:`Store.record_outcomes`
-        (``resolve``); the report's ``effects`` are what must follow the commit."""
+        (``resolve``); the report's ``effects`` are what must follow the commit. A store with
+        :class:`PermitStore` also deletes the permits that nodes without a live row (deregistered,
+        or never registered) acquired at least ``dead_after`` ago."""
 
     def takeover(
         self,

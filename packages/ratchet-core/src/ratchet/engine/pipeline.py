@@ -120,9 +120,9 @@ class PermitGate:
 
     With no permit free the attempt is rescheduled after the resource's retry delay without
     consuming a retry. Release happens in :meth:`leave`, which the worker calls
-    whatever the outcome (success, failure, timeout, fencing); permits of dead nodes are
-    deleted when the watcher declares the node dead, and :class:`PermitJanitor` repairs releases
-    lost to outages.
+    whatever the outcome (success, failure, timeout, fencing); the watcher reclaims the permits
+    of nodes it declares dead and of nodes that vanished, and :class:`PermitJanitor` repairs
+    releases lost to outages.
     """
 
     name = "resource-permit"

@@ -181,7 +181,9 @@ class PermitStoreMixin:
 
     def _reclaim_dead_permits(self, conn: Connection, cutoff: datetime) -> int:
         """Delete permits of nodes without a heartbeat since ``cutoff`` (in the caller's
-        transaction; ``recover_orphans`` calls it when it removes dead nodes)."""
+        transaction). The watcher reclaims permits itself: a node it declares dead loses them at
+        once, a node without a live row once they are ``dead_after`` old
+        (:mod:`ratchet.sql.watcher`)."""
         alive = select(NODE.c.node_id).where(NODE.c.heartbeat_at >= cutoff)
         return int(
             conn.execute(

@@ -276,10 +276,34 @@ class WatcherStoreMixin:
             if conn.execute(stmt.values(state=NodeState.DEAD.value)).rowcount:
                 marked.append(node_id)
         if marked:
-            # Their permits go with them (as orphan recovery always did); a zombie that comes
-            # back finds its attempts fenced and releases nothing that is not its own.
+            # Their permits go with them; a zombie that comes back finds its attempts fenced
+            # and releases nothing that is not its own.
             conn.execute(delete(PERMIT).where(PERMIT.c.node_id.in_(marked)))
         return marked
+
+    @staticmethod
+    def _reclaim_stray_permits(conn: Connection, cutoff: datetime) -> int:
+        """Delete permits acquired at or before ``cutoff`` by nodes without a live row: nodes
+        that deregistered (a drain) or never registered while an attempt of theirs still held
+        one. Such a node is never declared dead, so :meth:`_declare_dead` cannot reclaim them.
+        The live nodes are read without locks and the permits deleted by primary key (a
+        ``NOT IN`` subquery inside a ``DELETE`` would lock the node rows on MySQL/MariaDB)."""
+        live = set(conn.execute(_live_nodes()).scalars())
+        rows = conn.execute(
+            select(PERMIT.c.job_id, PERMIT.c.epoch, PERMIT.c.node_id).where(
+                PERMIT.c.acquired_at <= cutoff
+            )
+        ).all()
+        stray = [r for r in rows if r.node_id not in live]
+        for r in stray:
+            conn.execute(
+                delete(PERMIT).where(
+                    PERMIT.c.job_id == r.job_id,
+                    PERMIT.c.epoch == r.epoch,
+                    PERMIT.c.node_id == r.node_id,
+                )
+            )
+        return len(stray)
 
     # ------------------------------------------------------------------ the watcher
     def watch(
@@ -291,8 +315,10 @@ class WatcherStoreMixin:
         judge_silence: bool = True,
         resolve: FlowResolver | None = None,
     ) -> WatcherReport:
-        """One watcher pass: silent nodes -> DEAD, then every due job transition (T4, T6, T9,
-        T13) in one transaction. Idempotent: a second pass at the same ``now`` changes nothing.
+        """One watcher pass: silent nodes -> DEAD (their permits go with them, as do permits
+        older than ``dead_after`` of nodes without a live row), then every due job transition
+        (T4, T6, T9, T13) in one transaction. Idempotent: a second pass at the same ``now``
+        changes nothing.
 
         ``judge_silence`` False skips the two judgements of silence (nodes dead, RUNNING jobs
         stalled): the caller could not write itself lately, so the silence may be the
@@ -308,28 +334,37 @@ class WatcherStoreMixin:
             NODE.c.heartbeat_at < now - settings.dead_node_retention,
         )
         due = self._due(now, settings, judge_silence)
+        permits_cutoff = now - settings.dead_after
+        stray_permits = select(PERMIT.c.job_id).where(
+            PERMIT.c.acquired_at <= permits_cutoff, PERMIT.c.node_id.not_in(_live_nodes())
+        )
 
-        def probe(conn: Connection) -> tuple[list[str], bool, bool]:
+        def probe(conn: Connection) -> tuple[list[str], bool, bool, bool]:
             return (
                 list(conn.execute(silent_nodes).scalars()),
                 conn.execute(select(NODE.c.node_id).where(expired_rows).limit(1)).first()
                 is not None,
                 conn.execute(select(Q.c.job_id).where(due).limit(1)).first() is not None,
+                conn.execute(stray_permits.limit(1)).first() is not None,
             )
 
         def nodes(conn: Connection) -> tuple[list[str], int]:
             silent = list(conn.execute(silent_nodes).scalars()) if judge_silence else []
             marked = self._declare_dead(conn, silent, now, settings.dead_after)
-            removed = conn.execute(delete(NODE).where(expired_rows)).rowcount
+            # Each write only if the probe found work for it: deleting expired rows is a locking
+            # range read on MySQL/MariaDB, which may wait for a heartbeat in flight.
+            removed = conn.execute(delete(NODE).where(expired_rows)).rowcount if stale else 0
+            if strays:
+                self._reclaim_stray_permits(conn, permits_cutoff)
             return marked, int(removed or 0)
 
         # Reads first: the write transactions (the write lock on SQLite) only when needed.
-        silent, stale, jobs_due = self._run(probe, write=False)
+        silent, stale, jobs_due, strays = self._run(probe, write=False)
         if not judge_silence:
             silent = []
         dead: list[str] = []
         removed = 0
-        if silent or stale:
+        if silent or stale or strays:
             dead, removed = self._run(nodes)
         report = WatcherReport()
         if jobs_due or dead:

@@ -282,6 +282,36 @@ class PermitStoreContract:
         assert ws.declare_dead([NODE], now=clock.now()) == []
         assert [p.node_id for p in permits.list_permits()] == [OTHER]
 
+    def test_a_watcher_pass_reclaims_permits_of_vanished_nodes(
+        self, store: Any, permits: PermitStore, clock: FakeClock
+    ) -> None:
+        """A node that deregistered (or never registered) while a permit of its attempt was
+        still held never dies: the watcher reclaims the permit once it is ``dead_after`` old.
+        Permits of live nodes stay, however old."""
+        ws = self.watcher(store)
+        self.register(ws, clock, NODE, OTHER)
+        [job] = self.running(store, clock, node=NODE)
+        [live_job] = self.running(store, clock, node=OTHER)
+        [ghost_job] = self.running(store, clock, node="ghost")
+        assert self.acquire(permits, job, clock).granted
+        assert self.acquire(permits, live_job, clock, node=OTHER).granted
+        assert self.acquire(permits, ghost_job, clock, node="ghost").granted
+        assert ws.set_draining(NODE, now=clock.now())
+        assert ws.hand_back(NODE, None, now=clock.now(), settings=SETTINGS) == (0, 1)
+        store.deregister_node(NODE)
+        clock.advance(SETTINGS.dead_after - US)
+        assert ws.beat(OTHER, now=clock.now())
+        self.watch(ws, clock)
+        assert len(permits.list_permits()) == 3, "too fresh"
+        clock.advance(US)
+        assert ws.beat(OTHER, now=clock.now())
+        self.watch(ws, clock)
+        assert [(p.job_id, p.node_id) for p in permits.list_permits()] == [(live_job.job_id, OTHER)]
+        clock.advance(SETTINGS.dead_node_retention)
+        assert ws.beat(OTHER, now=clock.now())
+        self.watch(ws, clock)
+        assert [p.node_id for p in permits.list_permits()] == [OTHER], "a live node keeps its own"
+
     def test_reclaim_permits_of_vanished_nodes(
         self, store: Any, permits: PermitStore, clock: FakeClock
     ) -> None:
