@@ -146,7 +146,7 @@ def test_cooperative_timeout_retry_decisions_on_a_fake_clock(sqlite_url: str) ->
             .with_backoff(BackoffPolicy.EXPONENTIAL, timedelta(seconds=10))
             .submit()
         )
-        app.store.register_node(worker.node_id, now=clock.now())
+        worker.liveness.register()
         delays = []
         for _ in range(3):
             (job,) = worker.poll_once()
@@ -175,7 +175,7 @@ def test_a_job_sees_its_deadline(sqlite_url: str) -> None:
         worker = app.worker(default_sla=timedelta(minutes=7))
         app.enqueue(tj.report_deadline).with_timeout(timedelta(seconds=42)).submit()
         app.enqueue(tj.report_deadline).submit()
-        app.store.register_node(worker.node_id, now=clock.now())
+        worker.liveness.register()
         results = set()
         for job in worker.poll_once():
             outcome = worker.execute(job)
