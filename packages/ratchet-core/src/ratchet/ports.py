@@ -220,27 +220,12 @@ class Store(Protocol):
     def live_counts(self) -> dict[str, int]:
         """How many live jobs are in each live status (the live jobs only: cheap to ask)."""
 
-    # -- nodes ------------------------------------------------------------------------------
-    def register_node(self, node_id: str, *, now: datetime) -> None:
-        """Insert or refresh this node's row (state ALIVE)."""
-
-    def heartbeat(self, node_id: str, *, now: datetime) -> bool:
-        """Refresh the heartbeat; False if the row is gone or no longer ALIVE."""
-
+    # -- nodes (registered, heart-beating and declared dead through :class:`WatcherStore`) ---
     def deregister_node(self, node_id: str) -> None:
         """Remove this node's row."""
 
     def list_nodes(self) -> list[NodeRecord]:
         """Every registered node."""
-
-    def recover_orphans(self, *, now: datetime, grace: timedelta) -> int:
-        """Return RUNNING jobs of nodes silent for longer than ``grace`` to PENDING.
-
-        Also removes the silent nodes' rows. Returns how many jobs came back.
-        """
-
-    def release_jobs(self, node_id: str, job_ids: Sequence[uuid.UUID], *, now: datetime) -> int:
-        """Hand this node's RUNNING jobs back to PENDING (drain); return how many."""
 
 
 @runtime_checkable

@@ -138,7 +138,8 @@ def child_main(requests_fd: int, replies_fd: int) -> None:
 
     A reader thread takes every message: ``run`` requests queue for the main thread, ``cancel``
     sets the flag of the run it names, end of file ends the process even mid-job (the worker that
-    would record the result is gone; orphan recovery reruns the job).
+    would record the result is gone; another node takes the job over once the watcher declares
+    that node dead).
     """
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # Ctrl-C is the parent's to handle
     requests, replies = (

@@ -1,7 +1,7 @@
 """Extension points of the worker: gates before an attempt, periodic maintenance tasks.
 
 Features plug in here instead of editing the job task: a circuit breaker or a resource permit is a
-:class:`Gate`; the recurring materializer, the orphan scan or a signal-timeout scanner is a
+:class:`Gate`; the recurring materializer, the watcher or a signal-timeout scanner is a
 :class:`PeriodicTask`.
 """
 

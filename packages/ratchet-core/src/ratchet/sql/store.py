@@ -20,13 +20,11 @@ from typing import Any, TypeVar
 from sqlalchemy import (
     Integer,
     Select,
-    and_,
     bindparam,
     create_engine,
     delete,
     func,
     insert,
-    or_,
     select,
     union_all,
     update,
@@ -1180,34 +1178,6 @@ class SqlStore(
         return self._run(work, write=False)
 
     # ------------------------------------------------------------------ nodes
-    def register_node(self, node_id: str, *, now: datetime) -> None:
-        def work(conn: Connection) -> None:
-            changed = conn.execute(
-                update(NODE)
-                .where(NODE.c.node_id == node_id)
-                .values(heartbeat_at=now, state="ALIVE", started_at=now)
-            ).rowcount
-            if not changed:
-                conn.execute(
-                    insert(NODE).values(
-                        node_id=node_id, started_at=now, heartbeat_at=now, state="ALIVE"
-                    )
-                )
-
-        self._run(work)
-
-    def heartbeat(self, node_id: str, *, now: datetime) -> bool:
-        def work(conn: Connection) -> bool:
-            return bool(
-                conn.execute(
-                    update(NODE)
-                    .where(NODE.c.node_id == node_id, NODE.c.state == "ALIVE")
-                    .values(heartbeat_at=now)
-                ).rowcount
-            )
-
-        return self._run(work)
-
     def deregister_node(self, node_id: str) -> None:
         self._run(lambda conn: conn.execute(delete(NODE).where(NODE.c.node_id == node_id)))
 
@@ -1228,64 +1198,6 @@ class SqlStore(
             ]
 
         return self._run(work, write=False)
-
-    def recover_orphans(self, *, now: datetime, grace: timedelta) -> int:
-        cutoff = now - grace
-
-        def work(conn: Connection) -> int:
-            alive = select(NODE.c.node_id).where(NODE.c.heartbeat_at >= cutoff)
-            orphaned = and_(
-                Q.c.status == JobStatus.RUNNING.value,
-                Q.c.picked_at < cutoff,
-                or_(Q.c.picked_by.is_(None), Q.c.picked_by.not_in(alive)),
-            )
-            # Candidates by a plain read: a locking scan (FOR UPDATE over every matching row)
-            # deadlocks with other workers' claims and completions on MySQL/MariaDB. Then one
-            # conditional update per job, by primary key, with the condition checked again.
-            candidates = conn.execute(select(Q.c.job_id, Q.c.epoch).where(orphaned)).all()
-            recovered: list[Any] = [
-                r
-                for r in candidates
-                if conn.execute(
-                    update(Q)
-                    .where(Q.c.job_id == r.job_id, Q.c.epoch == r.epoch, orphaned)
-                    .values(status=JobStatus.PENDING.value, picked_by=None, picked_at=None)
-                ).rowcount
-            ]
-            self._back_to_pending(conn, recovered, now, "ABANDONED")  # closes their attempts
-            self._reclaim_dead_permits(conn, cutoff)
-            conn.execute(delete(NODE).where(NODE.c.heartbeat_at < cutoff))
-            return len(recovered)
-
-        return self._run(work)
-
-    def _back_to_pending(
-        self, conn: Connection, rows: Sequence[Row[Any]], now: datetime, outcome: str
-    ) -> None:
-        for chunk in iter_chunks([r.job_id for r in rows], CHUNK):
-            conn.execute(
-                update(Q)
-                .where(Q.c.job_id.in_(chunk), Q.c.status == JobStatus.RUNNING.value)
-                .values(status=JobStatus.PENDING.value, picked_by=None, picked_at=None)
-            )
-            conn.execute(
-                update(EXE)
-                .where(EXE.c.job_id.in_(chunk), EXE.c.outcome == JobStatus.RUNNING.value)
-                .values(outcome=outcome, finished_at=now)
-            )
-
-    def release_jobs(self, node_id: str, job_ids: Sequence[uuid.UUID], *, now: datetime) -> int:
-        def work(conn: Connection) -> int:
-            stmt = select(Q.c.job_id).where(
-                Q.c.job_id.in_(list(job_ids)),
-                Q.c.picked_by == node_id,
-                Q.c.status == JobStatus.RUNNING.value,
-            )
-            rows = conn.execute(self.dialect.lock_rows(stmt)).all()
-            self._back_to_pending(conn, rows, now, "RELEASED")
-            return len(rows)
-
-        return self._run(work) if job_ids else 0
 
     # ------------------------------------------------------------------ caller transactions
     def after_commit(
