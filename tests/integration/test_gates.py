@@ -220,7 +220,7 @@ def test_permit_is_released_when_the_job_is_fenced_out(app: Ratchet) -> None:
 
 
 def test_the_janitor_releases_permits_lost_to_an_outage(app: Ratchet, clock: FakeClock) -> None:
-    from ratchet.engine.pipeline import PermitJanitor
+    from ratchet.engine.maintenance import PermitJanitor
 
     lost = app.enqueue(gate_jobs.plain, 1).with_resource(RES).submit()
     running = app.enqueue(gate_jobs.plain, 2).with_resource(RES).submit()

@@ -95,7 +95,7 @@ from ratchet.domain.watcher import (
     orphaned_timed_out_at,
     takeover_eligible,
 )
-from ratchet.engine import watcher as engine_watcher
+from ratchet.engine import liveness as engine_liveness
 from ratchet.engine.worker import Worker
 from ratchet.ports import WatcherStore
 from ratchet.testing import FakeClock
@@ -163,8 +163,8 @@ def make_machine(template: Path, workdir: Path) -> type[RuleBasedStateMachine]:
             app = getattr(self, "app", None)
             if app is None:
                 return
-            with engine_watcher._LOCAL_LOCK:
-                engine_watcher._LOCAL.difference_update(self.by_id)
+            with engine_liveness._LOCAL_LOCK:
+                engine_liveness._LOCAL.difference_update(self.by_id)
             app.close()
             for suffix in ("", "-wal", "-shm"):
                 Path(f"{self.db}{suffix}").unlink(missing_ok=True)
@@ -184,8 +184,8 @@ def make_machine(template: Path, workdir: Path) -> type[RuleBasedStateMachine]:
             without the heartbeat thread). The previous one's process is gone."""
             previous = self.workers.get(name)
             if previous is not None:
-                with engine_watcher._LOCAL_LOCK:
-                    engine_watcher._LOCAL.discard(previous.node_id)
+                with engine_liveness._LOCAL_LOCK:
+                    engine_liveness._LOCAL.discard(previous.node_id)
             restarts = self.restarts[name]
             self.restarts[name] += 1
             node_id = f"{name}.{restarts}" if restarts else name

@@ -24,7 +24,7 @@ from timeout_harness import Events, wait_for
 from ratchet import EventKind, JobContext, JobStatus, Ratchet
 from ratchet.domain.model import Outcome, OutcomeKind
 from ratchet.domain.watcher import NodeInfo
-from ratchet.engine.watcher import Liveness, WatcherTask, host_name
+from ratchet.engine.liveness import Liveness, WatcherTask, host_name
 from ratchet.engine.worker import Worker
 from ratchet.testing import FakeClock
 from ratchet.testing.store_contract import new_job

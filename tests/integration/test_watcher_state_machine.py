@@ -52,7 +52,7 @@ from ratchet.domain.watcher import (
     orphaned_timed_out_at,
     takeover_eligible,
 )
-from ratchet.engine import watcher as engine_watcher
+from ratchet.engine import liveness as engine_liveness
 from ratchet.engine.worker import Worker
 from ratchet.sql import schema
 from ratchet.testing import FakeClock
@@ -185,8 +185,8 @@ def make_machine(app: Ratchet, clock: FakeClock) -> type[RuleBasedStateMachine]:
             try:
                 self._run_to_quiescence()
             finally:
-                with engine_watcher._LOCAL_LOCK:
-                    engine_watcher._LOCAL.difference_update(self.incarnations)
+                with engine_liveness._LOCAL_LOCK:
+                    engine_liveness._LOCAL.difference_update(self.incarnations)
 
         # ------------------------------------------------------------------ helpers
         def _boot(self, name: str) -> None:
@@ -663,8 +663,8 @@ def make_machine(app: Ratchet, clock: FakeClock) -> type[RuleBasedStateMachine]:
                 return
             node = data.draw(st.sampled_from([n for n in self.nodes.values() if n.up]))
             assert node.worker is not None
-            with engine_watcher._LOCAL_LOCK:  # the process is gone
-                engine_watcher._LOCAL.discard(node.worker.node_id)
+            with engine_liveness._LOCAL_LOCK:  # the process is gone
+                engine_liveness._LOCAL.discard(node.worker.node_id)
             node.worker = None
             node.handles = {}
             node.paused = False
@@ -710,8 +710,8 @@ def make_machine(app: Ratchet, clock: FakeClock) -> type[RuleBasedStateMachine]:
                     new = after[job_id]
                     assert new.status is JobStatus.TIMED_OUT
                     assert new.timed_out_at <= orphaned_timed_out_at(clock.now(), SETTINGS)
-            with engine_watcher._LOCAL_LOCK:
-                engine_watcher._LOCAL.discard(worker.node_id)
+            with engine_liveness._LOCAL_LOCK:
+                engine_liveness._LOCAL.discard(worker.node_id)
             node.worker = None
             node.handles = {}
 

@@ -18,7 +18,7 @@ from zoneinfo import ZoneInfo
 from hypothesis import example, given, settings
 from hypothesis import strategies as st
 
-from ratchet.domain.cron import HORIZON_YEARS, MAX_YEAR, CronExpression
+from ratchet.domain.quartz import HORIZON_YEARS, MAX_YEAR, CronExpression
 
 MONTHS = ["JAN", "FEB", "MAR", "APR", "MAY", "JUN", "JUL", "AUG", "SEP", "OCT", "NOV", "DEC"]
 DAYS = ["SUN", "MON", "TUE", "WED", "THU", "FRI", "SAT"]

@@ -10,7 +10,6 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from ratchet.domain.cron import CronExpression
 from ratchet.domain.errors import InvalidJobOptions
 from ratchet.domain.misfire import (
     InvalidMisfirePolicy,
@@ -19,6 +18,7 @@ from ratchet.domain.misfire import (
     RecurringMisfirePolicy,
     plan_fires,
 )
+from ratchet.domain.quartz import CronExpression
 
 UTC_ZONE = ZoneInfo("UTC")
 NY = ZoneInfo("America/New_York")

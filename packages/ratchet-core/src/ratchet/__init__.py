@@ -15,7 +15,6 @@ from typing import TYPE_CHECKING, Any
 
 from ratchet._distribution import check_core
 from ratchet.domain.breaker import BreakerProfile, BreakerState, CircuitOpenError, circuit_breaker
-from ratchet.domain.cron import InvalidCronExpression, UnknownTimeZone
 from ratchet.domain.errors import (
     ClassPolicyViolation,
     ConfigurationError,
@@ -43,6 +42,7 @@ from ratchet.domain.lifecycle import JobPriority, JobStatus
 from ratchet.domain.misfire import RecurringMisfirePolicy
 from ratchet.domain.model import JobFilter
 from ratchet.domain.options import BackoffPolicy, JobOptions
+from ratchet.domain.quartz import InvalidCronExpression, UnknownTimeZone
 from ratchet.domain.recurring import RecurringRecord, RecurringStatus
 from ratchet.domain.resources import ResourceLimit
 from ratchet.domain.retry import DoNotRetry, RetryPolicy, do_not_retry

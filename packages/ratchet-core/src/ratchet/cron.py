@@ -12,7 +12,7 @@ from datetime import datetime
 from functools import lru_cache
 from zoneinfo import ZoneInfo
 
-from ratchet.domain.cron import (
+from ratchet.domain.quartz import (
     HORIZON_YEARS,
     MAX_YEAR,
     CronExpression,

@@ -18,8 +18,8 @@ from dataclasses import dataclass
 from datetime import UTC, datetime
 from zoneinfo import ZoneInfo
 
-from ratchet.domain.cron import CronExpression
 from ratchet.domain.errors import InvalidJobOptions
+from ratchet.domain.quartz import CronExpression
 
 __all__ = [
     "DEFAULT_CATCH_UP",

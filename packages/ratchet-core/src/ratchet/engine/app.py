@@ -23,7 +23,7 @@ from ratchet.domain.retry import RetryPolicy
 from ratchet.domain.workflow import BatchContext
 from ratchet.engine.batches import BatchBuilder, StreamingBatchBuilder
 from ratchet.engine.builder import JobBuilder, JobHandle
-from ratchet.engine.gates_api import GatesMixin
+from ratchet.engine.limits_api import LimitsApi
 from ratchet.engine.recurring import RecurringMixin
 from ratchet.engine.workflows import apply_effects, batch_of, deliver_signal, flow_resolver
 from ratchet.events import EventKind, JobEvent
@@ -46,7 +46,7 @@ log = logging.getLogger("ratchet")
 EventListener = Callable[[JobEvent], None]
 
 
-class Ratchet(GatesMixin, RecurringMixin):
+class Ratchet(LimitsApi, RecurringMixin):
     """A scheduler bound to one database.
 
     :param url: SQLAlchemy URL of the store (``sqlite:///jobs.db``, ``postgresql+psycopg://...``).

@@ -25,7 +25,7 @@ from ratchet.domain.model import ClaimedJob, Outcome, OutcomeKind
 from ratchet.domain.retry import decide_retry
 from ratchet.domain.text import describe_error
 from ratchet.engine.context import JobContext, bound, stopped_on_request
-from ratchet.engine.pipeline import Gate, breaker_service, reschedule
+from ratchet.engine.gates import Gate, breaker_service, reschedule
 from ratchet.engine.watchdog import Attempt, cancellation_store, seconds_text
 from ratchet.ports import ExecutorProvider, InterruptibleExecutor, JobCall
 from ratchet.serialization import decode_payload, encode_result

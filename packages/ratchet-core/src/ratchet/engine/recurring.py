@@ -19,7 +19,6 @@ from typing import TYPE_CHECKING, Any, TypeVar, cast
 from zoneinfo import ZoneInfo
 
 from ratchet.cron import parse, resolve_zone
-from ratchet.domain.cron import UnknownTimeZone
 from ratchet.domain.errors import (
     ClassPolicyViolation,
     ConfigurationError,
@@ -36,6 +35,7 @@ from ratchet.domain.options import (
     normalize_tags,
     validate_option_text,
 )
+from ratchet.domain.quartz import UnknownTimeZone
 from ratchet.domain.recurring import (
     FIRE_TIME_PARAM,
     MASTER_PARAM,

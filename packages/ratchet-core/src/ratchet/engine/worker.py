@@ -7,7 +7,7 @@
 - The **completer** (:mod:`ratchet.engine.completer`, the writer thread) records outcomes in
   batched, fenced transactions and reports what they did.
 - They share one :class:`~ratchet.engine.slots.SlotTable`. The node's liveness
-  (:mod:`ratchet.engine.watcher`: incarnation, heartbeats, the watcher, takeovers, drain), the
+  (:mod:`ratchet.engine.liveness`: incarnation, heartbeats, the watcher, takeovers, drain), the
   watchdog (timeouts) and the periodic maintenance tasks complete the worker.
 
 Every database error is survived: each loop logs once per outage and backs off.
@@ -33,20 +33,15 @@ from ratchet.domain.text import MAX_ERROR_CHARS, describe_error
 from ratchet.engine.attempts import AttemptRunner
 from ratchet.engine.completer import Completer
 from ratchet.engine.context import install_log_record_factory
+from ratchet.engine.gates import CircuitBreakerGate, Gate, PermitGate
+from ratchet.engine.liveness import attach_liveness, new_node_id
+from ratchet.engine.maintenance import PeriodicTask, PermitJanitor
 from ratchet.engine.outages import OutageLog
-from ratchet.engine.pipeline import (
-    CircuitBreakerGate,
-    Gate,
-    PeriodicTask,
-    PermitGate,
-    PermitJanitor,
-)
 from ratchet.engine.producer import Producer
 from ratchet.engine.slots import SlotTable
 from ratchet.engine.start_check import StartCheck
 from ratchet.engine.summary import WorkSummary
 from ratchet.engine.watchdog import CancellationRequestPoller, Watchdog, cancellation_store
-from ratchet.engine.watcher import attach_liveness, new_node_id
 from ratchet.engine.workflows import attach_flows
 from ratchet.ports import ExecutorProvider, WakeupHint
 from ratchet.targets import TargetRef

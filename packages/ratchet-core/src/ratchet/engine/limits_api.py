@@ -27,7 +27,7 @@ if TYPE_CHECKING:
     from ratchet.ports import Clock, ResilienceStrategy, Store
 
 
-class GatesMixin:
+class LimitsApi:
     """Resource limits and breakers of an app (needs ``store``, ``resilience``, ``clock``)."""
 
     if TYPE_CHECKING:

@@ -1,14 +1,14 @@
-"""Extension points of the worker: gates before an attempt, periodic maintenance tasks.
+"""Gates: what an attempt must pass before its job's code runs.
 
-Features plug in here instead of editing the job task: a circuit breaker or a resource permit is a
-:class:`Gate`; the recurring materializer, the watcher or a signal-timeout scanner is a
-:class:`PeriodicTask`.
+A gate lets the attempt proceed or ends it with an outcome, usually a reschedule that consumes
+no retry: :class:`CircuitBreakerGate` while the target's breaker is open, :class:`PermitGate`
+while its resource is at capacity. Features add their own gates to ``Worker.gates``.
 """
 
 from __future__ import annotations
 
 import logging
-from datetime import datetime, timedelta
+from datetime import datetime
 from typing import TYPE_CHECKING, Protocol
 
 from ratchet.domain.breaker import spec_of
@@ -34,16 +34,6 @@ class Gate(Protocol):
 
     def leave(self, worker: Worker, job: ClaimedJob) -> None:
         """Called once after the attempt, whatever its outcome, if :meth:`enter` let it pass."""
-
-
-class PeriodicTask(Protocol):
-    """Maintenance run on the worker's maintenance thread every ``interval``."""
-
-    name: str
-    interval: timedelta
-
-    def run_once(self, worker: Worker) -> None:
-        """Do one round; exceptions are logged and the task runs again next interval."""
 
 
 def reschedule(
@@ -169,24 +159,3 @@ class PermitGate:
         permits = self._permits(worker)
         if permits is not None:
             permits.release_permit(job.job_id, job.epoch)
-
-
-class PermitJanitor:
-    """Deletes this node's permits whose attempt is no longer running here (lost releases)."""
-
-    name = "permit-janitor"
-
-    def __init__(self, interval: timedelta) -> None:
-        self.interval = interval
-
-    def run_once(self, worker: Worker) -> None:
-        permits = worker.store.capability(PermitStore)  # type: ignore[type-abstract]
-        if permits is None:
-            return
-        before = worker.app.now()
-        # Running attempts, and timed-out ones whose call has not returned yet (they still use
-        # the resource, as they still hold their slot).
-        keep = [(job.job_id, job.epoch) for job in worker.slots.occupying_jobs()]
-        released = permits.release_stale_permits(worker.node_id, keep, before=before)
-        if released:
-            log.warning("released %d permit(s) of attempts no longer running here", released)

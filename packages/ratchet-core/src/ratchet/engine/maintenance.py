@@ -1,0 +1,50 @@
+"""Maintenance: tasks a worker runs periodically on its maintenance thread.
+
+The watcher, the permit janitor, the signal-timeout scan, the cancellation-request poll, the
+recurring materializer and the work summary are each a :class:`PeriodicTask`; features append
+theirs to ``Worker.periodic``.
+"""
+
+from __future__ import annotations
+
+import logging
+from datetime import timedelta
+from typing import TYPE_CHECKING, Protocol
+
+from ratchet.ports import PermitStore
+
+if TYPE_CHECKING:
+    from ratchet.engine.worker import Worker
+
+log = logging.getLogger("ratchet.worker")
+
+
+class PeriodicTask(Protocol):
+    """Maintenance run on the worker's maintenance thread every ``interval``."""
+
+    name: str
+    interval: timedelta
+
+    def run_once(self, worker: Worker) -> None:
+        """Do one round; exceptions are logged and the task runs again next interval."""
+
+
+class PermitJanitor:
+    """Deletes this node's permits whose attempt is no longer running here (lost releases)."""
+
+    name = "permit-janitor"
+
+    def __init__(self, interval: timedelta) -> None:
+        self.interval = interval
+
+    def run_once(self, worker: Worker) -> None:
+        permits = worker.store.capability(PermitStore)  # type: ignore[type-abstract]
+        if permits is None:
+            return
+        before = worker.app.now()
+        # Running attempts, and timed-out ones whose call has not returned yet (they still use
+        # the resource, as they still hold their slot).
+        keep = [(job.job_id, job.epoch) for job in worker.slots.occupying_jobs()]
+        released = permits.release_stale_permits(worker.node_id, keep, before=before)
+        if released:
+            log.warning("released %d permit(s) of attempts no longer running here", released)
