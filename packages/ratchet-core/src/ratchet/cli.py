@@ -422,6 +422,7 @@ def attempt_document(attempt: AttemptRecord) -> dict[str, Any]:
         "finished_at": _when(attempt.finished_at),
         "duration_seconds": _seconds_of(duration),
         "error": attempt.error,
+        "traceback": attempt.traceback,
     }
 
 
@@ -436,16 +437,31 @@ def _job_id(text: str) -> uuid.UUID:
 @_url_option
 @_app_option
 @click.argument("job_id")
-def jobs_show(url: str | None, app_spec: str | None, job_id: str) -> None:
-    """Show one job and its attempt history as JSON."""
+@click.option(
+    "--traceback",
+    "show_traceback",
+    is_flag=True,
+    help="Print the traceback of the job's newest failed attempt as text instead of the JSON.",
+)
+def jobs_show(url: str | None, app_spec: str | None, job_id: str, show_traceback: bool) -> None:
+    """Show one job and its attempt history as JSON (or its newest traceback)."""
     ident = _job_id(job_id)
     app = _admin_app(url, app_spec)
     rec = app.get_job(ident)
     if rec is None:
         raise click.ClickException(f"no job {job_id}")
+    history = app.attempts(rec.job_id)
+    if show_traceback:
+        failed = [a for a in history if a.traceback]
+        if not failed:
+            raise click.ClickException(f"job {job_id} has no failed attempt with a traceback")
+        newest = failed[-1]
+        click.echo(f"attempt {newest.attempt} on {newest.node_id}: {newest.error}")
+        click.echo(newest.traceback.rstrip("\n") if newest.traceback else "")
+        return
     doc = job_document(rec)
     doc["epoch"] = rec.epoch  # the listing does not read it for ended jobs
-    doc["attempt_history"] = [attempt_document(a) for a in app.attempts(rec.job_id)]
+    doc["attempt_history"] = [attempt_document(a) for a in history]
     click.echo(json.dumps(doc, indent=2))
 
 

@@ -102,11 +102,15 @@ class Outcome:
     retry_at: datetime | None = None
     flow_effects: bool = True
     """As :attr:`ClaimedJob.flow_effects` (True when unknown: the store then looks)."""
+    traceback: str | None = None
+    """Where the attempt's error was raised (bounded; failures only)."""
 
     def __post_init__(self) -> None:
         # Whatever a job raised or returned, the outcome must be writable on every store.
         if self.error is not None and not is_storable_text(self.error):
             object.__setattr__(self, "error", storable_text(self.error))
+        if self.traceback is not None and not is_storable_text(self.traceback):
+            object.__setattr__(self, "traceback", storable_text(self.traceback))
         if self.result is not None and not is_storable_text(self.result):
             object.__setattr__(self, "result", storable_text(self.result))
 
@@ -194,6 +198,8 @@ class AttemptRecord:
     finished_at: datetime | None
     outcome: str
     error: str | None
+    traceback: str | None = None
+    """Where the attempt's error was raised, when it failed (newest frames kept)."""
 
 
 @dataclass(frozen=True)

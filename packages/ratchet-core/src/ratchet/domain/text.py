@@ -10,9 +10,13 @@ exactly those characters as visible escapes and leaves every other string unchan
 
 from __future__ import annotations
 
+import traceback
+
 _NUL = "\x00"
 #: The longest error description stored (a longer one is cut, ending in ``...``).
 MAX_ERROR_CHARS = 4000
+#: The longest traceback stored (a longer one keeps its newest frames).
+MAX_TRACEBACK_CHARS = 16_000
 
 
 def is_storable_text(text: str) -> bool:
@@ -57,3 +61,20 @@ def describe_error(exc: BaseException) -> str:
         text = f"{name}: {message}"
     text = storable_text(text)
     return text if len(text) <= MAX_ERROR_CHARS else text[: MAX_ERROR_CHARS - 3] + "..."
+
+
+def describe_traceback(exc: BaseException) -> str:
+    """``exc``'s traceback as Python prints it (its causes included), storable on every
+    database, at most ``MAX_TRACEBACK_CHARS``: a longer one keeps its end, where it was raised."""
+    remote = getattr(exc, "remote_traceback", None)  # raised in a child process
+    if isinstance(remote, str) and remote:
+        text = remote
+    else:
+        try:
+            text = "".join(traceback.format_exception(exc))
+        except Exception as broken:  # a job's exception may break formatting (its __str__)
+            text = f"<traceback unavailable: formatting it raised {type(broken).__name__}>"
+    text = storable_text(text)
+    if len(text) > MAX_TRACEBACK_CHARS:
+        text = "...\n" + text[-(MAX_TRACEBACK_CHARS - 4) :]
+    return text

@@ -23,7 +23,7 @@ from ratchet.domain.breaker import CircuitOpenError
 from ratchet.domain.errors import FencedOut, JobTimeoutError, StoreUnavailable
 from ratchet.domain.model import ClaimedJob, Outcome, OutcomeKind
 from ratchet.domain.retry import decide_retry
-from ratchet.domain.text import describe_error
+from ratchet.domain.text import describe_error, describe_traceback
 from ratchet.engine.context import JobContext, bound, stopped_on_request
 from ratchet.engine.gates import Gate, breaker_service, reschedule
 from ratchet.engine.watchdog import Attempt, cancellation_store, seconds_text
@@ -327,6 +327,7 @@ class AttemptRunner:
             error=error,
             retry_at=decision.retry_at,
             flow_effects=job.flow_effects,
+            traceback=None if late else describe_traceback(exc),
         )
 
     # ------------------------------------------------------------------ timeouts and cancellation

@@ -132,6 +132,7 @@ job_execution = Table(
     Column("finished_at", UTCMicros(), nullable=True),
     Column("outcome", String(16), nullable=False),
     Column("error", Text, nullable=True),
+    Column("traceback", Text, nullable=True),  # migration 0009
 )
 
 node = Table(

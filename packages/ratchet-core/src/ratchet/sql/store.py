@@ -1149,6 +1149,7 @@ class SqlStore(
                     finished_at=r.finished_at,
                     outcome=r.outcome,
                     error=r.error,
+                    traceback=r.traceback,
                 )
                 for r in rows
             ]
