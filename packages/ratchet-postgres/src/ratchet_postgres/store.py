@@ -4,14 +4,18 @@ The claim picks the candidates, locks them with ``FOR UPDATE SKIP LOCKED``, mark
 opens their attempt-history rows and returns their definitions in a single round trip
 (data-modifying CTEs), where the generic claim needs four. Inserting a batch of jobs and
 recording a batch of outcomes are one statement each too, where the generic versions pay a
-round trip per row and table. Each returns exactly what the generic method returns; the tests
-compare them row for row.
+round trip per row and table. They are the statement sets of :mod:`ratchet.sql.hotpaths`
+rendered for PostgreSQL (:class:`PostgresClaim`, :class:`PostgresInsert`,
+:class:`PostgresOutcomes`); the shared store keeps the logic around them (which job of a batch
+owns a key, the results, what an outcome writes, the fenced partition and the outcome hooks).
+``ratchet.testing.dialect_contract`` checks each against the generic statement set, row for row.
 """
 
 from __future__ import annotations
 
 import json
-from collections.abc import Iterable, Iterator, Sequence
+import uuid
+from collections.abc import Collection, Iterable, Iterator, Sequence
 from contextlib import nullcontext
 from datetime import datetime, timedelta
 from functools import cache
@@ -23,15 +27,26 @@ from sqlalchemy.dialects import postgresql
 from sqlalchemy.engine import Connection, make_url
 from sqlalchemy.exc import DBAPIError
 
-from ratchet.domain.errors import DuplicateIdempotencyKeyError
 from ratchet.domain.lifecycle import JobPriority, JobStatus, check_transition
-from ratchet.domain.model import ClaimedJob, NewJob, Outcome, OutcomeKind, OutcomeWrite
-from ratchet.domain.workflow import FlowResolver
+from ratchet.domain.model import ClaimedJob, NewJob
 from ratchet.ports import InsertResult, iter_chunks
 from ratchet.sql import schema
 from ratchet.sql.claimed import claimed_job, has_flow_effects
-from ratchet.sql.store import JOB_COLUMNS, QUEUE_COLUMNS, SqlStore, submit_rows
+from ratchet.sql.hotpaths import (
+    JOB_COLUMNS,
+    QUEUE_COLUMNS,
+    ClaimStatements,
+    HotPaths,
+    InsertStatements,
+    OutcomeStatements,
+    PlannedOutcome,
+    first_of_each_key,
+    insert_results,
+    submit_rows,
+)
+from ratchet.sql.store import SqlStore
 from ratchet.sql.types import from_micros, to_micros
+from ratchet.sql.watcher import OWNED
 from ratchet_postgres.dialect import PostgresDialect
 
 _PG = postgresql.dialect()  # type: ignore[no-untyped-call]
@@ -246,48 +261,44 @@ class _Replay:
 
 @cache
 def record_statement() -> TextClause:
-    """Apply a batch of attempt outcomes in one statement (fenced like the generic write).
+    """Apply a batch of planned outcomes in one statement (the generic write's statement set).
 
-    ``owned``: the outcomes whose job is still RUNNING (or TIMED_OUT) under this node and epoch,
-    locked.
-    Terminal ones leave the queue and end their job; retries and reschedules go back to
+    ``owned``: the outcomes whose job is still RUNNING (or TIMED_OUT) under this node and their
+    epoch, locked. Terminal ones leave the queue and end their job; the others go back to
     PENDING, their error (if any) as the job's last error; every accepted attempt row is
-    closed. The ids returned are the accepted ones.
+    closed. What each writes (terminal status, attempts added, due time) comes planned with it.
+    The ids returned are the accepted ones.
     """
-    running, pending = JobStatus.RUNNING.value, JobStatus.PENDING.value
-    timed_out = JobStatus.TIMED_OUT.value
-    succeeded, failed = JobStatus.SUCCEEDED.value, JobStatus.FAILED.value
-    ok, dead = OutcomeKind.SUCCEEDED.value, OutcomeKind.DEAD.value
-    retry, reschedule = OutcomeKind.RETRY.value, OutcomeKind.RESCHEDULE.value
+    owned_statuses = ", ".join(f"'{status}'" for status in OWNED)
+    pending = JobStatus.PENDING.value
     return text(
         f"""
 WITH o AS (
     SELECT * FROM json_to_recordset(CAST(:outcomes AS json)) AS o(
-        job_id uuid, epoch integer, kind text, error text, result text,
-        finished_at bigint, retry_at bigint)
+        job_id uuid, epoch integer, kind text, terminal_status text, added integer,
+        error text, result text, finished_at bigint, pending_at bigint)
 ), owned AS (
-    SELECT q.job_id, q.attempts, o.epoch, o.kind, o.error, o.result, o.finished_at, o.retry_at
+    SELECT q.job_id, q.attempts, o.epoch, o.kind, o.terminal_status, o.added, o.error, o.result,
+           o.finished_at, o.pending_at
     FROM scheduler_job_queue q JOIN o ON o.job_id = q.job_id
-    WHERE q.picked_by = :node AND q.status IN ('{running}', '{timed_out}') AND q.epoch = o.epoch
+    WHERE q.picked_by = :node AND q.status IN ({owned_statuses}) AND q.epoch = o.epoch
     FOR UPDATE OF q
 ), gone AS (
     DELETE FROM scheduler_job_queue q USING owned w
-    WHERE q.job_id = w.job_id AND w.kind IN ('{ok}', '{dead}')
+    WHERE q.job_id = w.job_id AND w.terminal_status IS NOT NULL
 ), ended AS (
     UPDATE scheduler_job j
-    SET terminal_status = CASE WHEN w.kind = '{ok}' THEN '{succeeded}' ELSE '{failed}' END,
-        terminal_error = w.error, result = w.result, terminated_at = w.finished_at,
-        attempts = w.attempts + CASE WHEN w.kind = '{ok}' THEN 0 ELSE 1 END
+    SET terminal_status = w.terminal_status, terminal_error = w.error, result = w.result,
+        terminated_at = w.finished_at, attempts = w.attempts + w.added
     FROM owned w
-    WHERE j.job_id = w.job_id AND w.kind IN ('{ok}', '{dead}')
+    WHERE j.job_id = w.job_id AND w.terminal_status IS NOT NULL
 ), back AS (
     UPDATE scheduler_job_queue q
-    SET status = '{pending}', scheduled_time = COALESCE(w.retry_at, CAST(:now AS BIGINT)),
-        attempts = w.attempts + CASE WHEN w.kind = '{retry}' THEN 1 ELSE 0 END,
+    SET status = '{pending}', scheduled_time = w.pending_at, attempts = w.attempts + w.added,
         last_error = COALESCE(w.error, q.last_error),
         picked_by = NULL, picked_at = NULL, timed_out_at = NULL
     FROM owned w
-    WHERE q.job_id = w.job_id AND w.kind IN ('{retry}', '{reschedule}')
+    WHERE q.job_id = w.job_id AND w.terminal_status IS NULL
 ), closed AS (
     UPDATE scheduler_job_execution e
     SET finished_at = w.finished_at, outcome = w.kind, error = w.error
@@ -299,70 +310,53 @@ SELECT job_id FROM owned
     )
 
 
-class PostgresStore(SqlStore):
-    """:class:`~ratchet.sql.store.SqlStore` on PostgreSQL with a single-round-trip claim."""
+class PostgresClaim(ClaimStatements):
+    """The claim as one statement (:func:`claim_statement`)."""
 
-    atomic_insert = True
-    atomic_claim = True
-    atomic_record = True
-    insert_chunk_size = INSERT_CHUNK
+    def claim(
+        self, conn: Connection, node_id: str, limit: int, now: datetime, boost: timedelta
+    ) -> list[ClaimedJob]:
+        params = claim_parameters(node_id, limit, now, boost)
+        rows = conn.execute(claim_statement("boost" in params), params).all()
+        return [
+            claimed_job(r, r, now, epoch=r.epoch, scheduled_time=from_micros(r.scheduled_time))
+            for r in rows
+        ]
 
-    def __init__(
-        self, url: str, dialect: PostgresDialect | None = None, **engine_options: Any
-    ) -> None:
-        dialect = dialect or PostgresDialect()
-        url = normalize_url(url)
-        if "connect_args" in engine_options:  # merge into the defaults instead of replacing them
-            defaults = dialect.engine_kwargs(url).get("connect_args", {})
-            engine_options["connect_args"] = {**defaults, **engine_options["connect_args"]}
-        super().__init__(url, dialect, **engine_options)
 
-    def insert_job_chunks(
-        self, chunks: Iterable[Sequence[NewJob]], *, now: datetime
-    ) -> list[InsertResult]:
-        """:meth:`insert_jobs` of ``chunks``, each sent as soon as it is built (pipelined, in
-        one transaction): the server inserts one chunk while the caller builds the next."""
-        replay = _Replay(chunks)
-        try:
-            return self._run(
-                lambda conn: self._insert_chunks(conn, iter(replay), now), autocommit=True
-            )
-        except DBAPIError as exc:
-            self._raise_duplicate(exc, replay.jobs())
-            raise
+class PostgresInsert(InsertStatements):
+    """A batch insert as one statement per :data:`INSERT_CHUNK` jobs (:func:`insert_statement`),
+    the chunks pipelined."""
 
-    def _insert(
-        self, conn: Connection, jobs: Sequence[NewJob], now: datetime
-    ) -> list[InsertResult]:
-        """One round trip for the whole batch (the generic insert needs four or more).
+    def insert(
+        self, conn: Connection, fresh: Sequence[NewJob], now: datetime
+    ) -> dict[str, uuid.UUID]:
+        """One round trip for the whole batch (the generic insert needs four or more), plus a
+        look-up of the holders when a key was taken. A batch of more than :data:`INSERT_CHUNK`
+        jobs goes as several statements in one pipeline (one transaction), so the client
+        encodes a chunk while the server inserts the one before."""
+        if len(fresh) > INSERT_CHUNK:
+            _, sent, went_in = self.send(conn, iter_chunks(fresh, INSERT_CHUNK), now, {})
+        else:
+            sent = fresh
+            tags, params = _insert_params(fresh, now)
+            went_in = conn.exec_driver_sql(insert_statement(tags), params).rowcount
+        return self.holders_after(conn, sent, went_in)
 
-        Same results as the generic insert: a key already taken (before or earlier in this
-        batch) names its holder; a live business key conflict raises (nothing is inserted).
-        A batch of more than :data:`INSERT_CHUNK` jobs goes as several statements in one
-        pipeline (one transaction), so the client encodes a chunk while the server inserts the
-        one before.
-        """
-        if not jobs:
-            return []
-        if len(jobs) > INSERT_CHUNK:
-            return self._insert_chunks(conn, iter_chunks(jobs, INSERT_CHUNK), now)
-        first: dict[str, NewJob] = {}
-        for job in jobs:
-            first.setdefault(job.idempotency_key, job)
-        fresh = list(first.values())
-        tags, params = _insert_params(fresh, now)
-        went_in = conn.exec_driver_sql(insert_statement(tags), params).rowcount
-        return self._results(conn, jobs, first, fresh, went_in)
-
-    def _insert_chunks(
-        self, conn: Connection, chunks: Iterable[Sequence[NewJob]], now: datetime
-    ) -> list[InsertResult]:
+    def send(
+        self,
+        conn: Connection,
+        chunks: Iterable[Sequence[NewJob]],
+        now: datetime,
+        first: dict[str, NewJob],
+    ) -> tuple[list[NewJob], list[NewJob], int]:
         """Send one insert per chunk through psycopg's pipeline mode without waiting for the
         server in between; in a transaction of its own on an autocommit connection, else in
-        the caller's. Errors are raised as SQLAlchemy would raise them."""
+        the caller's. Each chunk sends its jobs that are the first of their key (recorded in
+        ``first``). Returns every job drawn, the jobs sent and how many went in. Errors are
+        raised as SQLAlchemy would raise them."""
         raw: Any = conn.connection.driver_connection  # a psycopg.Connection
         jobs: list[NewJob] = []
-        first: dict[str, NewJob] = {}
         fresh: list[NewJob] = []
         cursors: list[Any] = []
         statement = None
@@ -370,7 +364,7 @@ class PostgresStore(SqlStore):
             with raw.pipeline(), raw.transaction() if raw.autocommit else nullcontext():
                 for chunk in chunks:
                     jobs.extend(chunk)
-                    new = [j for j in chunk if first.setdefault(j.idempotency_key, j) is j]
+                    new = first_of_each_key(chunk, first)
                     if not new:
                         continue
                     fresh.extend(new)
@@ -395,82 +389,78 @@ class PostgresStore(SqlStore):
         finally:
             for cursor in cursors:
                 cursor.close()
-        return self._results(conn, jobs, first, fresh, went_in)
+        return jobs, fresh, went_in
 
-    def _results(
-        self,
-        conn: Connection,
-        jobs: Sequence[NewJob],
-        first: dict[str, NewJob],
-        fresh: Sequence[NewJob],
-        went_in: int,
+    def insert_chunks(
+        self, conn: Connection, chunks: Iterable[Sequence[NewJob]], now: datetime
     ) -> list[InsertResult]:
-        """Each job's result, given the first job of each key (``first``), the jobs sent
-        (``fresh``) and how many of them went in."""
-        holders: dict[str, Any] = {}
-        if went_in == len(fresh):
-            inserted = {j.job_id for j in fresh}
-        else:  # some keys were taken already: who holds each of them
-            holders = dict(
-                conn.execute(
-                    text(
-                        "SELECT idempotency_key, job_id FROM scheduler_idempotency_key"
-                        " WHERE idempotency_key = ANY(:keys)"
-                    ),
-                    {"keys": [j.idempotency_key for j in fresh]},
-                ).all()
-            )
-            inserted = {j.job_id for j in fresh if holders.get(j.idempotency_key) == j.job_id}
-        results = []
-        for job in jobs:
-            winner = first[job.idempotency_key]
-            if winner.job_id in inserted:
-                results.append(InsertResult(winner.job_id, winner is job))
-            elif job.idempotency_key in holders:
-                results.append(InsertResult(holders[job.idempotency_key], False))
-            else:  # pragma: no cover - keys are never deleted
-                raise DuplicateIdempotencyKeyError(job.idempotency_key, None)
-        return results
+        """The results of inserting ``chunks`` as one batch, each chunk sent as it is drawn."""
+        first: dict[str, NewJob] = {}
+        jobs, fresh, went_in = self.send(conn, chunks, now, first)
+        return insert_results(jobs, first, self.holders_after(conn, fresh, went_in))
 
-    def _record(
-        self,
-        conn: Connection,
-        node_id: str,
-        outcomes: Sequence[Outcome],
-        now: datetime,
-        resolve: FlowResolver,
-    ) -> OutcomeWrite:
-        """One round trip for the whole batch (the generic write needs one per outcome and table).
 
-        Same effect as the generic write, including the outcome hooks it runs afterwards in
-        the same transaction.
-        """
-        payload = json.dumps(
+class PostgresOutcomes(OutcomeStatements):
+    """The fenced outcome write as one statement (:func:`record_statement`)."""
+
+    def write(
+        self, conn: Connection, node_id: str, planned: Sequence[PlannedOutcome]
+    ) -> Collection[uuid.UUID]:
+        """One round trip for the whole batch (the generic write needs one per outcome and
+        table)."""
+        payload = _JSON.encode(
             [
                 {
-                    "job_id": str(o.job_id),
-                    "epoch": o.epoch,
-                    "kind": o.kind.value,
-                    "error": o.error,
-                    "result": o.result,
-                    "finished_at": to_micros(o.finished_at),
-                    "retry_at": None if o.retry_at is None else to_micros(o.retry_at),
+                    "job_id": str(p.outcome.job_id),
+                    "epoch": p.outcome.epoch,
+                    "kind": p.outcome.kind.value,
+                    "terminal_status": p.terminal_status,
+                    "added": p.attempts_added,
+                    "error": p.outcome.error,
+                    "result": p.outcome.result,
+                    "finished_at": to_micros(p.outcome.finished_at),
+                    "pending_at": to_micros(p.pending_at),
                 }
-                for o in outcomes
-            ],
-            separators=(",", ":"),
+                for p in planned
+            ]
         )
-        params = {"outcomes": payload, "node": node_id, "now": to_micros(now)}
-        owned = set(conn.execute(record_statement(), params).scalars())
-        fenced = [o.job_id for o in outcomes if o.job_id not in owned]
-        return self._written(conn, fenced, [o for o in outcomes if o.job_id in owned], now, resolve)
+        params = {"outcomes": payload, "node": node_id}
+        return set(conn.execute(record_statement(), params).scalars())
 
-    def _claim(
-        self, conn: Connection, node_id: str, limit: int, now: datetime, boost: timedelta
-    ) -> list[ClaimedJob]:
-        params = claim_parameters(node_id, limit, now, boost)
-        rows = conn.execute(claim_statement("boost" in params), params).all()
-        return [
-            claimed_job(r, r, now, epoch=r.epoch, scheduled_time=from_micros(r.scheduled_time))
-            for r in rows
-        ]
+
+class PostgresStore(SqlStore):
+    """:class:`~ratchet.sql.store.SqlStore` on PostgreSQL with one-statement hot paths."""
+
+    atomic_insert = True
+    atomic_claim = True
+    atomic_record = True
+    insert_chunk_size = INSERT_CHUNK
+
+    def __init__(
+        self, url: str, dialect: PostgresDialect | None = None, **engine_options: Any
+    ) -> None:
+        dialect = dialect or PostgresDialect()
+        url = normalize_url(url)
+        if "connect_args" in engine_options:  # merge into the defaults instead of replacing them
+            defaults = dialect.engine_kwargs(url).get("connect_args", {})
+            engine_options["connect_args"] = {**defaults, **engine_options["connect_args"]}
+        super().__init__(url, dialect, **engine_options)
+
+    def make_hot_paths(self) -> HotPaths:
+        self.pg_insert = PostgresInsert(self.dialect)
+        return HotPaths(PostgresClaim(self.dialect), self.pg_insert, PostgresOutcomes(self.dialect))
+
+    def insert_job_chunks(
+        self, chunks: Iterable[Sequence[NewJob]], *, now: datetime
+    ) -> list[InsertResult]:
+        """:meth:`insert_jobs` of ``chunks``, each sent as soon as it is built (pipelined, in
+        one transaction): the server inserts one chunk while the caller builds the next."""
+        replay = _Replay(chunks)
+        try:
+            return self._run(
+                lambda conn: self.pg_insert.insert_chunks(conn, iter(replay), now),
+                autocommit=True,
+            )
+        except DBAPIError as exc:
+            self._raise_duplicate(exc, replay.jobs())
+            raise

@@ -18,7 +18,6 @@ from datetime import datetime, timedelta
 from typing import Any, TypeVar
 
 from sqlalchemy import (
-    Integer,
     Select,
     bindparam,
     create_engine,
@@ -26,7 +25,6 @@ from sqlalchemy import (
     func,
     insert,
     select,
-    union_all,
     update,
 )
 from sqlalchemy.engine import Connection, Engine, Row, make_url
@@ -50,24 +48,28 @@ from ratchet.domain.model import (
     NewJob,
     NodeRecord,
     Outcome,
-    OutcomeKind,
     OutcomeWrite,
 )
 from ratchet.domain.options import BackoffPolicy
-from ratchet.domain.priority import claim_order_key
 from ratchet.domain.workflow import FlowEffect, FlowResolver
 from ratchet.ports import InsertResult, StoreCapabilities, iter_chunks
 from ratchet.sql import schema
 from ratchet.sql.caller_tx import CallerTransactions
 from ratchet.sql.cancellation import CancellationStoreMixin
-from ratchet.sql.claimed import DEFINITIONS, claimed_job
 from ratchet.sql.dialect import ErrorKind, SqlDialect
+from ratchet.sql.hotpaths import (
+    CHUNK,
+    OWNED_ROWS,
+    HotPaths,
+    _ms,
+    first_of_each_key,
+    insert_results,
+    plan_outcomes,
+)
 from ratchet.sql.permits import PermitStoreMixin
 from ratchet.sql.pool import ping_when_idle
-from ratchet.sql.prepared import PreparedInsert, PreparedKeyLookup, uuid_binder
 from ratchet.sql.recurring import RecurringStoreMixin
-from ratchet.sql.types import UTCMicros, to_micros
-from ratchet.sql.watcher import OWNED, WatcherStoreMixin
+from ratchet.sql.watcher import WatcherStoreMixin
 from ratchet.sql.workflows import REFUSE_ALL, WorkflowStoreMixin
 
 log = logging.getLogger("ratchet.store")
@@ -81,82 +83,9 @@ IDEM = schema.idempotency_key
 EXE = schema.job_execution
 NODE = schema.node
 
-#: Rows per IN (...) list, well below every database's bound-parameter limit.
-CHUNK = 500
 RETRY_ATTEMPTS = 8
 CANCELLABLE = sources_of(JobStatus.CANCELED)
 TAG_CANCELLABLE = (JobStatus.PENDING, JobStatus.PAUSED, JobStatus.WAITING)
-
-
-# Statements of the hot paths (claim, outcome batch), built once: their values are bound
-# parameters, and constructing a statement costs more than executing it.
-
-
-def _ids() -> Any:
-    """The ``:ids`` list parameter of an ``IN``."""
-    return bindparam("ids", expanding=True)
-
-
-_CLAIM_MARK = (
-    update(Q)
-    .where(Q.c.job_id.in_(_ids()), Q.c.status == JobStatus.PENDING.value)
-    .values(
-        status=JobStatus.RUNNING.value,
-        picked_by=bindparam("node"),
-        picked_at=bindparam("now"),
-        epoch=Q.c.epoch + 1,
-    )
-)
-_OPEN_ATTEMPT = insert(EXE)
-_STILL_PENDING = select(Q.c.job_id).where(
-    Q.c.job_id.in_(_ids()), Q.c.status == JobStatus.PENDING.value
-)
-_OWNED_ROWS = select(Q.c.job_id, Q.c.epoch, Q.c.attempts).where(
-    Q.c.job_id.in_(_ids()),
-    Q.c.picked_by == bindparam("node"),
-    Q.c.status.in_(OWNED),
-)
-_DELETE_LIVE = delete(Q).where(Q.c.job_id == bindparam("b_id"))
-_END_JOB = (
-    update(J)
-    .where(J.c.job_id == bindparam("b_id"))
-    .values(
-        terminal_status=bindparam("b_status"),
-        terminal_error=bindparam("b_error"),
-        result=bindparam("b_result"),
-        terminated_at=bindparam("b_at"),
-        attempts=bindparam("b_attempts"),
-    )
-)
-#: A retry or reschedule: back to PENDING. Its error (the failure, or why the attempt was
-#: rescheduled: breaker open, no permit) becomes the job's last error; an outcome without one
-#: keeps the previous last error.
-_BACK_TO_PENDING = (
-    update(Q)
-    .where(Q.c.job_id == bindparam("b_id"))
-    .values(
-        status=JobStatus.PENDING.value,
-        scheduled_time=bindparam("b_time"),
-        attempts=bindparam("b_attempts"),
-        last_error=func.coalesce(bindparam("b_error", type_=Q.c.last_error.type), Q.c.last_error),
-        picked_by=None,
-        picked_at=None,
-        timed_out_at=None,
-    )
-)
-_CLOSE_ATTEMPT = (
-    update(EXE)
-    .where(
-        EXE.c.job_id == bindparam("b_id"),
-        EXE.c.attempt_no == bindparam("b_attempt"),
-        EXE.c.epoch == bindparam("b_epoch"),
-    )
-    .values(
-        finished_at=bindparam("b_at"),
-        outcome=bindparam("b_outcome"),
-        error=bindparam("b_error"),
-    )
-)
 
 
 OutcomeHook = Callable[[Connection, list[Outcome], datetime, list[FlowEffect], FlowResolver], None]
@@ -166,90 +95,6 @@ TerminalHook = Callable[
     [Connection, list[uuid.UUID], JobStatus, datetime, list[FlowEffect], FlowResolver], None
 ]
 """``(conn, job ids, terminal status, now, effects, resolve)``, as :data:`OutcomeHook`."""
-
-
-_MILLISECOND = timedelta(milliseconds=1)
-
-
-def _ms(value: timedelta | None) -> int | None:
-    return None if value is None else int(value / _MILLISECOND)
-
-
-#: Columns the submit path writes, in table order (the order of the value tuples below).
-KEY_COLUMNS = ("idempotency_key", "job_id", "created_at")
-JOB_COLUMNS = (
-    "job_id", "target", "payload", "priority", "max_retries", "backoff_policy", "backoff_ms",
-    "timeout_ms", "params", "tags", "idempotency_key", "business_key", "executor",
-    "created_at", "attempts", "resource_name", "recurring_master_id", "stall_timeout_ms",
-)  # fmt: skip
-QUEUE_COLUMNS = ("job_id", "status", "priority", "scheduled_time", "attempts", "epoch",
-                 "business_key")  # fmt: skip
-TAG_COLUMNS = ("job_id", "tag")
-
-
-class _SubmitStatements:
-    """The inserts of :meth:`SqlStore._insert` rendered for one dialect, and their rows."""
-
-    def __init__(self, dialect: Any, ignore_duplicates: Callable[[str], str | None]) -> None:
-        self.keys = PreparedKeyLookup(dialect, IDEM, "idempotency_key", "job_id")
-        self.key_insert = PreparedInsert(dialect, IDEM, KEY_COLUMNS)
-        ignoring = ignore_duplicates(dialect.name)
-        self.key_insert_ignoring = (
-            None if ignoring is None else PreparedInsert(dialect, IDEM, KEY_COLUMNS, ignoring)
-        )
-        self.job_insert = PreparedInsert(dialect, J, JOB_COLUMNS)
-        self.queue_insert = PreparedInsert(dialect, Q, QUEUE_COLUMNS)
-        self.tag_insert = PreparedInsert(dialect, TAGS, TAG_COLUMNS)
-        self.uuid = uuid_binder(dialect)
-
-    def rows(self, jobs: Sequence[NewJob], now: datetime) -> tuple[list[tuple[Any, ...]], ...]:
-        """Driver-ready value tuples for the key, job, queue and tag inserts of ``jobs``."""
-        return submit_rows(jobs, now, self.uuid)
-
-
-def submit_rows(
-    jobs: Sequence[NewJob], now: datetime, db_uuid: Callable[[uuid.UUID], Any]
-) -> tuple[list[tuple[Any, ...]], ...]:
-    """Value tuples for the key, job, queue and tag inserts of ``jobs`` (``KEY_COLUMNS``,
-    ``JOB_COLUMNS``, ``QUEUE_COLUMNS``, ``TAG_COLUMNS``): times as microseconds, durations as
-    milliseconds, ids through ``db_uuid``."""
-    now_us = to_micros(now)
-    key_rows: list[tuple[Any, ...]] = []
-    job_rows: list[tuple[Any, ...]] = []
-    queue_rows: list[tuple[Any, ...]] = []
-    tag_rows: list[tuple[Any, ...]] = []
-    for j in jobs:
-        jid = db_uuid(j.job_id)
-        priority = int(j.priority)
-        created = now_us if j.created_at == now else to_micros(j.created_at)
-        key_rows.append((j.idempotency_key, jid, now_us))
-        job_rows.append(
-            (
-                jid,
-                j.target,
-                j.payload,
-                priority,
-                j.max_retries,
-                j.backoff.value,
-                _ms(j.backoff_delay),
-                None if j.timeout is None else _ms(j.timeout),
-                json.dumps(dict(j.params)) if j.params else None,
-                json.dumps(list(j.tags)) if j.tags else None,
-                j.idempotency_key,
-                j.business_key,
-                j.executor,
-                created,
-                0,
-                j.resource_name,
-                None if j.recurring_master_id is None else db_uuid(j.recurring_master_id),
-                None if j.stall_timeout is None else _ms(j.stall_timeout),
-            )
-        )
-        scheduled = created if j.scheduled_time == j.created_at else to_micros(j.scheduled_time)
-        queue_rows.append((jid, j.status.value, priority, scheduled, 0, 0, j.business_key))
-        if j.tags:
-            tag_rows.extend((jid, t) for t in j.tags)
-    return key_rows, job_rows, queue_rows, tag_rows
 
 
 def describe_location(url: str) -> str:
@@ -301,10 +146,10 @@ class SqlStore(
         self.capabilities = StoreCapabilities(
             dialect=dialect.name, skip_locked=dialect.skip_locked, multi_host=dialect.multi_host
         )
-        self._candidate_stmt: Select[Any] | None = None
-        """The claim's candidate query, built on first use (see :meth:`_claim`)."""
         self._locked_cache: dict[tuple[int, bool], Select[Any]] = {}
-        self._submit_statements: dict[tuple[str, str, str], _SubmitStatements] = {}
+        self.hot_paths: HotPaths = self.make_hot_paths()
+        """The statement sets of the claim, the insert and the outcome write (see
+        :mod:`ratchet.sql.hotpaths`)."""
         self._engine_kwargs = kwargs
         self._autocommit: Engine | None = None
         self._autocommit_lock = threading.Lock()
@@ -501,67 +346,21 @@ class SqlStore(
 
         return self._run(work, write=False) if keys else {}
 
-    def _prepared(self, dialect: Any) -> _SubmitStatements:
-        """The submit path's statements for ``dialect`` (rendered once, then reused)."""
-        key = (dialect.name, dialect.driver, dialect.paramstyle)
-        found = self._submit_statements.get(key)
-        if found is None:
-            found = _SubmitStatements(dialect, self.dialect.skip_duplicate_keys_clause)
-            self._submit_statements[key] = found
-        return found
+    def make_hot_paths(self) -> HotPaths:
+        """The statement sets of the hot paths (a dialect's store returns its own renderings)."""
+        return HotPaths.generic(self.dialect)
 
     def _insert(
         self, conn: Connection, jobs: Sequence[NewJob], now: datetime
     ) -> list[InsertResult]:
-        """Insert the jobs whose idempotency key is free; a taken key returns its holder.
-
-        Where the dialect can skip taken keys in the insert itself, the keys go in first and
-        only a shortfall in the inserted row count costs a look-up; otherwise the taken keys are
-        looked up first.
-        """
+        """Insert the jobs whose idempotency key is free; a taken key returns its holder, a key
+        repeated in the batch its first job."""
         if not jobs:
             return []
-        prepared = self._prepared(conn.dialect)
         first: dict[str, NewJob] = {}
-        for job in jobs:
-            first.setdefault(job.idempotency_key, job)
-        candidates = list(first.values())
-        if prepared.key_insert_ignoring is None:
-            holders: dict[str, uuid.UUID] = {}
-            for chunk in iter_chunks(list(first), CHUNK):
-                holders.update(prepared.keys.fetch(conn, chunk))
-            fresh = [j for j in candidates if j.idempotency_key not in holders]
-            key_rows, job_rows, queue_rows, tag_rows = prepared.rows(fresh, now)
-            self._insert_rows(conn, prepared.key_insert, key_rows)
-        else:
-            key_rows, job_rows, queue_rows, tag_rows = prepared.rows(candidates, now)
-            went_in = prepared.key_insert_ignoring.execute(conn, key_rows)
-            holders = {}
-            fresh = candidates
-            if went_in != len(candidates):  # some keys were taken already
-                for chunk in iter_chunks(list(first), CHUNK):
-                    holders.update(prepared.keys.fetch(conn, chunk))
-                fresh = [j for j in candidates if holders.get(j.idempotency_key) == j.job_id]
-                holders = {k: v for k, v in holders.items() if first[k].job_id != v}
-                key_rows, job_rows, queue_rows, tag_rows = prepared.rows(fresh, now)
-        self._insert_rows(conn, prepared.job_insert, job_rows)
-        self._insert_rows(conn, prepared.queue_insert, queue_rows)
-        self._insert_rows(conn, prepared.tag_insert, tag_rows)
-        results: list[InsertResult] = []
-        for job in jobs:
-            holder = holders.get(job.idempotency_key)
-            if holder is not None:
-                results.append(InsertResult(holder, False))
-            else:
-                winner = first[job.idempotency_key]
-                results.append(InsertResult(winner.job_id, winner is job))
-        return results
-
-    def _insert_rows(
-        self, conn: Connection, statement: PreparedInsert, rows: Sequence[tuple[Any, ...]]
-    ) -> None:
-        """Insert driver-ready ``rows`` (dialects may send them differently)."""
-        statement.execute(conn, rows)
+        fresh = first_of_each_key(jobs, first)
+        holders = self.hot_paths.insert.insert(conn, fresh, now)
+        return insert_results(jobs, first, holders)
 
     @staticmethod
     def _job_row(j: NewJob) -> dict[str, Any]:
@@ -628,28 +427,8 @@ class SqlStore(
 
     # ------------------------------------------------------------------ claim
     def _candidates(self, now: datetime, limit: int) -> Select[Any]:
-        """Per priority level, the ``limit`` oldest due jobs; their union holds the top ``limit``.
-
-        Within one level the age boost never reorders jobs (older means more boost), so the best
-        ``limit`` jobs overall are among the best ``limit`` of each level. Each branch is an index
-        range scan on (status, priority, scheduled_time, job_id): the claim stays O(batch) however
-        many jobs wait.
-        """
-        branches = []
-        for level in JobPriority:
-            inner = (
-                select(Q.c.job_id, Q.c.priority, Q.c.scheduled_time, Q.c.epoch, Q.c.attempts)
-                .where(
-                    Q.c.status == JobStatus.PENDING.value,
-                    Q.c.priority == int(level),
-                    Q.c.scheduled_time <= now,
-                )
-                .order_by(Q.c.scheduled_time, Q.c.job_id)
-                .limit(limit)
-                .subquery()
-            )
-            branches.append(select(*inner.c))
-        return union_all(*branches)  # type: ignore[return-value]
+        """Per priority level, the ``limit`` oldest due jobs (the claim's candidate query)."""
+        return self.hot_paths.claim.candidates_select(now, limit)
 
     def claim(
         self, node_id: str, limit: int, *, now: datetime, boost_interval: timedelta
@@ -658,57 +437,10 @@ class SqlStore(
             return []
         return self._run(lambda conn: self._claim(conn, node_id, limit, now, boost_interval))
 
-    def _candidate_rows(self, conn: Connection, now: datetime, limit: int) -> list[Row[Any]]:
-        """The claim's candidates (:meth:`_candidates`) due at ``now``, ``limit`` per level."""
-        stmt = self._candidate_stmt
-        if stmt is None:
-            # Built once, with the time and the batch size as bound parameters: constructing
-            # (and compiling) the five-branch union costs more than running it.
-            stmt = self._candidates(
-                bindparam("c_now", type_=UTCMicros()),  # type: ignore[arg-type]
-                bindparam("c_limit", type_=Integer()),  # type: ignore[arg-type]
-            )
-            self._candidate_stmt = stmt
-        return list(conn.execute(stmt, {"c_now": now, "c_limit": limit}).all())
-
     def _claim(
         self, conn: Connection, node_id: str, limit: int, now: datetime, boost: timedelta
     ) -> list[ClaimedJob]:
-        rows = self._candidate_rows(conn, now, limit)
-        if not rows:
-            return []
-        rows.sort(
-            key=lambda r: claim_order_key(r.priority, r.scheduled_time, str(r.job_id), now, boost)
-        )
-        if self.dialect.skip_locked:
-            # Lock what nobody else holds; others' claims skip ours and vice versa.
-            ids = [r.job_id for r in rows]
-            lock = self._locked(_STILL_PENDING, skip_locked=True)
-            locked = set(conn.execute(lock, {"ids": ids}).scalars())
-            rows = [r for r in rows if r.job_id in locked]
-        chosen = rows[:limit]
-        if not chosen:
-            return []
-        ids = [r.job_id for r in chosen]
-        result = conn.execute(_CLAIM_MARK, {"ids": ids, "node": node_id, "now": now})
-        if result.rowcount != len(ids):
-            raise AssertionError("claimed rows changed under the claim lock")
-        definitions = {r.job_id: r for r in conn.execute(DEFINITIONS, {"ids": ids})}
-        conn.execute(
-            _OPEN_ATTEMPT,
-            [
-                {
-                    "job_id": r.job_id,
-                    "attempt_no": r.attempts + 1,
-                    "epoch": r.epoch + 1,
-                    "node_id": node_id,
-                    "started_at": now,
-                    "outcome": JobStatus.RUNNING.value,
-                }
-                for r in chosen
-            ],
-        )
-        return [claimed_job(r, definitions[r.job_id], now, epoch=r.epoch + 1) for r in chosen]
+        return self.hot_paths.claim.claim(conn, node_id, limit, now, boost)
 
     def owned_jobs(
         self, node_id: str, jobs: Sequence[tuple[uuid.UUID, int]]
@@ -720,7 +452,7 @@ class SqlStore(
         def work(conn: Connection) -> set[tuple[uuid.UUID, int]]:
             owned: set[tuple[uuid.UUID, int]] = set()
             for chunk in iter_chunks(list({job_id for job_id, _ in asked}), CHUNK):
-                rows = conn.execute(_OWNED_ROWS, {"ids": chunk, "node": node_id})
+                rows = conn.execute(OWNED_ROWS, {"ids": chunk, "node": node_id})
                 owned.update((r.job_id, r.epoch) for r in rows)
             return owned & asked
 
@@ -751,7 +483,7 @@ class SqlStore(
         now: datetime,
         resolve: FlowResolver,
     ) -> OutcomeWrite:
-        """The end of every outcome write (the dialects' too): the outcome hooks see the
+        """The end of the outcome write (:meth:`_record`): the outcome hooks see the
         outcomes that ``applied``, in the same transaction, and what they produce is returned
         with the ``fenced`` ids."""
         effects: list[FlowEffect] = []
@@ -768,78 +500,14 @@ class SqlStore(
         now: datetime,
         resolve: FlowResolver,
     ) -> OutcomeWrite:
-        owned: dict[uuid.UUID, Row[Any]] = {}
-        owned_stmt = self._locked(_OWNED_ROWS)
-        for chunk in iter_chunks([o.job_id for o in outcomes], CHUNK):
-            rows = conn.execute(owned_stmt, {"ids": chunk, "node": node_id})
-            owned.update({r.job_id: r for r in rows})
-        fenced: list[uuid.UUID] = []
-        accepted: list[tuple[Outcome, Row[Any]]] = []
-        for o in outcomes:
-            row = owned.get(o.job_id)
-            if row is None or row.epoch != o.epoch:
-                fenced.append(o.job_id)
-            else:
-                accepted.append((o, row))
-        if not accepted:
-            return OutcomeWrite(tuple(fenced))
-        terminal = [
-            (o, r) for o, r in accepted if o.kind in (OutcomeKind.SUCCEEDED, OutcomeKind.DEAD)
-        ]
-        back = [
-            (o, r) for o, r in accepted if o.kind in (OutcomeKind.RETRY, OutcomeKind.RESCHEDULE)
-        ]
-        if terminal:
-            # One statement per job (the dialects batch them into one round trip): with an IN
-            # list MySQL/MariaDB may scan the table (a small one by its statistics) and wait on,
-            # then deadlock with, other workers' rows.
-            conn.execute(_DELETE_LIVE, [{"b_id": o.job_id} for o, _ in terminal])
-            conn.execute(
-                _END_JOB,
-                [
-                    {
-                        "b_id": o.job_id,
-                        "b_status": (
-                            JobStatus.SUCCEEDED
-                            if o.kind is OutcomeKind.SUCCEEDED
-                            else JobStatus.FAILED
-                        ).value,
-                        "b_error": o.error,
-                        "b_result": o.result,
-                        "b_at": o.finished_at,
-                        "b_attempts": r.attempts + (0 if o.kind is OutcomeKind.SUCCEEDED else 1),
-                    }
-                    for o, r in terminal
-                ],
-            )
-        if back:
-            conn.execute(
-                _BACK_TO_PENDING,
-                [
-                    {
-                        "b_id": o.job_id,
-                        "b_time": o.retry_at or now,
-                        "b_attempts": r.attempts + (1 if o.kind is OutcomeKind.RETRY else 0),
-                        "b_error": o.error,
-                    }
-                    for o, r in back
-                ],
-            )
-        conn.execute(
-            _CLOSE_ATTEMPT,
-            [
-                {
-                    "b_id": o.job_id,
-                    "b_attempt": r.attempts + 1,
-                    "b_epoch": o.epoch,
-                    "b_at": o.finished_at,
-                    "b_outcome": o.kind.value,
-                    "b_error": o.error,
-                }
-                for o, r in accepted
-            ],
-        )
-        return self._written(conn, fenced, [o for o, _ in accepted], now, resolve)
+        """The fenced outcome write, for every dialect: the outcomes whose job ``node_id`` still
+        holds under their epoch apply (written by the dialect's statement set,
+        :class:`~ratchet.sql.hotpaths.OutcomeStatements`), the others are fenced (returned, in
+        batch order, with what the outcome hooks produce for the applied ones)."""
+        applied_ids = self.hot_paths.outcomes.write(conn, node_id, plan_outcomes(outcomes, now))
+        fenced = [o.job_id for o in outcomes if o.job_id not in applied_ids]
+        applied = [o for o in outcomes if o.job_id in applied_ids] if applied_ids else []
+        return self._written(conn, fenced, applied, now, resolve)
 
     # ------------------------------------------------------------------ operators
     def _locked_queue_row(self, conn: Connection, job_id: uuid.UUID) -> Row[Any] | None:

@@ -1,0 +1,606 @@
+"""The statement sets of the three hot paths: the claim, the insert and the fenced outcome write.
+
+:class:`~ratchet.sql.store.SqlStore` holds the logic of each path once: the claim order and the
+check that the claimed rows did not change under the claim's lock (:meth:`ClaimStatements.claim`),
+which job of a batch owns each idempotency key and what each job's result is
+(:func:`first_of_each_key`, :func:`insert_results`, :meth:`InsertStatements.holders_after`),
+what an outcome writes (:func:`plan_outcomes`), which outcomes are owned under their epoch
+(:func:`owned_under_epoch`) and the partition into applied and fenced outcomes with the outcome
+hooks (``SqlStore._record``). The classes here are the generic statement sets (SQLAlchemy Core,
+portable). A dialect package renders a path its own way by subclassing one of them and
+overriding only its rendering hooks, then returning its subclasses from
+``SqlStore.make_hot_paths``:
+
+* :class:`ClaimStatements`: ``candidates`` (and ``candidates_locked`` when that read already locks
+  the rows, skipping rows others hold), ``lock``, ``take``; or ``claim`` as a whole when the
+  database does it in one statement;
+* :class:`InsertStatements`: ``insert_rows`` (how rows reach a table), or ``insert`` as a whole;
+* :class:`OutcomeStatements`: ``owned`` (the locking read) and ``apply`` (the writes), or ``write``
+  as a whole.
+
+Every value is a bound parameter, or (where a dialect renders statements as text) a literal made
+by the driver's own escaping function. ``ratchet.testing.dialect_contract`` runs each path through
+a store's statement sets and through these generic ones on the same database, and compares the
+rows and the answers.
+"""
+
+from __future__ import annotations
+
+import json
+import uuid
+from collections.abc import Callable, Collection, Iterable, Mapping, Sequence
+from dataclasses import dataclass
+from datetime import datetime, timedelta
+from typing import Any
+
+from sqlalchemy import Integer, Select, bindparam, delete, func, insert, select, union_all, update
+from sqlalchemy.engine import Connection, Dialect
+
+from ratchet.domain.errors import DuplicateIdempotencyKeyError
+from ratchet.domain.lifecycle import JobPriority, JobStatus
+from ratchet.domain.model import ClaimedJob, NewJob, Outcome, OutcomeKind
+from ratchet.domain.priority import claim_order_key
+from ratchet.ports import InsertResult, iter_chunks
+from ratchet.sql import schema
+from ratchet.sql.claimed import DEFINITIONS, claimed_job
+from ratchet.sql.dialect import SqlDialect
+from ratchet.sql.prepared import PreparedInsert, PreparedKeyLookup, uuid_binder
+from ratchet.sql.types import UTCMicros, to_micros
+from ratchet.sql.watcher import OWNED
+
+Q = schema.job_queue
+J = schema.job
+IDEM = schema.idempotency_key
+EXE = schema.job_execution
+TAGS = schema.job_tag
+
+#: Rows per IN (...) list, well below every database's bound-parameter limit.
+CHUNK = 500
+
+
+def _ids() -> Any:
+    """The ``:ids`` list parameter of an ``IN``."""
+    return bindparam("ids", expanding=True)
+
+
+# Statements built once: their values are bound parameters, and constructing a statement costs
+# more than executing it.
+_CLAIM_MARK = (
+    update(Q)
+    .where(Q.c.job_id.in_(_ids()), Q.c.status == JobStatus.PENDING.value)
+    .values(
+        status=JobStatus.RUNNING.value,
+        picked_by=bindparam("node"),
+        picked_at=bindparam("now"),
+        epoch=Q.c.epoch + 1,
+    )
+)
+_OPEN_ATTEMPT = insert(EXE)
+_STILL_PENDING = select(Q.c.job_id).where(
+    Q.c.job_id.in_(_ids()), Q.c.status == JobStatus.PENDING.value
+)
+#: The live rows of the ``:ids`` that ``:node`` holds (RUNNING or TIMED_OUT), with the epoch
+#: they are held under and the attempts counted so far.
+OWNED_ROWS = select(Q.c.job_id, Q.c.epoch, Q.c.attempts).where(
+    Q.c.job_id.in_(_ids()),
+    Q.c.picked_by == bindparam("node"),
+    Q.c.status.in_(OWNED),
+)
+_DELETE_LIVE = delete(Q).where(Q.c.job_id == bindparam("b_id"))
+_END_JOB = (
+    update(J)
+    .where(J.c.job_id == bindparam("b_id"))
+    .values(
+        terminal_status=bindparam("b_status"),
+        terminal_error=bindparam("b_error"),
+        result=bindparam("b_result"),
+        terminated_at=bindparam("b_at"),
+        attempts=bindparam("b_attempts"),
+    )
+)
+#: A retry or reschedule: back to PENDING. Its error (the failure, or why the attempt was
+#: rescheduled: breaker open, no permit) becomes the job's last error; an outcome without one
+#: keeps the previous last error.
+_BACK_TO_PENDING = (
+    update(Q)
+    .where(Q.c.job_id == bindparam("b_id"))
+    .values(
+        status=JobStatus.PENDING.value,
+        scheduled_time=bindparam("b_time"),
+        attempts=bindparam("b_attempts"),
+        last_error=func.coalesce(bindparam("b_error", type_=Q.c.last_error.type), Q.c.last_error),
+        picked_by=None,
+        picked_at=None,
+        timed_out_at=None,
+    )
+)
+_CLOSE_ATTEMPT = (
+    update(EXE)
+    .where(
+        EXE.c.job_id == bindparam("b_id"),
+        EXE.c.attempt_no == bindparam("b_attempt"),
+        EXE.c.epoch == bindparam("b_epoch"),
+    )
+    .values(
+        finished_at=bindparam("b_at"),
+        outcome=bindparam("b_outcome"),
+        error=bindparam("b_error"),
+    )
+)
+
+
+# ---------------------------------------------------------------------------------- the claim
+class ClaimStatements:
+    """The claim: the due candidates per priority level, sorted in claim order, those nobody
+    else holds locked, the first ``limit`` marked RUNNING under a new epoch with an attempt row
+    each, and their definitions read.
+
+    A subclass renders the steps (:meth:`candidates`, :meth:`lock`, :meth:`take`) its own way,
+    or, where one statement does all of it, replaces :meth:`claim`; it must return what the
+    generic claim returns and leave the same rows.
+    """
+
+    candidates_locked = False
+    """Whether :meth:`candidates` locks the rows it returns, skipping rows others hold (then
+    :meth:`lock` is not called)."""
+
+    def __init__(self, dialect: SqlDialect) -> None:
+        self.dialect = dialect
+        self._candidate_stmt: Select[Any] | None = None
+        self._lock_stmt = dialect.lock_for_claim(_STILL_PENDING)
+
+    def candidates_select(self, now: Any, limit: Any) -> Select[Any]:
+        """Per priority level, the ``limit`` oldest due jobs; their union holds the top
+        ``limit``.
+
+        Within one level the age boost never reorders jobs (older means more boost), so the best
+        ``limit`` jobs overall are among the best ``limit`` of each level. Each branch is an index
+        range scan on (status, priority, scheduled_time, job_id): the claim stays O(batch)
+        however many jobs wait. Columns: job_id, priority, scheduled_time, epoch, attempts.
+        """
+        branches = []
+        for level in JobPriority:
+            inner = (
+                select(Q.c.job_id, Q.c.priority, Q.c.scheduled_time, Q.c.epoch, Q.c.attempts)
+                .where(
+                    Q.c.status == JobStatus.PENDING.value,
+                    Q.c.priority == int(level),
+                    Q.c.scheduled_time <= now,
+                )
+                .order_by(Q.c.scheduled_time, Q.c.job_id)
+                .limit(limit)
+                .subquery()
+            )
+            branches.append(select(*inner.c))
+        return union_all(*branches)  # type: ignore[return-value]
+
+    def candidates(self, conn: Connection, now: datetime, limit: int) -> list[Any]:
+        """The candidates (:meth:`candidates_select`) due at ``now``, ``limit`` per level."""
+        stmt = self._candidate_stmt
+        if stmt is None:
+            # Built once, with the time and the batch size as bound parameters: constructing
+            # (and compiling) the five-branch union costs more than running it.
+            stmt = self.candidates_select(
+                bindparam("c_now", type_=UTCMicros()), bindparam("c_limit", type_=Integer())
+            )
+            self._candidate_stmt = stmt
+        return list(conn.execute(stmt, {"c_now": now, "c_limit": limit}).all())
+
+    def lock(self, conn: Connection, ids: Sequence[uuid.UUID]) -> Collection[uuid.UUID]:
+        """Lock the ``ids`` still PENDING that nobody else holds; return them."""
+        return set(conn.execute(self._lock_stmt, {"ids": ids}).scalars())
+
+    def take(
+        self, conn: Connection, node_id: str, chosen: Sequence[Any], now: datetime
+    ) -> tuple[int, Mapping[uuid.UUID, Any]]:
+        """Mark the locked ``chosen`` candidates RUNNING for ``node_id`` (epoch + 1), open their
+        attempt rows and read their definitions (rows of ``DEFINITIONS`` by job id). Returns how
+        many rows the mark changed, and the definitions."""
+        ids = [r.job_id for r in chosen]
+        marked = conn.execute(_CLAIM_MARK, {"ids": ids, "node": node_id, "now": now}).rowcount
+        definitions = {r.job_id: r for r in conn.execute(DEFINITIONS, {"ids": ids})}
+        conn.execute(
+            _OPEN_ATTEMPT,
+            [
+                {
+                    "job_id": r.job_id,
+                    "attempt_no": r.attempts + 1,
+                    "epoch": r.epoch + 1,
+                    "node_id": node_id,
+                    "started_at": now,
+                    "outcome": JobStatus.RUNNING.value,
+                }
+                for r in chosen
+            ],
+        )
+        return marked, definitions
+
+    def claim(
+        self, conn: Connection, node_id: str, limit: int, now: datetime, boost: timedelta
+    ) -> list[ClaimedJob]:
+        """Claim up to ``limit`` due jobs for ``node_id`` in claim order."""
+        rows = self.candidates(conn, now, limit)
+        if not rows:
+            return []
+        rows.sort(
+            key=lambda r: claim_order_key(r.priority, r.scheduled_time, str(r.job_id), now, boost)
+        )
+        if self.dialect.skip_locked and not self.candidates_locked:
+            # Lock what nobody else holds; others' claims skip ours and vice versa.
+            locked = self.lock(conn, [r.job_id for r in rows])
+            rows = [r for r in rows if r.job_id in locked]
+        chosen = rows[:limit]
+        if not chosen:
+            return []
+        marked, definitions = self.take(conn, node_id, chosen, now)
+        if marked != len(chosen):
+            raise AssertionError("claimed rows changed under the claim lock")
+        return [claimed_job(r, definitions[r.job_id], now, epoch=r.epoch + 1) for r in chosen]
+
+
+# ---------------------------------------------------------------------------------- the insert
+#: Columns the submit path writes, in table order (the order of the value tuples of
+#: :func:`~ratchet.sql.prepared.submit_rows`).
+KEY_COLUMNS = ("idempotency_key", "job_id", "created_at")
+JOB_COLUMNS = (
+    "job_id", "target", "payload", "priority", "max_retries", "backoff_policy", "backoff_ms",
+    "timeout_ms", "params", "tags", "idempotency_key", "business_key", "executor",
+    "created_at", "attempts", "resource_name", "recurring_master_id", "stall_timeout_ms",
+)  # fmt: skip
+QUEUE_COLUMNS = ("job_id", "status", "priority", "scheduled_time", "attempts", "epoch",
+                 "business_key")  # fmt: skip
+TAG_COLUMNS = ("job_id", "tag")
+
+
+_MILLISECOND = timedelta(milliseconds=1)
+
+
+def _ms(value: timedelta | None) -> int | None:
+    return None if value is None else int(value / _MILLISECOND)
+
+
+def submit_rows(
+    jobs: Sequence[NewJob], now: datetime, db_uuid: Callable[[uuid.UUID], Any]
+) -> tuple[list[tuple[Any, ...]], ...]:
+    """Value tuples for the key, job, queue and tag inserts of ``jobs`` (``KEY_COLUMNS``,
+    ``JOB_COLUMNS``, ``QUEUE_COLUMNS``, ``TAG_COLUMNS``): times as microseconds, durations as
+    milliseconds, ids through ``db_uuid``."""
+    now_us = to_micros(now)
+    key_rows: list[tuple[Any, ...]] = []
+    job_rows: list[tuple[Any, ...]] = []
+    queue_rows: list[tuple[Any, ...]] = []
+    tag_rows: list[tuple[Any, ...]] = []
+    for j in jobs:
+        jid = db_uuid(j.job_id)
+        priority = int(j.priority)
+        created = now_us if j.created_at == now else to_micros(j.created_at)
+        key_rows.append((j.idempotency_key, jid, now_us))
+        job_rows.append(
+            (
+                jid,
+                j.target,
+                j.payload,
+                priority,
+                j.max_retries,
+                j.backoff.value,
+                _ms(j.backoff_delay),
+                None if j.timeout is None else _ms(j.timeout),
+                json.dumps(dict(j.params)) if j.params else None,
+                json.dumps(list(j.tags)) if j.tags else None,
+                j.idempotency_key,
+                j.business_key,
+                j.executor,
+                created,
+                0,
+                j.resource_name,
+                None if j.recurring_master_id is None else db_uuid(j.recurring_master_id),
+                None if j.stall_timeout is None else _ms(j.stall_timeout),
+            )
+        )
+        scheduled = created if j.scheduled_time == j.created_at else to_micros(j.scheduled_time)
+        queue_rows.append((jid, j.status.value, priority, scheduled, 0, 0, j.business_key))
+        if j.tags:
+            tag_rows.extend((jid, t) for t in j.tags)
+    return key_rows, job_rows, queue_rows, tag_rows
+
+
+class SubmitStatements:
+    """The inserts of the submit path rendered for one engine dialect, and its key look-up."""
+
+    def __init__(self, dialect: Dialect, ignore_duplicates: Callable[[str], str | None]) -> None:
+        self.keys = PreparedKeyLookup(dialect, IDEM, "idempotency_key", "job_id")
+        self.key_insert = PreparedInsert(dialect, IDEM, KEY_COLUMNS)
+        ignoring = ignore_duplicates(dialect.name)
+        self.key_insert_ignoring = (
+            None if ignoring is None else PreparedInsert(dialect, IDEM, KEY_COLUMNS, ignoring)
+        )
+        self.job_insert = PreparedInsert(dialect, J, JOB_COLUMNS)
+        self.queue_insert = PreparedInsert(dialect, Q, QUEUE_COLUMNS)
+        self.tag_insert = PreparedInsert(dialect, TAGS, TAG_COLUMNS)
+        self.uuid = uuid_binder(dialect)
+
+    def rows(self, jobs: Sequence[NewJob], now: datetime) -> tuple[list[tuple[Any, ...]], ...]:
+        """Driver-ready value tuples for the key, job, queue and tag inserts of ``jobs``."""
+        return submit_rows(jobs, now, self.uuid)
+
+    def lookup(self, conn: Connection, keys: Iterable[str]) -> dict[str, uuid.UUID]:
+        """The holders of ``keys`` (those taken)."""
+        found: dict[str, uuid.UUID] = {}
+        for chunk in iter_chunks(list(keys), CHUNK):
+            found.update(self.keys.fetch(conn, chunk))
+        return found
+
+
+def first_of_each_key(
+    jobs: Iterable[NewJob], first: dict[str, NewJob] | None = None
+) -> list[NewJob]:
+    """The jobs of ``jobs`` that are the first of their idempotency key, recording each in
+    ``first`` (key -> first job; a key already there keeps its job)."""
+    seen = {} if first is None else first
+    return [j for j in jobs if seen.setdefault(j.idempotency_key, j) is j]
+
+
+def insert_results(
+    jobs: Sequence[NewJob], first: Mapping[str, NewJob], holders: Mapping[str, uuid.UUID]
+) -> list[InsertResult]:
+    """Each job's result: the holder of a key taken before the batch, else the batch's first
+    job of the key (inserted when it is that job)."""
+    results: list[InsertResult] = []
+    for job in jobs:
+        holder = holders.get(job.idempotency_key)
+        if holder is not None:
+            results.append(InsertResult(holder, False))
+        else:
+            winner = first[job.idempotency_key]
+            results.append(InsertResult(winner.job_id, winner is job))
+    return results
+
+
+class InsertStatements:
+    """The insert of a batch of jobs whose idempotency keys are distinct: the jobs whose key is
+    free go in (key, job, queue and tag rows); a key taken already names its holder.
+
+    A subclass renders how rows reach a table (:meth:`insert_rows`), or replaces :meth:`insert`.
+    """
+
+    def __init__(self, dialect: SqlDialect) -> None:
+        self.dialect = dialect
+        self._prepared: dict[tuple[str, str, str], SubmitStatements] = {}
+
+    def prepared(self, dialect: Dialect) -> SubmitStatements:
+        """The submit path's statements for an engine ``dialect`` (rendered once, then reused)."""
+        key = (dialect.name, dialect.driver, dialect.paramstyle)
+        found = self._prepared.get(key)
+        if found is None:
+            found = SubmitStatements(dialect, self.dialect.skip_duplicate_keys_clause)
+            self._prepared[key] = found
+        return found
+
+    def insert_rows(
+        self, conn: Connection, statement: PreparedInsert, rows: Sequence[tuple[Any, ...]]
+    ) -> None:
+        """Insert driver-ready ``rows`` with ``statement``."""
+        statement.execute(conn, rows)
+
+    def holders_after(
+        self, conn: Connection, fresh: Sequence[NewJob], went_in: int
+    ) -> dict[str, uuid.UUID]:
+        """After inserting the keys of ``fresh`` skipping taken ones, of which ``went_in`` went
+        in: the holders of the keys that were taken already (none when all went in)."""
+        if went_in == len(fresh):
+            return {}
+        found = self.prepared(conn.dialect).lookup(conn, [j.idempotency_key for j in fresh])
+        holders: dict[str, uuid.UUID] = {}
+        for job in fresh:
+            holder = found.get(job.idempotency_key)
+            if holder is None:  # pragma: no cover - keys are never deleted
+                raise DuplicateIdempotencyKeyError(job.idempotency_key, None)
+            if holder != job.job_id:
+                holders[job.idempotency_key] = holder
+        return holders
+
+    def insert(
+        self, conn: Connection, fresh: Sequence[NewJob], now: datetime
+    ) -> dict[str, uuid.UUID]:
+        """Insert the jobs of ``fresh`` (one per idempotency key) whose key is free; return the
+        holders of the keys that were taken (key -> holder).
+
+        Where the dialect can skip taken keys in the insert itself, the keys go in first and
+        only a shortfall in the inserted row count costs a look-up; otherwise the taken keys are
+        looked up first.
+        """
+        prepared = self.prepared(conn.dialect)
+        if prepared.key_insert_ignoring is None:
+            holders = prepared.lookup(conn, [j.idempotency_key for j in fresh])
+            if holders:
+                fresh = [j for j in fresh if j.idempotency_key not in holders]
+            key_rows, job_rows, queue_rows, tag_rows = prepared.rows(fresh, now)
+            self.insert_rows(conn, prepared.key_insert, key_rows)
+        else:
+            key_rows, job_rows, queue_rows, tag_rows = prepared.rows(fresh, now)
+            went_in = prepared.key_insert_ignoring.execute(conn, key_rows)
+            holders = self.holders_after(conn, fresh, went_in)
+            if holders:
+                fresh = [j for j in fresh if j.idempotency_key not in holders]
+                key_rows, job_rows, queue_rows, tag_rows = prepared.rows(fresh, now)
+        self.insert_rows(conn, prepared.job_insert, job_rows)
+        self.insert_rows(conn, prepared.queue_insert, queue_rows)
+        self.insert_rows(conn, prepared.tag_insert, tag_rows)
+        return holders
+
+
+# ---------------------------------------------------------------------------------- outcomes
+_TERMINAL = {
+    OutcomeKind.SUCCEEDED: JobStatus.SUCCEEDED.value,
+    OutcomeKind.DEAD: JobStatus.FAILED.value,
+}
+#: Attempts an outcome adds to its job's count: a failure counts, a success or reschedule not.
+_ATTEMPTS_ADDED = {
+    OutcomeKind.SUCCEEDED: 0,
+    OutcomeKind.DEAD: 1,
+    OutcomeKind.RETRY: 1,
+    OutcomeKind.RESCHEDULE: 0,
+}
+
+
+@dataclass(frozen=True, slots=True)
+class PlannedOutcome:
+    """What an outcome writes if it applies, decided from the outcome alone."""
+
+    outcome: Outcome
+    terminal_status: str | None
+    """SUCCEEDED or FAILED: the job ends (its live row goes); None: back to PENDING."""
+    attempts_added: int
+    """Added to the live row's attempts (a failure counts, a success or reschedule not)."""
+    pending_at: datetime
+    """When a job that goes back to PENDING is due again (``retry_at``, else now)."""
+
+
+def plan_outcomes(outcomes: Sequence[Outcome], now: datetime) -> list[PlannedOutcome]:
+    """The writes of ``outcomes`` (in batch order)."""
+    return [
+        PlannedOutcome(o, _TERMINAL.get(o.kind), _ATTEMPTS_ADDED[o.kind], o.retry_at or now)
+        for o in outcomes
+    ]
+
+
+@dataclass(frozen=True, slots=True)
+class OutcomeWrite:
+    """An applied outcome and the attempts its live row counted (``attempts``): the values of
+    its statements."""
+
+    planned: PlannedOutcome
+    attempts: int
+
+    @property
+    def outcome(self) -> Outcome:
+        return self.planned.outcome
+
+    @property
+    def attempts_after(self) -> int:
+        """The attempts the job counts after this outcome."""
+        return self.attempts + self.planned.attempts_added
+
+
+def owned_under_epoch(
+    planned: Sequence[PlannedOutcome],
+    owned: Mapping[Any, tuple[int, int]],
+    key: Callable[[uuid.UUID], Any] | None = None,
+) -> list[OutcomeWrite]:
+    """The outcomes that apply: those whose job is in ``owned`` (the rows the node holds:
+    id -> (epoch, attempts)) under the outcome's epoch; every other one is fenced. ``key``
+    turns a job id into the key of ``owned`` (default: the id itself)."""
+    writes = []
+    for p in planned:
+        o = p.outcome
+        row = owned.get(o.job_id if key is None else key(o.job_id))
+        if row is not None and row[0] == o.epoch:
+            writes.append(OutcomeWrite(p, row[1]))
+    return writes
+
+
+class OutcomeStatements:
+    """The fenced outcome write: the live rows the node holds are read and locked
+    (:meth:`owned`), the outcomes owned under their epoch (:func:`owned_under_epoch`) written
+    (:meth:`apply`): terminal ones leave the queue and end their job, retries and reschedules go
+    back to PENDING, every applied attempt row is closed.
+
+    A subclass renders :meth:`owned` and :meth:`apply` its own way, or replaces :meth:`write`
+    where one statement does all of it; it must apply exactly the outcomes owned under their
+    epoch and write the same rows.
+    """
+
+    owned_key: Callable[[uuid.UUID], Any] | None = None
+    """Turns a job id into the key of :meth:`owned`'s rows (None: the id itself)."""
+
+    def __init__(self, dialect: SqlDialect) -> None:
+        self.dialect = dialect
+        self._owned_stmt = dialect.lock_rows(OWNED_ROWS)
+
+    def owned(
+        self, conn: Connection, node_id: str, ids: Sequence[uuid.UUID]
+    ) -> Mapping[Any, tuple[int, int]]:
+        """Lock and return the live rows of ``ids`` that ``node_id`` holds: id -> (epoch,
+        attempts)."""
+        owned: dict[Any, tuple[int, int]] = {}
+        for chunk in iter_chunks(list(ids), CHUNK):
+            rows = conn.execute(self._owned_stmt, {"ids": chunk, "node": node_id})
+            owned.update({r.job_id: (r.epoch, r.attempts) for r in rows})
+        return owned
+
+    def apply(self, conn: Connection, writes: Sequence[OutcomeWrite]) -> None:
+        """Write the applied outcomes (their rows are locked)."""
+        terminal = [w for w in writes if w.planned.terminal_status is not None]
+        back = [w for w in writes if w.planned.terminal_status is None]
+        if terminal:
+            # One statement per job (the dialects batch them into one round trip): with an IN
+            # list MySQL/MariaDB may scan the table (a small one by its statistics) and wait on,
+            # then deadlock with, other workers' rows.
+            conn.execute(_DELETE_LIVE, [{"b_id": w.outcome.job_id} for w in terminal])
+            conn.execute(
+                _END_JOB,
+                [
+                    {
+                        "b_id": w.outcome.job_id,
+                        "b_status": w.planned.terminal_status,
+                        "b_error": w.outcome.error,
+                        "b_result": w.outcome.result,
+                        "b_at": w.outcome.finished_at,
+                        "b_attempts": w.attempts_after,
+                    }
+                    for w in terminal
+                ],
+            )
+        if back:
+            conn.execute(
+                _BACK_TO_PENDING,
+                [
+                    {
+                        "b_id": w.outcome.job_id,
+                        "b_time": w.planned.pending_at,
+                        "b_attempts": w.attempts_after,
+                        "b_error": w.outcome.error,
+                    }
+                    for w in back
+                ],
+            )
+        conn.execute(
+            _CLOSE_ATTEMPT,
+            [
+                {
+                    "b_id": w.outcome.job_id,
+                    "b_attempt": w.attempts + 1,
+                    "b_epoch": w.outcome.epoch,
+                    "b_at": w.outcome.finished_at,
+                    "b_outcome": w.outcome.kind.value,
+                    "b_error": w.outcome.error,
+                }
+                for w in writes
+            ],
+        )
+
+    def write(
+        self, conn: Connection, node_id: str, planned: Sequence[PlannedOutcome]
+    ) -> Collection[uuid.UUID]:
+        """Apply the ``planned`` outcomes owned by ``node_id`` under their epoch; return the ids
+        of those applied."""
+        owned = self.owned(conn, node_id, [p.outcome.job_id for p in planned])
+        writes = owned_under_epoch(planned, owned, self.owned_key)
+        if writes:
+            self.apply(conn, writes)
+        return {w.outcome.job_id for w in writes}
+
+
+# ---------------------------------------------------------------------------------- together
+@dataclass
+class HotPaths:
+    """The statement sets a store runs its hot paths with."""
+
+    claim: ClaimStatements
+    insert: InsertStatements
+    outcomes: OutcomeStatements
+
+    @classmethod
+    def generic(cls, dialect: SqlDialect) -> HotPaths:
+        """The generic statement sets (SQLAlchemy Core) for ``dialect``."""
+        return cls(ClaimStatements(dialect), InsertStatements(dialect), OutcomeStatements(dialect))
