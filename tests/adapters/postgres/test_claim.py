@@ -1,9 +1,11 @@
-"""The one-statement PostgreSQL claim: same answers as the generic claim, exclusive, indexed."""
+"""The one-statement PostgreSQL claim: one round trip, exclusive, indexed.
+
+Its answers and rows are compared with the generic claim's by the dialect equivalence suite
+(``tests/contract/test_dialect_contract.py``)."""
 
 from __future__ import annotations
 
 import json
-import random
 import re
 import threading
 import uuid
@@ -17,7 +19,6 @@ from sqlalchemy.engine import Connection
 
 from ratchet.domain.lifecycle import JobPriority, JobStatus
 from ratchet.domain.model import ClaimedJob
-from ratchet.sql.store import SqlStore
 from ratchet.sql.types import to_micros
 from ratchet.testing.clock import FakeClock
 from ratchet.testing.store_contract import new_job
@@ -65,87 +66,7 @@ def fill(
     conn.execute(text("ANALYZE scheduler_job"))
 
 
-# ---------------------------------------------------------------------- same answers
-def _claim_and_roll_back(
-    store: PostgresStore, generic: bool, node: str, limit: int, now: datetime, boost: timedelta
-) -> tuple[list[ClaimedJob], list[tuple[Any, ...]], list[tuple[Any, ...]]]:
-    with store.engine.connect() as conn, conn.begin() as trans:
-        if generic:
-            claimed = SqlStore._claim(store, conn, node, limit, now, boost)
-        else:
-            claimed = store._claim(conn, node, limit, now, boost)
-        queue = [
-            tuple(r)
-            for r in conn.execute(
-                text(
-                    "SELECT job_id, status, epoch, picked_by, picked_at FROM scheduler_job_queue"
-                    " ORDER BY job_id"
-                )
-            )
-        ]
-        history = [
-            tuple(r)
-            for r in conn.execute(
-                text(
-                    "SELECT job_id, attempt_no, epoch, node_id, started_at, outcome"
-                    " FROM scheduler_job_execution ORDER BY job_id, epoch"
-                )
-            )
-        ]
-        trans.rollback()
-    return claimed, queue, history
-
-
-def test_claim_returns_exactly_what_the_generic_claim_returns(store: PostgresStore) -> None:
-    """Random queues: the one-statement claim and SqlStore._claim agree on result and writes."""
-    rng = random.Random(20261201)
-    clock = FakeClock()
-    base = clock.now()
-    jobs = []
-    for i in range(400):
-        age = timedelta(minutes=rng.choice([0, 1, 14, 15, 16, 29, 31, 61, 240]))
-        same_instant = i % 7 == 0  # ties in scheduled_time: the id decides
-        scheduled = base - (timedelta(minutes=31) if same_instant else age)
-        if i % 13 == 0:
-            scheduled = base + timedelta(minutes=5)  # not yet due
-        jobs.append(
-            new_job(
-                clock,
-                priority=rng.choice(list(JobPriority)),
-                scheduled_time=scheduled,
-                tags=("t",) if i % 3 == 0 else (),
-                params={"k": str(i)} if i % 4 == 0 else {},
-                timeout=timedelta(seconds=i) if i % 5 == 0 else None,
-                executor="threads" if i % 6 == 0 else None,
-            )
-        )
-    store.insert_jobs(jobs, now=base)
-    # Some rows that are not claimable at all.
-    store.pause_job(jobs[1].job_id, now=base)
-    taken = store.claim("someone-else", 7, now=base, boost_interval=BOOST)
-    assert len(taken) == 7
-    cases = 0
-    for limit in (1, 3, 10, 50, 500):
-        for boost in (BOOST, timedelta(0), timedelta(minutes=1)):
-            for now in (base, base + timedelta(minutes=10)):
-                mine = _claim_and_roll_back(store, False, "me", limit, now, boost)
-                generic = _claim_and_roll_back(store, True, "me", limit, now, boost)
-                assert mine[0] == generic[0], (limit, boost, now)
-                assert mine[1] == generic[1]
-                assert mine[2] == generic[2]
-                with store.engine.connect() as conn:
-                    due = conn.execute(
-                        text(
-                            "SELECT count(*) FROM scheduler_job_queue"
-                            " WHERE status = 'PENDING' AND scheduled_time <= :now"
-                        ),
-                        {"now": to_micros(now)},
-                    ).scalar_one()
-                assert len(mine[0]) == min(limit, due) > 0
-                cases += 1
-    assert cases == 30
-
-
+# ---------------------------------------------------------------------- one round trip
 def test_claim_round_trip_and_definition_fields(store: PostgresStore) -> None:
     clock = FakeClock()
     job = new_job(
