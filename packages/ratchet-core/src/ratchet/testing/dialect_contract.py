@@ -312,10 +312,14 @@ class DialectEquivalenceContract:
 
     # ------------------------------------------------------------------ outcomes
     def mixed_batch(self, store: Any, clock: FakeClock) -> tuple[list[Outcome], list[uuid.UUID]]:
-        """Jobs that failed once, 31 claimed by :data:`NODE` (two of them since TIMED_OUT, still
-        its own) and 5 by another node; the batch of :func:`mixed_outcomes` with every kind,
+        """Jobs that failed once, some of them then released, 31 claimed by :data:`NODE` (two of
+        them since TIMED_OUT, still its own) and 5 by another node; the batch of :func:`mixed_outcomes` with every kind,
         tricky text and retry times, and the ids a correct write fences."""
         failed_once(store, clock, 40, node=NODE)
+        # Ten attempts handed back unfinished (released): their next attempt has the same
+        # number under a later epoch, so each such job has two attempt rows of that number.
+        released = store.claim(NODE, 10, now=clock.now(), boost_interval=BOOST)
+        assert store.release_jobs(NODE, [c.job_id for c in released], now=clock.now()) == 10
         mine = store.claim(NODE, 31, now=clock.now(), boost_interval=BOOST)
         others = store.claim(OTHER, 5, now=clock.now(), boost_interval=BOOST)
         q = schema.job_queue
