@@ -37,7 +37,6 @@ from ratchet.sql import schema
 from ratchet.sql.claimed import DEFINITIONS
 from ratchet.sql.dialect import SqlDialect
 from ratchet.sql.hotpaths import (
-    CHUNK,
     ClaimStatements,
     HotPaths,
     InsertStatements,
@@ -47,7 +46,7 @@ from ratchet.sql.hotpaths import (
 from ratchet.sql.prepared import PreparedInsert
 from ratchet.sql.store import SqlStore
 from ratchet.sql.types import to_micros
-from ratchet.sql.watcher import OWNED
+from ratchet.sql.watcher import CHUNK, OWNED
 from ratchet_mysql.dialect import (
     MULTI_RESULTS,
     PIPELINE_MAX_BYTES,
@@ -154,15 +153,7 @@ class MySQLClaim(ClaimStatements):
         if not self.candidates_locked:
             return super().candidates_select(now, limit)
         branches = [
-            select(Q.c.job_id, Q.c.priority, Q.c.scheduled_time, Q.c.epoch, Q.c.attempts)
-            .where(
-                Q.c.status == JobStatus.PENDING.value,
-                Q.c.priority == int(level),
-                Q.c.scheduled_time <= now,
-            )
-            .order_by(Q.c.scheduled_time, Q.c.job_id)
-            .limit(limit)
-            .with_for_update(skip_locked=True)
+            self.level_candidates(level, now, limit).with_for_update(skip_locked=True)
             for level in sorted(JobPriority, reverse=True)
         ]
         return union_all(*branches)  # type: ignore[return-value]

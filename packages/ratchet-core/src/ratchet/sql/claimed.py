@@ -4,13 +4,14 @@ path that grants ownership: claim, reservation, takeover, and the dialects' own 
 from __future__ import annotations
 
 import json
+from collections.abc import Sequence
 from datetime import datetime, timedelta
 from functools import lru_cache
 from typing import Any
 
 from sqlalchemy import ColumnElement, FromClause, bindparam, select
 
-from ratchet.domain.lifecycle import JobPriority
+from ratchet.domain.lifecycle import JobPriority, JobStatus
 from ratchet.domain.model import ClaimedJob
 from ratchet.domain.options import BackoffPolicy
 from ratchet.sql import schema
@@ -89,3 +90,19 @@ def claimed_job(
         takeovers=takeovers,
         flow_effects=bool(d.flow_effects),
     )
+
+
+def attempt_rows(rows: Sequence[Any], node_id: str, now: datetime) -> list[dict[str, Any]]:
+    """The attempt-history rows that ownership of ``rows`` (live rows read before their epoch +
+    1) opens for ``node_id`` at ``now``."""
+    return [
+        {
+            "job_id": r.job_id,
+            "attempt_no": r.attempts + 1,
+            "epoch": r.epoch + 1,
+            "node_id": node_id,
+            "started_at": now,
+            "outcome": JobStatus.RUNNING.value,
+        }
+        for r in rows
+    ]

@@ -42,20 +42,17 @@ from ratchet.domain.model import ClaimedJob, NewJob, Outcome, OutcomeKind
 from ratchet.domain.priority import claim_order_key
 from ratchet.ports import InsertResult, iter_chunks
 from ratchet.sql import schema
-from ratchet.sql.claimed import DEFINITIONS, claimed_job
+from ratchet.sql.claimed import DEFINITIONS, attempt_rows, claimed_job
 from ratchet.sql.dialect import SqlDialect
 from ratchet.sql.prepared import PreparedInsert, PreparedKeyLookup, uuid_binder
 from ratchet.sql.types import UTCMicros, to_micros
-from ratchet.sql.watcher import OWNED
+from ratchet.sql.watcher import CHUNK, OWNED
 
 Q = schema.job_queue
 J = schema.job
 IDEM = schema.idempotency_key
 EXE = schema.job_execution
 TAGS = schema.job_tag
-
-#: Rows per IN (...) list, well below every database's bound-parameter limit.
-CHUNK = 500
 
 
 def _ids() -> Any:
@@ -149,29 +146,32 @@ class ClaimStatements:
         self._candidate_stmt: Select[Any] | None = None
         self._lock_stmt = dialect.lock_for_claim(_STILL_PENDING)
 
+    def level_candidates(self, level: JobPriority, now: Any, limit: Any) -> Select[Any]:
+        """The ``limit`` oldest due PENDING jobs of one priority level (an index range scan on
+        (status, priority, scheduled_time, job_id)). Columns: job_id, priority, scheduled_time,
+        epoch, attempts."""
+        return (
+            select(Q.c.job_id, Q.c.priority, Q.c.scheduled_time, Q.c.epoch, Q.c.attempts)
+            .where(
+                Q.c.status == JobStatus.PENDING.value,
+                Q.c.priority == int(level),
+                Q.c.scheduled_time <= now,
+            )
+            .order_by(Q.c.scheduled_time, Q.c.job_id)
+            .limit(limit)
+        )
+
     def candidates_select(self, now: Any, limit: Any) -> Select[Any]:
-        """Per priority level, the ``limit`` oldest due jobs; their union holds the top
-        ``limit``.
+        """Per priority level, the ``limit`` oldest due jobs (:meth:`level_candidates`); their
+        union holds the top ``limit``.
 
         Within one level the age boost never reorders jobs (older means more boost), so the best
-        ``limit`` jobs overall are among the best ``limit`` of each level. Each branch is an index
-        range scan on (status, priority, scheduled_time, job_id): the claim stays O(batch)
-        however many jobs wait. Columns: job_id, priority, scheduled_time, epoch, attempts.
+        ``limit`` jobs overall are among the best ``limit`` of each level: the claim stays
+        O(batch) however many jobs wait.
         """
-        branches = []
-        for level in JobPriority:
-            inner = (
-                select(Q.c.job_id, Q.c.priority, Q.c.scheduled_time, Q.c.epoch, Q.c.attempts)
-                .where(
-                    Q.c.status == JobStatus.PENDING.value,
-                    Q.c.priority == int(level),
-                    Q.c.scheduled_time <= now,
-                )
-                .order_by(Q.c.scheduled_time, Q.c.job_id)
-                .limit(limit)
-                .subquery()
-            )
-            branches.append(select(*inner.c))
+        branches = [
+            select(*self.level_candidates(level, now, limit).subquery().c) for level in JobPriority
+        ]
         return union_all(*branches)  # type: ignore[return-value]
 
     def candidates(self, conn: Connection, now: datetime, limit: int) -> list[Any]:
@@ -199,20 +199,7 @@ class ClaimStatements:
         ids = [r.job_id for r in chosen]
         marked = conn.execute(_CLAIM_MARK, {"ids": ids, "node": node_id, "now": now}).rowcount
         definitions = {r.job_id: r for r in conn.execute(DEFINITIONS, {"ids": ids})}
-        conn.execute(
-            _OPEN_ATTEMPT,
-            [
-                {
-                    "job_id": r.job_id,
-                    "attempt_no": r.attempts + 1,
-                    "epoch": r.epoch + 1,
-                    "node_id": node_id,
-                    "started_at": now,
-                    "outcome": JobStatus.RUNNING.value,
-                }
-                for r in chosen
-            ],
-        )
+        conn.execute(_OPEN_ATTEMPT, attempt_rows(chosen, node_id, now))
         return marked, definitions
 
     def claim(

@@ -58,7 +58,6 @@ from ratchet.sql.caller_tx import CallerTransactions
 from ratchet.sql.cancellation import CancellationStoreMixin
 from ratchet.sql.dialect import ErrorKind, SqlDialect
 from ratchet.sql.hotpaths import (
-    CHUNK,
     OWNED_ROWS,
     HotPaths,
     _ms,
@@ -69,7 +68,7 @@ from ratchet.sql.hotpaths import (
 from ratchet.sql.permits import PermitStoreMixin
 from ratchet.sql.pool import ping_when_idle
 from ratchet.sql.recurring import RecurringStoreMixin
-from ratchet.sql.watcher import WatcherStoreMixin
+from ratchet.sql.watcher import CHUNK, WatcherStoreMixin
 from ratchet.sql.workflows import REFUSE_ALL, WorkflowStoreMixin
 
 log = logging.getLogger("ratchet.store")

@@ -69,7 +69,7 @@ from ratchet.domain.watcher import (
 from ratchet.domain.workflow import FlowEffect, FlowResolver
 from ratchet.ports import iter_chunks
 from ratchet.sql import schema
-from ratchet.sql.claimed import DEFINITIONS, claimed_job
+from ratchet.sql.claimed import DEFINITIONS, attempt_rows, claimed_job
 from ratchet.sql.types import to_micros
 from ratchet.sql.workflows import REFUSE_ALL
 
@@ -814,20 +814,7 @@ class WatcherStoreMixin:
     def _open_attempts(
         self, conn: Connection, rows: Sequence[Any], node_id: str, now: datetime
     ) -> None:
-        conn.execute(
-            insert(EXE),
-            [
-                {
-                    "job_id": r.job_id,
-                    "attempt_no": r.attempts + 1,
-                    "epoch": r.epoch + 1,
-                    "node_id": node_id,
-                    "started_at": now,
-                    "outcome": JobStatus.RUNNING.value,
-                }
-                for r in rows
-            ],
-        )
+        conn.execute(insert(EXE), attempt_rows(rows, node_id, now))
 
     def _claimed(
         self, conn: Connection, rows: Sequence[Any], now: datetime, *, takeover: bool

@@ -381,34 +381,14 @@ class DialectEquivalenceContract:
     def test_outcome_write_agrees_on_flow_effect_jobs(self, store: Any, clock: FakeClock) -> None:
         if not hasattr(store, "insert_flow"):
             pytest.skip("N/A: this store has no batches, chains, workflows or signals")
-        from ratchet.domain.workflow import JobType
-        from ratchet.sql.workflows import BatchSpec, FlowJob, waiting
+        from ratchet.sql.workflows import FlowJob
+        from ratchet.testing.workflow_contract import WorkflowStoreContract
 
-        head = new_job(clock)
-        step = waiting(new_job(clock))
-        store.insert_flow(
-            [
-                FlowJob(head, chain_id=head.job_id, has_dependents=True),
-                FlowJob(
-                    step,
-                    JobType.CHAIN_STEP,
-                    chain_id=head.job_id,
-                    depends_on=head.job_id,
-                    waiting_for=head.job_id,
-                ),
-            ],
-            now=clock.now(),
-        )
+        flows = WorkflowStoreContract()
+        head, step = flows.chain(store, clock, 2)
         callback = new_job(clock)
         store.insert_flow([FlowJob(callback, on_success="tests.jobs:noop")], now=clock.now())
-        parent = waiting(new_job(clock, target="tests.jobs:parent"))
-        children = [new_job(clock, max_retries=0) for _ in range(2)]
-        store.insert_flow(
-            [FlowJob(parent, JobType.BATCH_PARENT)]
-            + [FlowJob(c, JobType.BATCH_CHILD, batch_id=parent.job_id) for c in children],
-            now=clock.now(),
-            batch=BatchSpec(parent.job_id, "contract", 2, True),
-        )
+        _, children, _ = flows.batch(store, clock, 2)
         plain = new_job(clock)
         store.insert_jobs([plain], now=clock.now())
         claimed = {
