@@ -1,7 +1,32 @@
 """What differs between databases, and nothing else.
 
-The shared :class:`~ratchet.sql.store.SqlStore` holds the logic; a :class:`SqlDialect` supplies
-engine setup, the claim's row locking, the migration lock and error classification.
+The shared :class:`~ratchet.sql.store.SqlStore` holds the logic. A database differs from it in
+two places, both narrow:
+
+* a :class:`SqlDialect` (this module) supplies engine setup (``engine_kwargs``,
+  ``configure_engine``, ``separate_write_engine``, ``ping_idle_after``), the locking clauses
+  (``lock_for_claim``: skip rows others hold; ``lock_rows``: wait for them), how an insert skips
+  taken idempotency keys (``skip_duplicate_keys_clause``), the migration lock and migrations of
+  its own (``migration_lock``, ``migration_locations``) and what an error means (``classify``);
+  every statement the shared store builds goes through these.
+* the statement sets of the three hot paths (:mod:`ratchet.sql.hotpaths`): how the claim, the
+  insert of a batch and the fenced outcome write are rendered and executed. The generic sets
+  are SQLAlchemy Core; a store for one database returns its own subclasses from
+  ``SqlStore.make_hot_paths`` and overrides only their rendering hooks
+  (``ClaimStatements.candidates`` / ``lock`` / ``take``, ``InsertStatements.insert_rows``,
+  ``OutcomeStatements.owned`` / ``apply``), or a whole path where one statement does all of it
+  (``ClaimStatements.claim``, ``InsertStatements.insert``, ``OutcomeStatements.write``). The
+  logic around them stays in the shared store, once: the claim order and the check that the
+  claimed rows did not change under the claim's lock, which job of a batch owns each key and
+  every job's result, what each outcome writes (``plan_outcomes``), the partition of a batch
+  into applied and fenced outcomes and the outcome hooks (``SqlStore._record``).
+
+A rendering must return what the generic set returns and leave the same rows; every value is a
+bound parameter or a literal made by the driver's own escaping function. The shipped suite
+:class:`ratchet.testing.dialect_contract.DialectEquivalenceContract` checks that on a real
+server, path by path, against the generic sets on the same database;
+:class:`ratchet.testing.store_contract.StoreContract` checks the store's behaviour as a whole.
+See ``docs/writing-a-store-adapter.md``.
 """
 
 from __future__ import annotations
