@@ -227,7 +227,7 @@ class ClaimStatements:
 
 # ---------------------------------------------------------------------------------- the insert
 #: Columns the submit path writes, in table order (the order of the value tuples of
-#: :func:`~ratchet.sql.prepared.submit_rows`).
+#: :func:`submit_rows`).
 KEY_COLUMNS = ("idempotency_key", "job_id", "created_at")
 JOB_COLUMNS = (
     "job_id", "target", "payload", "priority", "max_retries", "backoff_policy", "backoff_ms",
