@@ -32,6 +32,7 @@ from sqlalchemy.engine import Connection, make_url
 from sqlalchemy.exc import ProgrammingError
 
 from ratchet.domain.lifecycle import JobPriority, JobStatus
+from ratchet.domain.model import OutcomeKind
 from ratchet.ports import iter_chunks
 from ratchet.sql import schema
 from ratchet.sql.claimed import DEFINITIONS
@@ -65,6 +66,10 @@ SYNTAX_ERRORS = frozenset({1064, 1221, 1235})
 DRIVER = "pymysql"
 
 _RUNNING, _PENDING = JobStatus.RUNNING.value, JobStatus.PENDING.value
+#: The literals of the statuses and kinds an outcome writes: constants of the code, quoted
+#: once (any other value is a KeyError, never text in a statement).
+_STATUS_LITERALS = {s.value: f"'{s.value}'" for s in (JobStatus.SUCCEEDED, JobStatus.FAILED)}
+_KIND_LITERALS = {k: f"'{k.value}'" for k in OutcomeKind}
 _OWNED_IN = ", ".join(f"'{status}'" for status in OWNED)
 _NO_PARAMETERS = {"no_parameters": True}
 
@@ -281,39 +286,41 @@ class MySQLOutcomes(OutcomeStatements):
 
     def apply(self, conn: Connection, writes: Sequence[OutcomeWrite]) -> None:
         literal = self.driver.literal(conn.connection.driver_connection)
-        terminal = [w for w in writes if w.planned.terminal_status is not None]
-        back = [w for w in writes if w.planned.terminal_status is None]
-        # One statement per job (deletes by primary key: with an IN list MySQL/MariaDB may scan
-        # the table and wait on, then deadlock with, other workers' rows).
-        statements = [
-            f"DELETE FROM {Q.name} WHERE job_id = {_hex(w.outcome.job_id)}" for w in terminal
-        ]
-        statements += [
-            f"UPDATE {schema.job.name} SET"
-            f" terminal_status = {literal(w.planned.terminal_status)},"
-            f" terminal_error = {literal(w.outcome.error)}, result = {literal(w.outcome.result)},"
-            f" terminated_at = {to_micros(w.outcome.finished_at)},"
-            f" attempts = {w.attempts_after} WHERE job_id = {_hex(w.outcome.job_id)}"
-            for w in terminal
-        ]
-        statements += [
-            f"UPDATE {Q.name} SET status = '{_PENDING}',"
-            f" scheduled_time = {to_micros(w.planned.pending_at)},"
-            f" attempts = {w.attempts_after},"
-            f" last_error = COALESCE({literal(w.outcome.error)}, last_error),"
-            " picked_by = NULL, picked_at = NULL, timed_out_at = NULL"
-            f" WHERE job_id = {_hex(w.outcome.job_id)}"
-            for w in back
-        ]
-        statements += [
-            f"UPDATE {schema.job_execution.name}"
-            f" SET finished_at = {to_micros(w.outcome.finished_at)},"
-            f" outcome = {literal(w.outcome.kind.value)}, error = {literal(w.outcome.error)}"
-            f" WHERE job_id = {_hex(w.outcome.job_id)} AND attempt_no = {w.attempts + 1}"
-            f" AND epoch = {w.outcome.epoch}"
-            for w in writes
-        ]
-        for batch in in_batches(statements, 2):
+        # One statement per job and table, in the generic order: deletes by primary key (with
+        # an IN list MySQL/MariaDB may scan the table and wait on, then deadlock with, other
+        # workers' rows), the jobs' ends, the returns to PENDING, the attempts' closes.
+        deletes: list[str] = []
+        ends: list[str] = []
+        backs: list[str] = []
+        closes: list[str] = []
+        for w in writes:
+            planned = w.planned
+            o = planned.outcome
+            job = _hex(o.job_id)
+            error = literal(o.error)
+            attempts = w.attempts + planned.attempts_added
+            if planned.terminal_status is not None:
+                deletes.append(f"DELETE FROM {Q.name} WHERE job_id = {job}")
+                ends.append(
+                    f"UPDATE {schema.job.name} SET"
+                    f" terminal_status = {_STATUS_LITERALS[planned.terminal_status]},"
+                    f" terminal_error = {error}, result = {literal(o.result)},"
+                    f" terminated_at = {to_micros(o.finished_at)}, attempts = {attempts}"
+                    f" WHERE job_id = {job}"
+                )
+            else:
+                backs.append(
+                    f"UPDATE {Q.name} SET status = '{_PENDING}',"
+                    f" scheduled_time = {to_micros(planned.pending_at)}, attempts = {attempts},"
+                    f" last_error = COALESCE({error}, last_error),"
+                    f" picked_by = NULL, picked_at = NULL, timed_out_at = NULL WHERE job_id = {job}"
+                )
+            closes.append(
+                f"UPDATE {schema.job_execution.name} SET finished_at = {to_micros(o.finished_at)},"
+                f" outcome = {_KIND_LITERALS[o.kind]}, error = {error}"
+                f" WHERE job_id = {job} AND attempt_no = {w.attempts + 1} AND epoch = {o.epoch}"
+            )
+        for batch in in_batches(deletes + ends + backs + closes, 2):
             run_multi_query(conn, ";\n".join(batch))
 
 

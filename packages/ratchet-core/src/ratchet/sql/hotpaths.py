@@ -430,9 +430,10 @@ _ATTEMPTS_ADDED = {
 }
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(slots=True)
 class PlannedOutcome:
-    """What an outcome writes if it applies, decided from the outcome alone."""
+    """What an outcome writes if it applies, decided from the outcome alone (a value: not
+    changed once made; not frozen, which would cost a microsecond per outcome)."""
 
     outcome: Outcome
     terminal_status: str | None
@@ -451,10 +452,10 @@ def plan_outcomes(outcomes: Sequence[Outcome], now: datetime) -> list[PlannedOut
     ]
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(slots=True)
 class OutcomeWrite:
     """An applied outcome and the attempts its live row counted (``attempts``): the values of
-    its statements."""
+    its statements (a value, like :class:`PlannedOutcome`)."""
 
     planned: PlannedOutcome
     attempts: int
