@@ -9,7 +9,7 @@ from typing import Any
 import pytest
 
 from ratchet.testing.clock import FakeClock
-from ratchet.testing.dialect_contract import NODE, DialectEquivalenceContract, run_rolled_back
+from ratchet.testing.dialect_contract import DialectEquivalenceContract, run_rolled_back
 
 
 class TestDialect(DialectEquivalenceContract):
@@ -42,7 +42,7 @@ class TestDialect(DialectEquivalenceContract):
         now = clock.now()
         mine, theirs, _, _ = self.record_both(store, outcomes, now)
         monkeypatch.setattr("ratchet_mysql.store.PIPELINE_MAX_BYTES", 2000)
-        split = run_rolled_back(store, lambda conn: store._record(conn, NODE, outcomes, now))
+        split = run_rolled_back(store, lambda conn: self.record(store, conn, outcomes, now))
         assert split.answer == theirs.answer
         assert split.rows == theirs.rows
         assert split.statements > mine.statements + 2

@@ -136,11 +136,16 @@ class DialectEquivalenceContract:
         """The outcome write of ``outcomes`` by :data:`NODE` both ways, with the flow effects
         each collected."""
         _effects(store)  # forget those of earlier writes
-        mine = run_rolled_back(store, lambda conn: store._record(conn, NODE, outcomes, now))
+        mine = run_rolled_back(store, lambda conn: self.record(store, conn, outcomes, now))
         my_effects = _effects(store)
         twin = generic_twin(store)
-        theirs = run_rolled_back(twin, lambda conn: twin._record(conn, NODE, outcomes, now))
+        theirs = run_rolled_back(twin, lambda conn: self.record(twin, conn, outcomes, now))
         return mine, theirs, my_effects, _effects(store)
+
+    def record(self, store: Any, conn: Connection, outcomes: Sequence[Outcome], now: Any) -> Any:
+        """The outcome write of ``outcomes`` by :data:`NODE` in ``conn`` (the store's one
+        shared fenced write, whichever statement set it runs)."""
+        return store._record(conn, NODE, outcomes, now)
 
     def claim_queue(self, store: Any, clock: FakeClock) -> list[NewJob]:
         """A random queue: every priority, ties in scheduled time, jobs not yet due, a paused
