@@ -22,7 +22,8 @@ two places, both narrow:
   into applied and fenced outcomes and the outcome hooks (``SqlStore._record``).
 
 A rendering must return what the generic set returns and leave the same rows; every value is a
-bound parameter or a literal made by the driver's own escaping function. The shipped suite
+bound parameter or a literal made by the driver's own escaping function (only constants of the
+code, statuses and outcome kinds, are written as they are). The shipped suite
 :class:`ratchet.testing.dialect_contract.DialectEquivalenceContract` checks that on a real
 server, path by path, against the generic sets on the same database;
 :class:`ratchet.testing.store_contract.StoreContract` checks the store's behaviour as a whole.

@@ -11,15 +11,16 @@ portable). A dialect package renders a path its own way by subclassing one of th
 overriding only its rendering hooks, then returning its subclasses from
 ``SqlStore.make_hot_paths``:
 
-* :class:`ClaimStatements`: ``candidates`` (and ``candidates_locked`` when that read already locks
-  the rows, skipping rows others hold), ``lock``, ``take``; or ``claim`` as a whole when the
-  database does it in one statement;
+* :class:`ClaimStatements`: ``level_candidates`` / ``candidates_select`` and ``candidates`` (with
+  ``candidates_locked`` when that read already locks the rows, skipping rows others hold),
+  ``lock``, ``take``; or ``claim`` as a whole when the database does it in one statement;
 * :class:`InsertStatements`: ``insert_rows`` (how rows reach a table), or ``insert`` as a whole;
 * :class:`OutcomeStatements`: ``owned`` (the locking read) and ``apply`` (the writes), or ``write``
   as a whole.
 
 Every value is a bound parameter, or (where a dialect renders statements as text) a literal made
-by the driver's own escaping function. ``ratchet.testing.dialect_contract`` runs each path through
+by the driver's own escaping function; only constants of the code (statuses, outcome kinds) are
+written into a statement as they are. ``ratchet.testing.dialect_contract`` runs each path through
 a store's statement sets and through these generic ones on the same database, and compares the
 rows and the answers.
 """
