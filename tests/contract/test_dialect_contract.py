@@ -40,7 +40,7 @@ class TestDialect(DialectEquivalenceContract):
             pytest.skip("N/A: only the MySQL store renders its writes as multi-statement queries")
         outcomes, _ = self.mixed_batch(store, clock)
         now = clock.now()
-        mine, theirs, _, _ = self.record_both(store, outcomes, now)
+        mine, theirs = self.record_both(store, outcomes, now)
         monkeypatch.setattr("ratchet_mysql.store.PIPELINE_MAX_BYTES", 2000)
         split = run_rolled_back(store, lambda conn: self.record(store, conn, outcomes, now))
         assert split.answer == theirs.answer

@@ -38,11 +38,11 @@ from ratchet.sql import schema
 from ratchet.sql.claimed import DEFINITIONS
 from ratchet.sql.dialect import SqlDialect
 from ratchet.sql.hotpaths import (
+    AppliedOutcome,
     ClaimStatements,
     HotPaths,
     InsertStatements,
     OutcomeStatements,
-    OutcomeWrite,
 )
 from ratchet.sql.prepared import PreparedInsert
 from ratchet.sql.store import SqlStore
@@ -284,7 +284,7 @@ class MySQLOutcomes(OutcomeStatements):
             owned.update({job_id: (epoch, attempts) for job_id, epoch, attempts in rows})
         return owned
 
-    def apply(self, conn: Connection, writes: Sequence[OutcomeWrite]) -> None:
+    def apply(self, conn: Connection, writes: Sequence[AppliedOutcome]) -> None:
         literal = self.driver.literal(conn.connection.driver_connection)
         # One statement per job and table, in the generic order: deletes by primary key (with
         # an IN list MySQL/MariaDB may scan the table and wait on, then deadlock with, other

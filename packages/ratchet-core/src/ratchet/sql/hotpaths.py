@@ -454,7 +454,7 @@ def plan_outcomes(outcomes: Sequence[Outcome], now: datetime) -> list[PlannedOut
 
 
 @dataclass(slots=True)
-class OutcomeWrite:
+class AppliedOutcome:
     """An applied outcome and the attempts its live row counted (``attempts``): the values of
     its statements (a value, like :class:`PlannedOutcome`)."""
 
@@ -475,7 +475,7 @@ def owned_under_epoch(
     planned: Sequence[PlannedOutcome],
     owned: Mapping[Any, tuple[int, int]],
     key: Callable[[uuid.UUID], Any] | None = None,
-) -> list[OutcomeWrite]:
+) -> list[AppliedOutcome]:
     """The outcomes that apply: those whose job is in ``owned`` (the rows the node holds:
     id -> (epoch, attempts)) under the outcome's epoch; every other one is fenced. ``key``
     turns a job id into the key of ``owned`` (default: the id itself)."""
@@ -484,7 +484,7 @@ def owned_under_epoch(
         o = p.outcome
         row = owned.get(o.job_id if key is None else key(o.job_id))
         if row is not None and row[0] == o.epoch:
-            writes.append(OutcomeWrite(p, row[1]))
+            writes.append(AppliedOutcome(p, row[1]))
     return writes
 
 
@@ -517,7 +517,7 @@ class OutcomeStatements:
             owned.update({r.job_id: (r.epoch, r.attempts) for r in rows})
         return owned
 
-    def apply(self, conn: Connection, writes: Sequence[OutcomeWrite]) -> None:
+    def apply(self, conn: Connection, writes: Sequence[AppliedOutcome]) -> None:
         """Write the applied outcomes (their rows are locked)."""
         terminal = [w for w in writes if w.planned.terminal_status is not None]
         back = [w for w in writes if w.planned.terminal_status is None]

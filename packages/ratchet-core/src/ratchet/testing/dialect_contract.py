@@ -101,12 +101,6 @@ def run_rolled_back(store: Any, work: Callable[[Connection], Any]) -> Run:
     return Run(answer, rows, len(statements))
 
 
-def _effects(store: Any) -> list[Any]:
-    """The flow effects the last outcome write collected (none on a store without flows)."""
-    take = getattr(store, "take_flow_effects", None)
-    return [] if take is None else list(take())
-
-
 class DialectEquivalenceContract:
     """Each hot path of ``store`` against the generic statement sets. Needs fixtures ``store``
     and ``clock``."""
@@ -130,22 +124,20 @@ class DialectEquivalenceContract:
         for table, rows in theirs.rows.items():
             assert mine.rows[table] == rows, table
 
-    def record_both(
-        self, store: Any, outcomes: Sequence[Outcome], now: Any
-    ) -> tuple[Run, Run, list[Any], list[Any]]:
-        """The outcome write of ``outcomes`` by :data:`NODE` both ways, with the flow effects
-        each collected."""
-        _effects(store)  # forget those of earlier writes
+    def record_both(self, store: Any, outcomes: Sequence[Outcome], now: Any) -> tuple[Run, Run]:
+        """The outcome write of ``outcomes`` by :data:`NODE` both ways (its answer: the fenced
+        ids and the flow effects the outcome hooks produced)."""
         mine = run_rolled_back(store, lambda conn: self.record(store, conn, outcomes, now))
-        my_effects = _effects(store)
         twin = generic_twin(store)
         theirs = run_rolled_back(twin, lambda conn: self.record(twin, conn, outcomes, now))
-        return mine, theirs, my_effects, _effects(store)
+        return mine, theirs
 
     def record(self, store: Any, conn: Connection, outcomes: Sequence[Outcome], now: Any) -> Any:
         """The outcome write of ``outcomes`` by :data:`NODE` in ``conn`` (the store's one
-        shared fenced write, whichever statement set it runs)."""
-        return store._record(conn, NODE, outcomes, now)
+        shared fenced write, whichever statement set it runs), resolving no stored reference."""
+        from ratchet.sql.workflows import REFUSE_ALL
+
+        return store._record(conn, NODE, outcomes, now, REFUSE_ALL)
 
     def claim_queue(self, store: Any, clock: FakeClock) -> list[NewJob]:
         """A random queue: every priority, ties in scheduled time, jobs not yet due, a paused
@@ -323,11 +315,21 @@ class DialectEquivalenceContract:
         failed_once(store, clock, 40, node=NODE)
         # Ten attempts handed back unfinished (released): their next attempt has the same
         # number under a later epoch, so each such job has two attempt rows of that number.
-        released = store.claim(NODE, 10, now=clock.now(), boost_interval=BOOST)
-        assert store.release_jobs(NODE, [c.job_id for c in released], now=clock.now()) == 10
+        released = [c.job_id for c in store.claim(NODE, 10, now=clock.now(), boost_interval=BOOST)]
+        q, exe = schema.job_queue, schema.job_execution
+        with store.engine.begin() as conn:
+            conn.execute(
+                update(q)
+                .where(q.c.job_id.in_(released))
+                .values(status=JobStatus.PENDING.value, picked_by=None, picked_at=None)
+            )
+            conn.execute(
+                update(exe)
+                .where(exe.c.job_id.in_(released), exe.c.outcome == JobStatus.RUNNING.value)
+                .values(outcome="RELEASED", finished_at=clock.now())
+            )
         mine = store.claim(NODE, 31, now=clock.now(), boost_interval=BOOST)
         others = store.claim(OTHER, 5, now=clock.now(), boost_interval=BOOST)
-        q = schema.job_queue
         with store.engine.begin() as conn:
             conn.execute(
                 update(q)
@@ -349,9 +351,9 @@ class DialectEquivalenceContract:
 
     def test_outcome_write_agrees_on_a_mixed_batch(self, store: Any, clock: FakeClock) -> None:
         outcomes, expected_fenced = self.mixed_batch(store, clock)
-        mine, theirs, _, _ = self.record_both(store, outcomes, clock.now())
+        mine, theirs = self.record_both(store, outcomes, clock.now())
         self.assert_same(mine, theirs)
-        assert mine.answer == expected_fenced
+        assert list(mine.answer.fenced) == expected_fenced
         queue = {r["job_id"]: r for r in mine.rows["scheduler_job_queue"]}
         expected = expected_last_errors(outcomes, expected_fenced)
         assert {job_id: queue[job_id]["last_error"] for job_id in expected} == expected
@@ -379,9 +381,9 @@ class DialectEquivalenceContract:
         store.insert_jobs([new_job(clock) for _ in range(3)], now=clock.now())
         claimed = store.claim(OTHER, 3, now=clock.now(), boost_interval=BOOST)
         outcomes = [outcome(c, OutcomeKind.SUCCEEDED, clock) for c in claimed]
-        mine, theirs, _, _ = self.record_both(store, outcomes, clock.now())
+        mine, theirs = self.record_both(store, outcomes, clock.now())
         self.assert_same(mine, theirs)
-        assert mine.answer == [c.job_id for c in claimed]
+        assert list(mine.answer.fenced) == [c.job_id for c in claimed]
 
     def test_outcome_write_agrees_on_flow_effect_jobs(self, store: Any, clock: FakeClock) -> None:
         if not hasattr(store, "insert_flow"):
@@ -411,9 +413,9 @@ class DialectEquivalenceContract:
             outcome(c, kinds.get(job_id, OutcomeKind.SUCCEEDED), clock, result='{"r":1}')
             for job_id, c in claimed.items()
         ]
-        mine, theirs, my_effects, their_effects = self.record_both(store, outcomes, clock.now())
-        self.assert_same(mine, theirs)
-        assert mine.answer == []
-        assert my_effects == their_effects
+        mine, theirs = self.record_both(store, outcomes, clock.now())
+        self.assert_same(mine, theirs)  # the effects included
+        assert mine.answer.fenced == ()
+        assert mine.answer.effects
         queue = {r["job_id"]: r for r in mine.rows["scheduler_job_queue"]}
         assert queue[step.job_id]["status"] == JobStatus.PENDING.value  # the chain moved on
