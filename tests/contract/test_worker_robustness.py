@@ -152,3 +152,15 @@ def test_wait_until_may_call_the_worker_from_its_predicate(app: Ratchet) -> None
     started = time.monotonic()
     assert worker.wait_until(lambda: worker.free_slots() == 3, 0.3) is False
     assert 0.3 <= time.monotonic() - started < 5
+
+
+def test_a_failed_attempt_keeps_its_traceback(app: Ratchet) -> None:
+    failing = app.enqueue(poison_jobs.raise_nul).submit()
+    ok = app.enqueue(poison_jobs.ok, 1).submit()
+    app.worker(concurrency=2).run_due()
+    [attempt] = app.attempts(failing.id)
+    assert attempt.traceback is not None
+    assert attempt.traceback.startswith("Traceback (most recent call last):")
+    assert 'poison_jobs.py", line' in attempt.traceback and "in raise_nul" in attempt.traceback
+    assert attempt.traceback.rstrip().endswith("ValueError: bad\\x00nul")
+    assert [a.traceback for a in app.attempts(ok.id)] == [None]

@@ -267,6 +267,25 @@ def test_jobs_show_is_plain_json(jobs_db: tuple[str, dict[str, UUID]]) -> None:
     assert dead["last_error"] == "RuntimeError: boom"
 
 
+def test_jobs_show_prints_where_a_failed_attempt_raised(
+    jobs_db: tuple[str, dict[str, UUID]],
+) -> None:
+    url, ids = jobs_db
+    dead = json.loads(run("jobs", "show", "--url", url, str(ids["dead"])).stdout)
+    for attempt in dead["attempt_history"]:
+        assert "in fail_always" in attempt["traceback"]
+        assert attempt["traceback"].rstrip().endswith("RuntimeError: boom")
+    text = run("jobs", "show", "--url", url, "--traceback", str(ids["dead"]))
+    assert text.exit_code == 0, text.output
+    first, second, *rest = text.stdout.splitlines()
+    assert first.startswith("attempt 2 on ") and first.endswith(": RuntimeError: boom")
+    assert second == "Traceback (most recent call last):"
+    assert rest[-1] == "RuntimeError: boom"
+    pending = run("jobs", "show", "--url", url, "--traceback", str(ids["pending"]))
+    assert pending.exit_code == 1
+    assert "has no failed attempt with a traceback" in pending.output
+
+
 def test_jobs_list_json_has_the_fields_of_show(jobs_db: tuple[str, dict[str, UUID]]) -> None:
     url, ids = jobs_db
     listed = json.loads(run("jobs", "list", "--url", url, "--json").stdout)

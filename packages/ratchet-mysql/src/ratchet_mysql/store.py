@@ -317,7 +317,8 @@ class MySQLOutcomes(OutcomeStatements):
                 )
             closes.append(
                 f"UPDATE {schema.job_execution.name} SET finished_at = {to_micros(o.finished_at)},"
-                f" outcome = {_KIND_LITERALS[o.kind]}, error = {error}"
+                f" outcome = {_KIND_LITERALS[o.kind]}, error = {error},"
+                f" traceback = {literal(o.traceback)}"
                 f" WHERE job_id = {job} AND attempt_no = {w.attempts + 1} AND epoch = {o.epoch}"
             )
         for batch in in_batches(deletes + ends + backs + closes, 2):

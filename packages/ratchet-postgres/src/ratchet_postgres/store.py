@@ -276,10 +276,10 @@ def record_statement() -> TextClause:
 WITH o AS (
     SELECT * FROM json_to_recordset(CAST(:outcomes AS json)) AS o(
         job_id uuid, epoch integer, kind text, terminal_status text, added integer,
-        error text, result text, finished_at bigint, pending_at bigint)
+        error text, traceback text, result text, finished_at bigint, pending_at bigint)
 ), owned AS (
-    SELECT q.job_id, q.attempts, o.epoch, o.kind, o.terminal_status, o.added, o.error, o.result,
-           o.finished_at, o.pending_at
+    SELECT q.job_id, q.attempts, o.epoch, o.kind, o.terminal_status, o.added, o.error,
+           o.traceback, o.result, o.finished_at, o.pending_at
     FROM scheduler_job_queue q JOIN o ON o.job_id = q.job_id
     WHERE q.picked_by = :node AND q.status IN ({owned_statuses}) AND q.epoch = o.epoch
     FOR UPDATE OF q
@@ -301,7 +301,7 @@ WITH o AS (
     WHERE q.job_id = w.job_id AND w.terminal_status IS NULL
 ), closed AS (
     UPDATE scheduler_job_execution e
-    SET finished_at = w.finished_at, outcome = w.kind, error = w.error
+    SET finished_at = w.finished_at, outcome = w.kind, error = w.error, traceback = w.traceback
     FROM owned w
     WHERE e.job_id = w.job_id AND e.attempt_no = w.attempts + 1 AND e.epoch = w.epoch
 )
@@ -417,6 +417,7 @@ class PostgresOutcomes(OutcomeStatements):
                     "terminal_status": p.terminal_status,
                     "added": p.attempts_added,
                     "error": p.outcome.error,
+                    "traceback": p.outcome.traceback,
                     "result": p.outcome.result,
                     "finished_at": to_micros(p.outcome.finished_at),
                     "pending_at": to_micros(p.pending_at),

@@ -123,6 +123,7 @@ _CLOSE_ATTEMPT = (
         finished_at=bindparam("b_at"),
         outcome=bindparam("b_outcome"),
         error=bindparam("b_error"),
+        traceback=bindparam("b_traceback"),
     )
 )
 
@@ -563,6 +564,7 @@ class OutcomeStatements:
                     "b_at": w.outcome.finished_at,
                     "b_outcome": w.outcome.kind.value,
                     "b_error": w.outcome.error,
+                    "b_traceback": w.outcome.traceback,
                 }
                 for w in writes
             ],

@@ -340,8 +340,11 @@ class DialectEquivalenceContract:
         later = clock.now() + timedelta(minutes=1)
         kinds: list[tuple[OutcomeKind, dict[str, Any]]] = [
             (OutcomeKind.SUCCEEDED, {"result": '{"ok":"' + TRICKY + '"}'}),
-            (OutcomeKind.DEAD, {"error": TRICKY}),
-            (OutcomeKind.RETRY, {"error": "again", "retry_at": later}),
+            (
+                OutcomeKind.DEAD,
+                {"error": TRICKY, "traceback": "Traceback (most recent call last):\n  " + TRICKY},
+            ),
+            (OutcomeKind.RETRY, {"error": "again", "traceback": "tb\n", "retry_at": later}),
             (OutcomeKind.RETRY, {"error": "now"}),
             (OutcomeKind.RESCHEDULE, {"error": "circuit open", "retry_at": later}),
             (OutcomeKind.SUCCEEDED, {}),
