@@ -47,7 +47,7 @@ from ratchet.sql.hotpaths import (
 from ratchet.sql.prepared import PreparedInsert
 from ratchet.sql.store import SqlStore
 from ratchet.sql.types import to_micros
-from ratchet.sql.watcher import CHUNK, OWNED
+from ratchet.sql.watcher_store import CHUNK, OWNED
 from ratchet_mysql.dialect import (
     MULTI_RESULTS,
     PIPELINE_MAX_BYTES,

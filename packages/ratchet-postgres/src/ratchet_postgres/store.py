@@ -46,7 +46,7 @@ from ratchet.sql.hotpaths import (
 )
 from ratchet.sql.store import SqlStore
 from ratchet.sql.types import from_micros, to_micros
-from ratchet.sql.watcher import OWNED
+from ratchet.sql.watcher_store import OWNED
 from ratchet_postgres.dialect import PostgresDialect
 
 _PG = postgresql.dialect()  # type: ignore[no-untyped-call]

@@ -23,8 +23,8 @@ from ratchet.domain.model import FlowWrite
 from ratchet.domain.workflow import FlowEffect, FlowResolver
 from ratchet.ports import CancelRequest
 from ratchet.sql import schema
-from ratchet.sql.watcher import OWNED
-from ratchet.sql.workflows import REFUSE_ALL
+from ratchet.sql.watcher_store import OWNED
+from ratchet.sql.workflow_store import REFUSE_ALL
 
 if TYPE_CHECKING:
     from ratchet.sql.dialect import SqlDialect

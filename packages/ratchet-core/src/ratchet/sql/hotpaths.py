@@ -47,7 +47,7 @@ from ratchet.sql.claimed import DEFINITIONS, attempt_rows, claimed_job
 from ratchet.sql.dialect import SqlDialect
 from ratchet.sql.prepared import PreparedInsert, PreparedKeyLookup, uuid_binder
 from ratchet.sql.types import UTCMicros, to_micros
-from ratchet.sql.watcher import CHUNK, OWNED
+from ratchet.sql.watcher_store import CHUNK, OWNED
 
 Q = schema.job_queue
 J = schema.job

@@ -183,7 +183,7 @@ class PermitStoreMixin:
         """Delete permits of nodes without a heartbeat since ``cutoff`` (in the caller's
         transaction). The watcher reclaims permits itself: a node it declares dead loses them at
         once, a node without a live row once they are ``dead_after`` old
-        (:mod:`ratchet.sql.watcher`)."""
+        (:mod:`ratchet.sql.watcher_store`)."""
         alive = select(NODE.c.node_id).where(NODE.c.heartbeat_at >= cutoff)
         return int(
             conn.execute(

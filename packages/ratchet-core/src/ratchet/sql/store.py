@@ -67,9 +67,9 @@ from ratchet.sql.hotpaths import (
 )
 from ratchet.sql.permits import PermitStoreMixin
 from ratchet.sql.pool import ping_when_idle
-from ratchet.sql.recurring import RecurringStoreMixin
-from ratchet.sql.watcher import CHUNK, WatcherStoreMixin
-from ratchet.sql.workflows import REFUSE_ALL, WorkflowStoreMixin
+from ratchet.sql.recurring_store import RecurringStoreMixin
+from ratchet.sql.watcher_store import CHUNK, WatcherStoreMixin
+from ratchet.sql.workflow_store import REFUSE_ALL, WorkflowStoreMixin
 
 log = logging.getLogger("ratchet.store")
 

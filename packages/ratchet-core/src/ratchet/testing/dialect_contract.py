@@ -135,7 +135,7 @@ class DialectEquivalenceContract:
     def record(self, store: Any, conn: Connection, outcomes: Sequence[Outcome], now: Any) -> Any:
         """The outcome write of ``outcomes`` by :data:`NODE` in ``conn`` (the store's one
         shared fenced write, whichever statement set it runs), resolving no stored reference."""
-        from ratchet.sql.workflows import REFUSE_ALL
+        from ratchet.sql.workflow_store import REFUSE_ALL
 
         return store._record(conn, NODE, outcomes, now, REFUSE_ALL)
 
@@ -391,7 +391,7 @@ class DialectEquivalenceContract:
     def test_outcome_write_agrees_on_flow_effect_jobs(self, store: Any, clock: FakeClock) -> None:
         if not hasattr(store, "insert_flow"):
             pytest.skip("N/A: this store has no batches, chains, workflows or signals")
-        from ratchet.sql.workflows import FlowJob
+        from ratchet.sql.workflow_store import FlowJob
         from ratchet.testing.workflow_contract import WorkflowStoreContract
 
         flows = WorkflowStoreContract()

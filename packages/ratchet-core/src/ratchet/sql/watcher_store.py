@@ -71,7 +71,7 @@ from ratchet.ports import iter_chunks
 from ratchet.sql import schema
 from ratchet.sql.claimed import DEFINITIONS, attempt_rows, claimed_job
 from ratchet.sql.types import to_micros
-from ratchet.sql.workflows import REFUSE_ALL
+from ratchet.sql.workflow_store import REFUSE_ALL
 
 if TYPE_CHECKING:
     from ratchet.sql.dialect import SqlDialect
