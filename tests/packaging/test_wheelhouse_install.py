@@ -241,3 +241,88 @@ def test_an_adapter_over_the_other_ratchet_core_says_how_to_fix_it(
         [fresh_venv.python, "-c", "import ratchet_postgres; from ratchet import Ratchet"],
         timeout=60,
     )
+
+
+FIRST_HOUR_JOBS = """
+def charge(order_id: int) -> dict:
+    return {"charged": order_id}
+
+
+def broken(order_id: int) -> None:
+    raise KeyError(f"missing-key-{order_id}")
+"""
+
+FIRST_HOUR_SCRIPT = """
+import sys
+from datetime import timedelta
+
+from ratchet import JobStatus, Ratchet
+
+import shop_jobs
+
+app = Ratchet(sys.argv[1], allowed_modules=["shop_jobs"], auto_migrate=False)
+ok = app.enqueue(shop_jobs.charge, 7).submit()
+bad = app.enqueue(shop_jobs.broken, 7).submit()
+worker = app.worker(concurrency=2, min_delay=timedelta(milliseconds=50))
+worker.start()
+worker.wait_until(lambda: ok.status().is_terminal and bad.status().is_terminal, timeout=60)
+worker.stop()
+assert ok.status() is JobStatus.SUCCEEDED and ok.result() == {"charged": 7}, ok.status()
+assert bad.status() is JobStatus.FAILED, bad.status()
+print(bad.id)
+app.close()
+"""
+
+
+def one_line_error(done: subprocess.CompletedProcess[str]) -> str:
+    """The single line a user mistake prints (and no traceback)."""
+    assert done.returncode != 0, done.stdout
+    assert "Traceback" not in done.stderr + done.stdout, done.stderr
+    lines = [line for line in done.stderr.splitlines() if line.strip()]
+    assert len(lines) == 1, done.stderr
+    return lines[0]
+
+
+@pytest.mark.postgres
+def test_the_first_hour_on_postgresql_from_the_wheelhouse(
+    fresh_venv: Venv, tmp_path: Path, postgres_empty_url: str
+) -> None:
+    """Install as the README says, meet the unmigrated database, upgrade it as the one-line
+    error says, run a job that succeeds and one that fails, and read the failure's traceback."""
+    for line in readme_install_lines():
+        fresh_venv.pip_line(line)
+    ratchet_cli = str(fresh_venv.path / "bin" / "ratchet")
+    workdir = tmp_path / "shop"
+    workdir.mkdir()
+    (workdir / "shop_jobs.py").write_text(FIRST_HOUR_JOBS)
+    (workdir / "first_hour.py").write_text(FIRST_HOUR_SCRIPT)
+
+    def cli(*args: str) -> subprocess.CompletedProcess[str]:
+        return subprocess.run(
+            [ratchet_cli, *args],
+            cwd=workdir,
+            env=child_env(),
+            capture_output=True,
+            text=True,
+            timeout=120,
+            check=False,
+        )
+
+    missing = one_line_error(cli("jobs", "list", "--url", postgres_empty_url))
+    assert "ratchet db upgrade" in missing, missing
+    assert one_line_error(cli("worker", "shop_jobs:charge")).startswith("error:")
+    assert "sqlite" in one_line_error(cli("jobs", "list", "--url", "sqlite:///nosuch.db"))
+    assert not (workdir / "nosuch.db").exists()
+
+    upgrade = cli("db", "upgrade", "--url", postgres_empty_url)
+    assert upgrade.returncode == 0, upgrade.stderr
+    out = run([fresh_venv.python, "first_hour.py", postgres_empty_url], cwd=workdir, timeout=180)
+    failed_id = out.strip().splitlines()[-1]
+
+    shown = cli("jobs", "show", "--url", postgres_empty_url, "--traceback", failed_id)
+    assert shown.returncode == 0, shown.stderr
+    first, *trace = shown.stdout.splitlines()
+    assert first.endswith("KeyError: 'missing-key-7'"), first
+    assert trace[0] == "Traceback (most recent call last):"
+    assert any('shop_jobs.py", line' in line for line in trace), shown.stdout
+    assert trace[-1] == "KeyError: 'missing-key-7'"
