@@ -27,6 +27,7 @@ from ratchet.domain.text import describe_error, describe_traceback
 from ratchet.engine.context import JobContext, bound, stopped_on_request
 from ratchet.engine.gates import Gate, breaker_service, reschedule
 from ratchet.engine.watchdog import Attempt, cancellation_store, seconds_text
+from ratchet.engine.workflows import signal_reader
 from ratchet.ports import ExecutorProvider, InterruptibleExecutor, JobCall
 from ratchet.serialization import decode_payload, encode_result
 from ratchet.targets import TargetRef, owner_class, resolve_attribute
@@ -51,6 +52,7 @@ class AttemptRunner:
         self._refs: dict[str, TargetRef] = {}
         self.services: dict[str, str] = {}
         """Circuit-breaker service per target (the breaker is configured on first use)."""
+        self._signals = signal_reader(worker)
 
     def is_resolved(self, ref: TargetRef) -> bool:
         """Whether ``ref``'s callable has been resolved (and cached) here."""
@@ -177,6 +179,7 @@ class AttemptRunner:
             tags=job.tags,
             cancellation=attempt.cancellation,
             progress=worker.liveness.channel(job),
+            signals=self._signals,
         )
         with bound(ctx):
             passed: list[Gate] = []

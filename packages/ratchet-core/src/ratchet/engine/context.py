@@ -40,6 +40,8 @@ class JobContext:
     """The attempt's cancellation request (None: not a watched attempt)."""
     progress: ProgressReporter | None = field(default=None, repr=False, compare=False)
     """Where progress and checkpoints go (None: not run by a worker of this process)."""
+    signals: Callable[[uuid.UUID], Any] | None = field(default=None, repr=False, compare=False)
+    """Reads the signal delivered to a job (None: not run by a worker of this process)."""
 
     @staticmethod
     def current() -> JobContext:
@@ -64,9 +66,11 @@ class JobContext:
     def signal(self) -> Any:
         """The payload (JSON-native) or :class:`~ratchet.SignalDecision` delivered to this job
         by ``app.deliver_signal``; None if none was delivered."""
-        from ratchet.engine.workflows import signal_of
-
-        return signal_of(self.node_id, self.job_id)
+        if self.signals is None:
+            raise RuntimeError(
+                "JobContext.signal() is only available inside a job run by a worker of this process"
+            )
+        return self.signals(self.job_id)
 
     def fencing_token(self) -> tuple[uuid.UUID, int]:
         """``(job_id, epoch)``: pass it to side effects outside the store to fence zombies."""

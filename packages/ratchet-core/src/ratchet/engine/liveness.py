@@ -70,7 +70,9 @@ CLOCK_SKEW_BOUND = timedelta(seconds=1)
 SKEW_EVERY = 10
 
 
-#: Node ids of the incarnations running in this process now (several workers may share one).
+#: Node ids of the incarnations running in this process now (several workers, of one app or of
+#: several, may share a process and so a pid). Process-wide by nature: on start, a worker marks
+#: the earlier incarnations with its pid dead, except these.
 _LOCAL: set[str] = set()
 _LOCAL_LOCK = threading.Lock()
 

@@ -11,9 +11,7 @@ from __future__ import annotations
 import functools
 import json
 import logging
-import threading
 import uuid
-import weakref
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from dataclasses import replace as dc_replace
@@ -361,23 +359,19 @@ def deliver_signal(app: Ratchet, target: uuid.UUID | str, payload: Any = None) -
     return count
 
 
-_SIGNAL_WORKERS: weakref.WeakValueDictionary[str, Worker] = weakref.WeakValueDictionary()
-"""node id -> the workers in this process (weak: a stopped worker can go)."""
-_SIGNAL_LOCK = threading.Lock()
-
-
-def signal_of(node_id: str, job_id: uuid.UUID) -> Any:
-    """The payload or decision delivered to a running job (used by ``JobContext.signal()``),
-    decoded under the class policy of the worker's app."""
-    with _SIGNAL_LOCK:
-        worker = _SIGNAL_WORKERS.get(node_id)
-    if worker is None:
-        raise RuntimeError(
-            "JobContext.signal() is only available inside a job run by a worker of this process"
-        )
+def signal_reader(worker: Worker) -> Callable[[uuid.UUID], Any] | None:
+    """What ``JobContext.signal()`` of ``worker``'s jobs calls: reads the payload or decision
+    delivered to a job and decodes it under the app's class policy (None: the store has no
+    signals)."""
     flows = workflow_store(worker.store)
-    text = None if flows is None else flows.read_signal(job_id)
-    return decode_signal(text, worker.app.enums)
+    if flows is None:
+        return None
+    enums = worker.app.enums
+
+    def read(job_id: uuid.UUID) -> Any:
+        return decode_signal(flows.read_signal(job_id), enums)
+
+    return read
 
 
 class SignalTimeoutScanner:
@@ -407,13 +401,11 @@ class SignalTimeoutScanner:
 
 
 def attach_flows(worker: Worker) -> None:
-    """Called once by ``Worker.__init__``: the signal scan and ``JobContext.signal()`` lookup."""
+    """Called once by ``Worker.__init__``: the signal-timeout scan."""
     if workflow_store(worker.store) is None:
         return
     interval = min(worker.config.orphan_scan_interval, timedelta(seconds=5))
     worker.periodic.append(SignalTimeoutScanner(interval))
-    with _SIGNAL_LOCK:
-        _SIGNAL_WORKERS[worker.node_id] = worker
 
 
 # ---------------------------------------------------------------------------------------------

@@ -20,6 +20,7 @@ the domain decides.
 
 from __future__ import annotations
 
+import functools
 import json
 import uuid
 from collections.abc import Callable, Collection, Sequence
@@ -130,31 +131,27 @@ def _started(job: Any, now: datetime) -> Any:
     return dc_replace(job, claimed_at=now) if isinstance(job, ClaimedJob) else job
 
 
-_PROBE: list[Any] = []
-
-
+@functools.cache
 def _probe() -> Any:
     """The statement of :meth:`WatcherStoreMixin._probe_statement`, built once (its values are
     bound parameters; constructing it costs more than running it)."""
-    if not _PROBE:
-        node = bindparam("p_node", type_=NODE.c.node_id.type)
-        eligible = (
-            select(Q.c.job_id)
-            .where(
-                Q.c.status == JobStatus.TIMED_OUT.value,
-                Q.c.picked_by != node,
-                Q.c.takeovers < bindparam("p_takeovers", type_=Q.c.takeovers.type),
-                Q.c.timed_out_at > bindparam("p_window", type_=BigInteger()),
-                or_(
-                    Q.c.timed_out_at <= bindparam("p_grace", type_=BigInteger()),
-                    Q.c.picked_by.not_in(_live_nodes()),
-                ),
-            )
-            .limit(1)
+    node = bindparam("p_node", type_=NODE.c.node_id.type)
+    eligible = (
+        select(Q.c.job_id)
+        .where(
+            Q.c.status == JobStatus.TIMED_OUT.value,
+            Q.c.picked_by != node,
+            Q.c.takeovers < bindparam("p_takeovers", type_=Q.c.takeovers.type),
+            Q.c.timed_out_at > bindparam("p_window", type_=BigInteger()),
+            or_(
+                Q.c.timed_out_at <= bindparam("p_grace", type_=BigInteger()),
+                Q.c.picked_by.not_in(_live_nodes()),
+            ),
         )
-        state = select(NODE.c.state).where(NODE.c.node_id == node).scalar_subquery()
-        _PROBE.append(select(state.label("state"), eligible.exists().label("eligible")))
-    return _PROBE[0]
+        .limit(1)
+    )
+    state = select(NODE.c.state).where(NODE.c.node_id == node).scalar_subquery()
+    return select(state.label("state"), eligible.exists().label("eligible"))
 
 
 def _live_nodes() -> Any:
