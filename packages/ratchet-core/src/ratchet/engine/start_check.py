@@ -73,8 +73,8 @@ class StartCheck:
 
     def discard(self, key: Key) -> None:
         """Forget ``key`` (its attempt ended)."""
-        with self._lock:
-            self._answers.pop(key, None)
+        if self._answers:
+            self._answers.pop(key, None)  # one dict operation: atomic, no lock needed
 
     @property
     def pending(self) -> int:
@@ -89,12 +89,21 @@ class StartCheck:
         """
         key = (job_id, epoch)
         now = self._monotonic()
+        # The fast path, without the lock: one dict operation, and no other attempt asks for
+        # this key. A fresh (or still running) answer is all it needs.
+        answer = self._answers.pop(key, None)
+        if answer is not None and answer.error is None and now - answer.at <= self.max_age:
+            if not answer.done.is_set():
+                answer.done.wait()
+            if answer.error is not None:
+                raise answer.error
+            return key in answer.owned
         with self._lock:
-            answer = self._answers.pop(key, None)
             lead = answer is None or not answer.usable(now, self.max_age)
             if lead:
                 # Read for this attempt and for every other waiting one whose answer is stale.
-                stale = [k for k, a in self._answers.items() if not a.usable(now, self.max_age)]
+                answers = list(self._answers.items())  # one C-level copy: attempts pop unlocked
+                stale = [k for k, a in answers if not a.usable(now, self.max_age)]
                 answer = _Answer()
                 for other in stale:
                     self._answers[other] = answer

@@ -454,22 +454,31 @@ def plan_outcomes(outcomes: Sequence[Outcome], now: datetime) -> list[PlannedOut
     ]
 
 
-@dataclass(slots=True)
 class AppliedOutcome:
     """An applied outcome and the attempts its live row counted (``attempts``): the values of
-    its statements (a value, like :class:`PlannedOutcome`)."""
+    its statements (a value, like :class:`PlannedOutcome`). Plain attributes: the outcome write
+    reads them several times per job."""
 
-    planned: PlannedOutcome
-    attempts: int
+    __slots__ = ("attempts", "attempts_after", "outcome", "planned")
 
-    @property
-    def outcome(self) -> Outcome:
-        return self.planned.outcome
-
-    @property
-    def attempts_after(self) -> int:
+    def __init__(self, planned: PlannedOutcome, attempts: int) -> None:
+        self.planned = planned
+        self.attempts = attempts
+        self.outcome: Outcome = planned.outcome
+        self.attempts_after = attempts + planned.attempts_added
         """The attempts the job counts after this outcome."""
-        return self.attempts + self.planned.attempts_added
+
+    def __eq__(self, other: object) -> bool:
+        return (
+            isinstance(other, AppliedOutcome)
+            and self.planned == other.planned
+            and self.attempts == other.attempts
+        )
+
+    __hash__ = None  # type: ignore[assignment]  # mutable, compared by value
+
+    def __repr__(self) -> str:
+        return f"AppliedOutcome({self.planned!r}, {self.attempts!r})"
 
 
 def owned_under_epoch(
