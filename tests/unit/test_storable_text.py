@@ -12,8 +12,7 @@ from hypothesis import strategies as st
 from ratchet.config import RatchetConfig
 from ratchet.domain.errors import ConfigurationError
 from ratchet.domain.model import Outcome, OutcomeKind
-from ratchet.domain.text import is_storable_text, storable_text
-from ratchet.engine.worker import MAX_ERROR_CHARS, describe_error
+from ratchet.domain.text import MAX_ERROR_CHARS, describe_error, is_storable_text, storable_text
 
 #: Any Python string, lone surrogates and NUL included.
 ANY_TEXT = st.text(alphabet=st.characters(codec=None, blacklist_categories=()))

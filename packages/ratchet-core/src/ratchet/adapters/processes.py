@@ -32,7 +32,6 @@ import signal
 import subprocess
 import sys
 import threading
-import traceback
 import uuid
 from collections.abc import Callable
 from concurrent.futures import Future
@@ -93,8 +92,8 @@ def _resolve(target: str) -> Callable[..., Any]:
 
 def _execute(request: dict[str, Any], flag: threading.Event) -> dict[str, Any]:
     """Run one job request in this (child) process and describe how it ended."""
+    from ratchet.domain.text import describe_error, describe_traceback
     from ratchet.engine.context import AttemptCancellation, JobContext, bound, stopped_on_request
-    from ratchet.engine.worker import describe_error
     from ratchet.serialization import decode_payload, encode_result, import_enum
 
     c = request["context"]
@@ -123,7 +122,7 @@ def _execute(request: dict[str, Any], flag: threading.Event) -> dict[str, Any]:
             return {
                 "ok": False,
                 "error": describe_error(exc),
-                "traceback": "".join(traceback.format_exception(exc)),
+                "traceback": describe_traceback(exc),
                 "do_not_retry": is_do_not_retry(exc),
                 "stopped": stopped_on_request(exc, cancellation.token),
             }

@@ -44,16 +44,6 @@ class SlotTable:
             busy = len(self._running) + len(self._expired) + self._unwritten
             return max(0, self.concurrency - busy)
 
-    @property
-    def found_work(self) -> bool:
-        """The last poll claimed something: a slot that frees may find more waiting."""
-        return self._found_work
-
-    def running_job(self, job_id: uuid.UUID) -> ClaimedJob | None:
-        """The claimed job ``job_id`` while it occupies a slot here (not expired)."""
-        with self._lock:
-            return self._running.get(job_id)
-
     def local_job_ids(self) -> set[uuid.UUID]:
         """Jobs whose runs occupy a slot here (running or expired)."""
         with self._lock:
@@ -84,7 +74,8 @@ class SlotTable:
 
     # ------------------------------------------------------------------ changes
     def claimed(self, jobs: Iterable[ClaimedJob]) -> None:
-        """A poll claimed ``jobs`` (each takes a slot); an empty poll clears ``found_work``."""
+        """A poll claimed ``jobs`` (each takes a slot). Whether it found any decides whether a
+        slot that frees wakes the producer (more may be waiting) or not."""
         with self._lock:
             found = False
             for job in jobs:

@@ -29,7 +29,6 @@ from ratchet.config import WorkerConfig
 from ratchet.domain.errors import StoreUnavailable
 from ratchet.domain.model import ClaimedJob, Outcome
 from ratchet.domain.polling import AdaptivePollingStrategy
-from ratchet.domain.text import MAX_ERROR_CHARS, describe_error
 from ratchet.engine.attempts import AttemptRunner
 from ratchet.engine.completer import Completer
 from ratchet.engine.context import install_log_record_factory
@@ -48,8 +47,6 @@ from ratchet.targets import TargetRef
 
 if TYPE_CHECKING:
     from ratchet.engine.app import Ratchet
-
-__all__ = ["MAX_ERROR_CHARS", "Worker", "WorkerStats", "default_node_id", "describe_error"]
 
 log = logging.getLogger("ratchet.worker")
 
