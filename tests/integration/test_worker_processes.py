@@ -140,3 +140,37 @@ def test_run_drains_when_sigterm_lands_on_another_thread(sqlite_url: str, tmp_pa
         [sys.executable, str(script), sqlite_url], capture_output=True, text=True, timeout=60
     )
     assert (done.returncode, done.stdout.strip()) == (0, "drained"), done.stderr
+
+
+STOP_WHILE_RUN_HOLDS_ITS_LOCK = """
+import signal, sys, threading
+from ratchet import Ratchet
+
+app = Ratchet(sys.argv[1], allowed_modules=["sample_jobs"])
+worker = app.worker(concurrency=1)
+original_wait = worker._stopping.wait
+
+def wait_then_signal(timeout=None):
+    # Deliver SIGTERM at the worst moment: while run()'s wait holds the event's lock (where a
+    # real signal can arrive too, between two bytecodes of Event.wait).
+    with worker._stopping._cond:
+        signal.raise_signal(signal.SIGTERM)
+    return original_wait(timeout)
+
+worker._stopping.wait = wait_then_signal
+worker.run()
+print("drained")
+"""
+
+
+def test_run_drains_when_sigterm_arrives_inside_its_own_wait(
+    sqlite_url: str, tmp_path: Path
+) -> None:
+    """The handler runs on the main thread, possibly inside ``run``'s wait on the stop event,
+    whose lock that wait then holds: a handler that set the event would deadlock there."""
+    script = tmp_path / "stop_inside_wait.py"
+    script.write_text(STOP_WHILE_RUN_HOLDS_ITS_LOCK)
+    done = subprocess.run(
+        [sys.executable, str(script), sqlite_url], capture_output=True, text=True, timeout=60
+    )
+    assert (done.returncode, done.stdout.strip()) == (0, "drained"), done.stderr

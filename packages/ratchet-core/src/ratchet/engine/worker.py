@@ -139,6 +139,8 @@ class Worker:
         self.liveness = attach_liveness(self)
         """Incarnation, heartbeats, watcher, takeovers, progress, drain."""
         self._stopping = threading.Event()
+        self._signaled = False
+        """SIGTERM / SIGINT arrived (set by the signal handler, read by :meth:`run`)."""
         self._draining = threading.Event()
         self._maintenance: threading.Thread | None = None
         self._started = False
@@ -175,18 +177,24 @@ class Worker:
         """Start, then block until SIGTERM / SIGINT (or :meth:`request_stop`), then drain."""
         if install_signal_handlers and threading.current_thread() is threading.main_thread():
             for sig in (signal.SIGTERM, signal.SIGINT):
-                signal.signal(sig, lambda *_: self.request_stop())
+                signal.signal(sig, self._on_signal)
         self.start()
         # A timed wait: a process-directed signal may land on another thread (Linux picks one
         # when the main thread cannot take it, e.g. right after SIGSTOP/SIGCONT), and Python runs
         # the handler only when the main thread next executes bytecode; an untimed wait would
         # then never return.
-        while not self._stopping.wait(timeout=SIGNAL_CHECK_SECONDS):
+        while not self._signaled and not self._stopping.wait(timeout=SIGNAL_CHECK_SECONDS):
             pass
         self.stop()
 
+    def _on_signal(self, *_: object) -> None:
+        """SIGTERM / SIGINT. The handler runs on the main thread, possibly inside :meth:`run`'s
+        wait on ``_stopping`` while that wait holds the event's lock, so it takes no lock at
+        all: it sets a flag that :meth:`run` reads within ``SIGNAL_CHECK_SECONDS``."""
+        self._signaled = True
+
     def request_stop(self) -> None:
-        """Ask :meth:`run` to drain and return (safe from a signal handler)."""
+        """Ask :meth:`run` to drain and return (from any thread but the one in :meth:`run`)."""
         self._draining.set()
         self._stopping.set()
         self.producer.wake()
