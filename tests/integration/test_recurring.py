@@ -255,8 +255,6 @@ def test_three_worker_nodes_create_and_run_each_fire_once(
     wrappers = [a.recurring(EVERY_SECOND, id="tick")(recurring_jobs.with_context) for a in apps]
     monkeypatch.setattr(recurring_jobs, "with_context", wrappers[0])  # as if decorated in place
     workers = [Worker(a, apps[0].worker().config, node_id=f"node-{i}") for i, a in enumerate(apps)]
-    for a, w in zip(apps, workers, strict=True):
-        a._install_recurring(w)
     registrars = [next(t for t in w.periodic if isinstance(t, RecurringRegistrar)) for w in workers]
     for registrar, worker in zip(registrars, workers, strict=True):
         registrar.run_once(worker)

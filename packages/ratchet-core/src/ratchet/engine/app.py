@@ -20,19 +20,22 @@ from ratchet.domain.lifecycle import JobPriority
 from ratchet.domain.model import AttemptRecord, FlowWrite, JobFilter, JobRecord
 from ratchet.domain.options import JobOptions, validate_option_text
 from ratchet.domain.retry import RetryPolicy
-from ratchet.domain.workflow import BatchContext
+from ratchet.domain.workflow import BatchContext, FlowResolver
+from ratchet.engine.assembly import assemble_app
 from ratchet.engine.batches import BatchBuilder, StreamingBatchBuilder
 from ratchet.engine.builder import JobBuilder, JobHandle
 from ratchet.engine.limits_api import LimitsApi
 from ratchet.engine.recurring import RecurringMixin
-from ratchet.engine.workflows import apply_effects, batch_of, deliver_signal, flow_resolver
+from ratchet.engine.workflows import apply_effects, batch_of, deliver_signal
 from ratchet.events import EventKind, JobEvent
 from ratchet.ids import uuid7
 from ratchet.plugins import Plugins, make_plugin_manager
 from ratchet.ports import (
+    BeanResolver,
+    ClassPolicy,
     Clock,
     ClusterCoordinator,
-    CoordinatorContext,
+    ResilienceStrategy,
     Store,
     StreamingInsertStore,
     TransactionalStore,
@@ -82,30 +85,29 @@ class Ratchet(LimitsApi, RecurringMixin):
             **config,
         )
         self.plugins = plugins or Plugins(make_plugin_manager())
-        self.class_policy = self.plugins.class_policy(self.config)
-        self.enums = EnumPolicy(self.class_policy, self.config.allowed_modules)
-        """The enum classes arguments, results and signals may hold (those the policy allows)."""
-        self.beans = self.plugins.bean_resolver(self.config)
-        self.resilience = self.plugins.resilience_strategy(self.config)
         self.clock: Clock = clock or SystemClock()
         self.retry_policy = retry_policy
         """Consulted after ``@do_not_retry`` and before ``max_retries`` (None: always retry)."""
-        self.store: Store = self.plugins.store_factory(url)(url, store_options)
-        self.node_name = self.config.node_name or "client"
-        context = CoordinatorContext(store_url=self.store.url, node_name=self.node_name)
-        self.coordinator: ClusterCoordinator = self.plugins.coordinator_factory(coordinator)(
-            coordinator, context
-        )
         self._listeners: list[EventListener] = []
         self._listeners_lock = threading.Lock()
-        if auto_migrate is None:
-            auto_migrate = self.store.capabilities.dialect == "sqlite"
-        if auto_migrate:
-            self.store.migrate()
-        self._wire_gates()
-        self.resolver = flow_resolver(self)
+        self.class_policy: ClassPolicy
+        self.enums: EnumPolicy
+        """The enum classes arguments, results and signals may hold (those the policy allows)."""
+        self.beans: BeanResolver
+        self.resilience: ResilienceStrategy
+        self.store: Store
+        self.node_name: str
+        self.coordinator: ClusterCoordinator
+        self.resolver: FlowResolver
         """Passed to every store call that can end jobs: the branch predicates and result enums
         it evaluates are resolved under this app's class policy."""
+        assemble_app(
+            self,
+            url,
+            coordinator=coordinator,
+            store_options=store_options,
+            auto_migrate=auto_migrate,
+        )
 
     # -- ids, time, events -------------------------------------------------------------------
     def new_id(self) -> uuid.UUID:
@@ -429,9 +431,7 @@ class Ratchet(LimitsApi, RecurringMixin):
         """A :class:`~ratchet.engine.worker.Worker` for this app (not started)."""
         from ratchet.engine.worker import Worker
 
-        worker = Worker(self, config or WorkerConfig(**options))
-        self._install_recurring(worker)
-        return worker
+        return Worker(self, config or WorkerConfig(**options))
 
     def run_worker(self, config: WorkerConfig | None = None, **options: Any) -> None:
         """Run a worker in this thread until SIGTERM / SIGINT, then drain."""

@@ -2,7 +2,8 @@
 
 A gate lets the attempt proceed or ends it with an outcome, usually a reschedule that consumes
 no retry: :class:`CircuitBreakerGate` while the target's breaker is open, :class:`PermitGate`
-while its resource is at capacity. Features add their own gates to ``Worker.gates``.
+while its resource is at capacity. The list a worker checks is built in
+:func:`ratchet.engine.assembly.worker_gates`.
 """
 
 from __future__ import annotations

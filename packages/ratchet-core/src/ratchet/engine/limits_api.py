@@ -38,7 +38,7 @@ class LimitsApi:
 
         def emit(self, event: JobEvent) -> None: ...
 
-    def _wire_gates(self) -> None:
+    def wire_limits(self) -> None:
         """Attach the breakers to this app's clock and events; store configured limits."""
         if isinstance(self.resilience, BreakerRegistry):
             self.resilience.attach(self.clock, self._on_breaker_change)

@@ -37,7 +37,7 @@ from dataclasses import replace as dc_replace
 from datetime import datetime, timedelta
 from typing import TYPE_CHECKING, Any
 
-from ratchet.domain.errors import ConfigurationError, FencedOut, UnknownPluginError
+from ratchet.domain.errors import FencedOut, UnknownPluginError
 from ratchet.domain.model import ClaimedJob, Outcome, OutcomeKind
 from ratchet.domain.options import BackoffPolicy
 from ratchet.domain.retry import decide_retry
@@ -684,21 +684,3 @@ class WatcherTask:
 
     def run_once(self, worker: Worker) -> None:
         worker.liveness.watch_once()
-
-
-def attach_liveness(worker: Worker) -> Liveness:
-    """The liveness of ``worker`` (its store must have the watcher capability), with the
-    watcher added to its periodic tasks when enabled.
-
-    :raises ConfigurationError: the store cannot run the watcher.
-    """
-    store = watcher_store(worker.store)
-    if store is None:
-        raise ConfigurationError(
-            f"{type(worker.store).__name__} has no watcher capability (register_incarnation, "
-            "beat, watch, acquire_work, ...); a worker needs it to claim jobs and recover the "
-            "work of dead nodes"
-        )
-    if worker.config.watcher_enabled:
-        worker.periodic.append(WatcherTask(worker.config.watcher_interval))
-    return Liveness(worker, store)

@@ -1,8 +1,8 @@
 """Maintenance: tasks a worker runs periodically on its maintenance thread.
 
 The watcher, the permit janitor, the signal-timeout scan, the cancellation-request poll, the
-recurring materializer and the work summary are each a :class:`PeriodicTask`; features append
-theirs to ``Worker.periodic``.
+recurring materializer and the work summary are each a :class:`PeriodicTask`; the list a worker
+runs is built in :func:`ratchet.engine.assembly.periodic_tasks`.
 """
 
 from __future__ import annotations

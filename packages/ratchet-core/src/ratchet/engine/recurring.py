@@ -574,17 +574,6 @@ class RecurringMixin:
             defs = self.__dict__["_recurring_defs"] = {}
         return defs
 
-    def _install_recurring(self, worker: Worker) -> None:
-        """Give a new worker its registrar and materializer (called by ``app.worker()``)."""
-        interval = worker.config.recurring_interval
-        batch = worker.config.recurring_batch_limit
-        if interval <= timedelta(0) or batch < 1:
-            raise ConfigurationError(
-                "recurring_interval must be positive and recurring_batch_limit at least 1"
-            )
-        worker.periodic.append(RecurringRegistrar(interval))
-        worker.periodic.append(RecurringMaterializer(interval, batch))
-
     # -- the programmatic API -------------------------------------------------------------------
     def schedule_recurring(
         self, cron: str, zone: str | ZoneInfo, fn: Callable[..., Any], *args: Any, **kwargs: Any

@@ -29,19 +29,18 @@ from ratchet.config import WorkerConfig
 from ratchet.domain.errors import StoreUnavailable
 from ratchet.domain.model import ClaimedJob, Outcome
 from ratchet.domain.polling import AdaptivePollingStrategy
+from ratchet.engine.assembly import assemble_worker
 from ratchet.engine.attempts import AttemptRunner
 from ratchet.engine.completer import Completer
 from ratchet.engine.context import install_log_record_factory
-from ratchet.engine.gates import CircuitBreakerGate, Gate, PermitGate
-from ratchet.engine.liveness import attach_liveness, new_node_id
-from ratchet.engine.maintenance import PeriodicTask, PermitJanitor
+from ratchet.engine.gates import Gate
+from ratchet.engine.liveness import Liveness, new_node_id
+from ratchet.engine.maintenance import PeriodicTask
 from ratchet.engine.outages import OutageLog
 from ratchet.engine.producer import Producer
 from ratchet.engine.slots import SlotTable
 from ratchet.engine.start_check import StartCheck
-from ratchet.engine.summary import WorkSummary
-from ratchet.engine.watchdog import CancellationRequestPoller, Watchdog, cancellation_store
-from ratchet.engine.workflows import attach_flows
+from ratchet.engine.watchdog import Watchdog
 from ratchet.ports import ExecutorProvider, WakeupHint
 from ratchet.targets import TargetRef
 
@@ -111,33 +110,24 @@ class Worker:
         self.store = app.store
         self.node_id = node_id or default_node_id(app.config.node_name)
         self.stats = WorkerStats()
-        self.outages = OutageLog(self.stats)
+        self.outages: OutageLog
         """Failing store calls that are retried, logged once per run of failures."""
-        self.slots = SlotTable(config.concurrency)
+        self.slots: SlotTable
         """Which jobs occupy this worker's slots; shared by the parts below."""
-        self.start_check = StartCheck(lambda jobs: self.store.owned_jobs(self.node_id, jobs))
+        self.start_check: StartCheck
         """Every attempt confirms the job is still this node's right before it starts."""
-        self.gates: list[Gate] = [CircuitBreakerGate(), PermitGate()]
-        """Checked in order before every attempt; features append theirs."""
-        self.periodic: list[PeriodicTask] = [PermitJanitor(config.orphan_scan_interval)]
-        """Maintenance tasks run on the maintenance thread; features append theirs."""
-        if config.summary_interval > timedelta(0):
-            self.periodic.append(WorkSummary(config.summary_interval))
-        self.runner = AttemptRunner(self)
-        self.completer = Completer(self, config.completion_batch)
-        self.producer = Producer(self)
-        self.watchdog = Watchdog(
-            app,
-            config.timeout_settings(),
-            on_deadline=self.runner.on_deadline,
-            on_zombie_check=self.runner.on_zombie_check,
-        )
+        self.gates: list[Gate]
+        """Checked in order before every attempt."""
+        self.runner: AttemptRunner
+        self.completer: Completer
+        self.producer: Producer
+        self.watchdog: Watchdog
         """Times every attempt (soft warning, cancellation request, deadline)."""
-        if cancellation_store(self.store) is not None:
-            self.periodic.append(CancellationRequestPoller(config.cancel_request_interval))
-        attach_flows(self)  # signal-timeout scan; JobContext.signal() lookups
-        self.liveness = attach_liveness(self)
+        self.liveness: Liveness
         """Incarnation, heartbeats, watcher, takeovers, progress, drain."""
+        self.periodic: list[PeriodicTask]
+        """Maintenance tasks run on the maintenance thread."""
+        assemble_worker(self)
         self._stopping = threading.Event()
         self._signaled = False
         """SIGTERM / SIGINT arrived (set by the signal handler, read by :meth:`run`)."""

@@ -400,14 +400,6 @@ class SignalTimeoutScanner:
                 break
 
 
-def attach_flows(worker: Worker) -> None:
-    """Called once by ``Worker.__init__``: the signal-timeout scan."""
-    if workflow_store(worker.store) is None:
-        return
-    interval = min(worker.config.orphan_scan_interval, timedelta(seconds=5))
-    worker.periodic.append(SignalTimeoutScanner(interval))
-
-
 # ---------------------------------------------------------------------------------------------
 # after commit
 # ---------------------------------------------------------------------------------------------

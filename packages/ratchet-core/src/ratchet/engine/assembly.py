@@ -1,0 +1,142 @@
+"""The composition root: the one place where an application and its workers are put together.
+
+:func:`assemble_app` builds what a :class:`~ratchet.Ratchet` holds (plugins' policies, the
+store, the wakeup coordinator, the breakers' wiring, configured resource limits) and
+:func:`assemble_worker` builds a worker's parts in dependency order (slot table, start check,
+gates, the attempt runner, completer and producer, the watchdog, the node's liveness) and the
+periodic tasks its maintenance thread runs. A capability that adds a gate or a periodic task adds
+it here, nowhere else.
+"""
+
+from __future__ import annotations
+
+from datetime import timedelta
+from typing import TYPE_CHECKING, Any
+
+from ratchet.domain.errors import ConfigurationError
+from ratchet.engine.attempts import AttemptRunner
+from ratchet.engine.completer import Completer
+from ratchet.engine.gates import CircuitBreakerGate, Gate, PermitGate
+from ratchet.engine.liveness import Liveness, WatcherTask, watcher_store
+from ratchet.engine.maintenance import PeriodicTask, PermitJanitor
+from ratchet.engine.outages import OutageLog
+from ratchet.engine.producer import Producer
+from ratchet.engine.recurring import RecurringMaterializer, RecurringRegistrar
+from ratchet.engine.slots import SlotTable
+from ratchet.engine.start_check import StartCheck
+from ratchet.engine.summary import WorkSummary
+from ratchet.engine.watchdog import CancellationRequestPoller, Watchdog, cancellation_store
+from ratchet.engine.workflows import SignalTimeoutScanner, flow_resolver, workflow_store
+from ratchet.ports import CoordinatorContext, Store, WatcherStore
+from ratchet.serialization import EnumPolicy
+
+if TYPE_CHECKING:
+    from ratchet.config import WorkerConfig
+    from ratchet.engine.app import Ratchet
+    from ratchet.engine.worker import Worker
+
+#: The signal-timeout scan runs at least this often (a signal wait's deadline is a user promise).
+SIGNAL_SCAN_INTERVAL = timedelta(seconds=5)
+
+
+# ---------------------------------------------------------------------------------- application
+def assemble_app(
+    app: Ratchet,
+    url: str,
+    *,
+    coordinator: str,
+    store_options: dict[str, Any] | None,
+    auto_migrate: bool | None,
+) -> None:
+    """Give ``app`` (whose ``config``, ``plugins`` and ``clock`` are set) its policies, store and
+    coordinator; migrate the schema when asked (SQLite by default); store configured limits."""
+    plugins, config = app.plugins, app.config
+    app.class_policy = plugins.class_policy(config)
+    app.enums = EnumPolicy(app.class_policy, config.allowed_modules)
+    app.beans = plugins.bean_resolver(config)
+    app.resilience = plugins.resilience_strategy(config)
+    app.store = open_store(app, url, store_options)
+    app.node_name = config.node_name or "client"
+    context = CoordinatorContext(store_url=app.store.url, node_name=app.node_name)
+    app.coordinator = plugins.coordinator_factory(coordinator)(coordinator, context)
+    if auto_migrate is None:
+        auto_migrate = app.store.capabilities.dialect == "sqlite"
+    if auto_migrate:
+        app.store.migrate()
+    app.wire_limits()
+    app.resolver = flow_resolver(app)
+
+
+def open_store(app: Ratchet, url: str, store_options: dict[str, Any] | None) -> Store:
+    """The store the plugin registered for ``url``'s scheme, opened."""
+    return app.plugins.store_factory(url)(url, store_options)
+
+
+# ---------------------------------------------------------------------------------- worker
+def assemble_worker(worker: Worker) -> None:
+    """Build the parts of ``worker`` (its ``app``, ``config``, ``store``, ``node_id`` and
+    ``stats`` are set), in the order they need each other.
+
+    :raises ConfigurationError: the store cannot run a worker (no watcher capability), or the
+        recurring settings are out of range.
+    """
+    config = worker.config
+    worker.outages = OutageLog(worker.stats)
+    worker.slots = SlotTable(config.concurrency)
+    worker.start_check = StartCheck(lambda jobs: worker.store.owned_jobs(worker.node_id, jobs))
+    worker.gates = worker_gates()
+    worker.runner = AttemptRunner(worker)
+    worker.completer = Completer(worker, config.completion_batch)
+    worker.producer = Producer(worker)
+    worker.watchdog = Watchdog(
+        worker.app,
+        config.timeout_settings(),
+        on_deadline=worker.runner.on_deadline,
+        on_zombie_check=worker.runner.on_zombie_check,
+    )
+    worker.liveness = Liveness(worker, require_watcher_store(worker.store))
+    worker.periodic = periodic_tasks(worker.store, config)
+
+
+def worker_gates() -> list[Gate]:
+    """The checks every attempt passes, in order, before its job's code runs."""
+    return [CircuitBreakerGate(), PermitGate()]
+
+
+def require_watcher_store(store: Store) -> WatcherStore:
+    """The store's watcher capability.
+
+    :raises ConfigurationError: the store has none (a worker needs it to claim jobs and to
+        recover the work of dead nodes).
+    """
+    found = watcher_store(store)
+    if found is None:
+        raise ConfigurationError(
+            f"{type(store).__name__} has no watcher capability (register_incarnation, "
+            "beat, watch, acquire_work, ...); a worker needs it to claim jobs and recover the "
+            "work of dead nodes"
+        )
+    return found
+
+
+def periodic_tasks(store: Store, config: WorkerConfig) -> list[PeriodicTask]:
+    """What a worker's maintenance thread runs, each at its own interval.
+
+    :raises ConfigurationError: the recurring settings are out of range.
+    """
+    tasks: list[PeriodicTask] = [PermitJanitor(config.orphan_scan_interval)]
+    if config.summary_interval > timedelta(0):
+        tasks.append(WorkSummary(config.summary_interval))
+    if cancellation_store(store) is not None:
+        tasks.append(CancellationRequestPoller(config.cancel_request_interval))
+    if workflow_store(store) is not None:
+        tasks.append(SignalTimeoutScanner(min(config.orphan_scan_interval, SIGNAL_SCAN_INTERVAL)))
+    if config.watcher_enabled:
+        tasks.append(WatcherTask(config.watcher_interval))
+    if config.recurring_interval <= timedelta(0) or config.recurring_batch_limit < 1:
+        raise ConfigurationError(
+            "recurring_interval must be positive and recurring_batch_limit at least 1"
+        )
+    tasks.append(RecurringRegistrar(config.recurring_interval))
+    tasks.append(RecurringMaterializer(config.recurring_interval, config.recurring_batch_limit))
+    return tasks
