@@ -163,3 +163,60 @@ def test_every_engine_module_is_imported() -> None:
 def test_importing_the_engine_loads_no_sqlalchemy_and_no_sql_store() -> None:
     _, modules = fresh_import()
     assert sorted(m for m in modules if forbidden(m)) == []
+
+
+# ------------------------------------------------------------------------------- the line
+def engine_graph() -> dict[str, set[str]]:
+    """Which engine modules each engine module imports: anywhere in it, ``TYPE_CHECKING``
+    blocks and imports inside functions included."""
+    modules = {p.stem for p in engine_sources() if p.stem != "__init__"}
+    graph: dict[str, set[str]] = {}
+    for path in engine_sources():
+        if path.stem == "__init__":
+            continue
+        found = set()
+        for _, name in imports_of(path.read_text()):
+            parts = name.split(".")
+            if parts[:2] == ["ratchet", "engine"] and len(parts) > 2 and parts[2] in modules:
+                found.add(parts[2])
+        graph[path.stem] = found - {path.stem}
+    return graph
+
+
+def cycle_in(graph: dict[str, set[str]]) -> list[str] | None:
+    """One import cycle of ``graph`` (as the path that closes it), or None."""
+    state: dict[str, int] = {}  # 1: on the current path, 2: done
+    path: list[str] = []
+
+    def visit(node: str) -> list[str] | None:
+        state[node] = 1
+        path.append(node)
+        for nxt in sorted(graph[node]):
+            if state.get(nxt) == 1:
+                return [*path[path.index(nxt) :], nxt]
+            if nxt not in state and (found := visit(nxt)) is not None:
+                return found
+        path.pop()
+        state[node] = 2
+        return None
+
+    for node in sorted(graph):
+        if node not in state and (found := visit(node)) is not None:
+            return found
+    return None
+
+
+def test_the_cycle_finder_finds_a_cycle() -> None:
+    assert cycle_in({"a": {"b"}, "b": {"c"}, "c": {"a"}}) == ["a", "b", "c", "a"]
+    assert cycle_in({"a": {"b"}, "b": {"c"}, "c": set()}) is None
+
+
+def test_engine_modules_import_each_other_in_one_direction() -> None:
+    """The engine's modules form a line: app and worker on top, the composition root under
+    them, the parts under it and the faces they are typed against (``engine/host.py``) at the
+    bottom. No two modules import each other, not even for type hints."""
+    graph = engine_graph()
+    assert {"app", "worker", "assembly", "host"} <= graph.keys()
+    assert cycle_in(graph) is None, f"import cycle: {' -> '.join(cycle_in(graph) or [])}"
+    assert "worker" not in set().union(*(graph[m] for m in graph if m not in {"app"}))
+    assert "app" not in set().union(*graph.values())

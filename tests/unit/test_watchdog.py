@@ -17,7 +17,8 @@ from ratchet.domain.model import ClaimedJob
 from ratchet.domain.options import BackoffPolicy
 from ratchet.domain.timeouts import TimeoutSettings, WatchdogStep, plan_attempt
 from ratchet.engine.context import AttemptCancellation, bound, stopped_on_request
-from ratchet.engine.watchdog import Attempt, Watchdog
+from ratchet.engine.running import Attempt
+from ratchet.engine.watchdog import Watchdog
 from ratchet.testing import FakeClock
 
 T = timedelta(seconds=100)

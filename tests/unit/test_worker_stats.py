@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import uuid
 
-from ratchet.engine.worker import RecentOutcomes, WorkerStats
+from ratchet.engine.stats import RecentOutcomes, WorkerStats
 
 
 def test_recent_outcomes_keep_only_the_newest_keys() -> None:

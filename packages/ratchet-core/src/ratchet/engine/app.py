@@ -26,6 +26,8 @@ from ratchet.engine.batches import BatchBuilder, StreamingBatchBuilder
 from ratchet.engine.builder import JobBuilder, JobHandle
 from ratchet.engine.limits_api import LimitsApi
 from ratchet.engine.recurring import RecurringMixin
+from ratchet.engine.watchdog import cancellation_store
+from ratchet.engine.worker import Worker
 from ratchet.engine.workflows import apply_effects, batch_of, deliver_signal
 from ratchet.events import EventKind, JobEvent
 from ratchet.ids import uuid7
@@ -340,8 +342,6 @@ class Ratchet(LimitsApi, RecurringMixin):
         """
         canceled: FlowWrite[bool] | None = None
         if interrupt:
-            from ratchet.engine.watchdog import cancellation_store
-
             store = cancellation_store(self.store)
             if store is not None:
                 canceled = store.request_cancellation(job_id, now=self.now(), resolve=self.resolver)
@@ -429,7 +429,6 @@ class Ratchet(LimitsApi, RecurringMixin):
     # -- workers -----------------------------------------------------------------------------------
     def worker(self, config: WorkerConfig | None = None, **options: Any) -> Any:
         """A :class:`~ratchet.engine.worker.Worker` for this app (not started)."""
-        from ratchet.engine.worker import Worker
 
         return Worker(self, config or WorkerConfig(**options))
 

@@ -11,14 +11,15 @@ it here, nowhere else.
 from __future__ import annotations
 
 from datetime import timedelta
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Protocol
 
 from ratchet.domain.errors import ConfigurationError
 from ratchet.engine.attempts import AttemptRunner
 from ratchet.engine.completer import Completer
-from ratchet.engine.gates import CircuitBreakerGate, Gate, PermitGate
+from ratchet.engine.gates import CircuitBreakerGate, PermitGate
+from ratchet.engine.host import AppHost, Gate, PeriodicTask, WorkerHost
 from ratchet.engine.liveness import Liveness, WatcherTask, watcher_store
-from ratchet.engine.maintenance import PeriodicTask, PermitJanitor
+from ratchet.engine.maintenance import PermitJanitor
 from ratchet.engine.outages import OutageLog
 from ratchet.engine.producer import Producer
 from ratchet.engine.recurring import RecurringMaterializer, RecurringRegistrar
@@ -32,16 +33,22 @@ from ratchet.serialization import EnumPolicy
 
 if TYPE_CHECKING:
     from ratchet.config import WorkerConfig
-    from ratchet.engine.app import Ratchet
-    from ratchet.engine.worker import Worker
+    from ratchet.engine.host import WorkerHost
 
 #: The signal-timeout scan runs at least this often (a signal wait's deadline is a user promise).
 SIGNAL_SCAN_INTERVAL = timedelta(seconds=5)
 
 
 # ---------------------------------------------------------------------------------- application
+class NewApp(AppHost, Protocol):
+    """An application being assembled."""
+
+    def wire_limits(self) -> None:
+        """Attach the breakers to the app's clock and events; store configured limits."""
+
+
 def assemble_app(
-    app: Ratchet,
+    app: NewApp,
     url: str,
     *,
     coordinator: str,
@@ -67,13 +74,28 @@ def assemble_app(
     app.resolver = flow_resolver(app)
 
 
-def open_store(app: Ratchet, url: str, store_options: dict[str, Any] | None) -> Store:
+def open_store(app: AppHost, url: str, store_options: dict[str, Any] | None) -> Store:
     """The store the plugin registered for ``url``'s scheme, opened."""
     return app.plugins.store_factory(url)(url, store_options)
 
 
 # ---------------------------------------------------------------------------------- worker
-def assemble_worker(worker: Worker) -> None:
+class WorkerUnderAssembly(WorkerHost, Protocol):
+    """A worker whose parts are being built (they are set here, once)."""
+
+    outages: OutageLog
+    slots: SlotTable
+    start_check: StartCheck
+    gates: list[Gate]
+    periodic: list[PeriodicTask]
+    runner: AttemptRunner
+    completer: Completer
+    producer: Producer
+    watchdog: Watchdog
+    liveness: Liveness
+
+
+def assemble_worker(worker: WorkerUnderAssembly) -> None:
     """Build the parts of ``worker`` (its ``app``, ``config``, ``store``, ``node_id`` and
     ``stats`` are set), in the order they need each other.
 

@@ -25,15 +25,17 @@ from ratchet.domain.model import ClaimedJob, Outcome, OutcomeKind
 from ratchet.domain.retry import decide_retry
 from ratchet.domain.text import describe_error, describe_traceback
 from ratchet.engine.context import JobContext, bound, stopped_on_request
-from ratchet.engine.gates import Gate, breaker_service, reschedule
-from ratchet.engine.watchdog import Attempt, cancellation_store, seconds_text
+from ratchet.engine.gates import breaker_service, reschedule
+from ratchet.engine.host import Gate
+from ratchet.engine.running import Attempt, seconds_text
+from ratchet.engine.watchdog import cancellation_store
 from ratchet.engine.workflows import signal_reader
 from ratchet.ports import ExecutorProvider, InterruptibleExecutor, JobCall
 from ratchet.serialization import decode_payload, encode_result
 from ratchet.targets import TargetRef, owner_class, resolve_attribute
 
 if TYPE_CHECKING:
-    from ratchet.engine.worker import Worker
+    from ratchet.engine.host import WorkerHost
 
 log = logging.getLogger("ratchet.worker")
 
@@ -41,7 +43,7 @@ log = logging.getLogger("ratchet.worker")
 class AttemptRunner:
     """Runs attempts for one worker; holds its executors and resolved targets."""
 
-    def __init__(self, worker: Worker) -> None:
+    def __init__(self, worker: WorkerHost) -> None:
         self.worker = worker
         self._lock = threading.Lock()
         self._executors: dict[str, ExecutorProvider] = {}

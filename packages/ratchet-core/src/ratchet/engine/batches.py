@@ -37,6 +37,9 @@ from ratchet.engine.workflows import (
     Branch,
     Step,
     _flow_store,
+    _notify,
+    apply_effects,
+    later_job,
     make_step,
     predicate_condition,
     stored_callable,
@@ -46,7 +49,7 @@ from ratchet.serialization import encode_payload
 from ratchet.targets import check_arguments
 
 if TYPE_CHECKING:
-    from ratchet.engine.app import Ratchet
+    from ratchet.engine.host import AppHost
 
 #: What a batch parent's row names as its target; it never runs.
 PARENT_TARGET = "ratchet.engine.batches:batch_parent"
@@ -77,7 +80,7 @@ class BatchHandle:
     """A submitted batch; its id is the parent job's id."""
 
     id: uuid.UUID
-    app: Ratchet
+    app: AppHost
     inserted: bool = True
 
     def context(self) -> BatchContext:
@@ -112,7 +115,7 @@ def _validate_name(name: str) -> str:
 class _BatchOptions:
     """Options and branches shared by both batch builders."""
 
-    def __init__(self, app: Ratchet, name: str) -> None:
+    def __init__(self, app: AppHost, name: str) -> None:
         self._app = app
         self._name = _validate_name(name)
         self._priority = JobPriority.NORMAL
@@ -245,7 +248,6 @@ class _BatchOptions:
     def _parent_and_branches(
         self, parent: NewJob, now: datetime
     ) -> tuple[list[FlowJob], list[BranchSpec]]:
-        from ratchet.engine.workflows import later_job
 
         jobs = [FlowJob(parent, JobType.BATCH_PARENT, has_dependents=bool(self._branches))]
         specs: list[BranchSpec] = []
@@ -296,7 +298,6 @@ class _BatchOptions:
         return out
 
     def _emit_submitted(self, parent: NewJob, now: datetime, total: int | None) -> None:
-        from ratchet.engine.workflows import _notify
 
         _notify(self._app, self._priority)
         self._app.emit(
@@ -312,7 +313,7 @@ class _BatchOptions:
 class BatchBuilder(_BatchOptions):
     """``app.enqueue_batch(name)``: items known up front, all inserted in one transaction."""
 
-    def __init__(self, app: Ratchet, name: str) -> None:
+    def __init__(self, app: AppHost, name: str) -> None:
         super().__init__(app, name)
         self._items: list[Any] | None = None
         self._step: Step | None = None
@@ -362,7 +363,7 @@ class BatchBuilder(_BatchOptions):
 class StreamingBatchBuilder(_BatchOptions):
     """``app.streaming_batch(name)``: items read lazily and inserted chunk by chunk."""
 
-    def __init__(self, app: Ratchet, name: str) -> None:
+    def __init__(self, app: AppHost, name: str) -> None:
         super().__init__(app, name)
         self._source: Iterable[Any] | None = None
         self._step: Step | None = None
@@ -438,7 +439,6 @@ class StreamingBatchBuilder(_BatchOptions):
                 processed += len(chunk)
                 inserted += 1
                 self._stream_progress(parent.job_id, processed, inserted)
-                from ratchet.engine.workflows import _notify
 
                 _notify(app, self._priority)
         except Exception as exc:
@@ -456,7 +456,6 @@ class StreamingBatchBuilder(_BatchOptions):
                 f"({type(exc).__name__}: {exc}); the batch was canceled"
             ) from exc
         sealed = store.seal_batch(parent.job_id, now=app.now(), resolve=app.resolver)
-        from ratchet.engine.workflows import apply_effects
 
         apply_effects(app, sealed.effects, None)
         return BatchHandle(parent.job_id, app)
@@ -466,7 +465,7 @@ class StreamingBatchBuilder(_BatchOptions):
             self._on_stream(StreamingBatchContext(batch_id, processed, chunks))
 
 
-def _item_step(app: Ratchet, fn: Callable[..., Any]) -> Step:
+def _item_step(app: AppHost, fn: Callable[..., Any]) -> Step:
     """The step of a batch's children: ``fn`` must take one positional argument, the item."""
     ref = app.check_target(fn)
     check_arguments(fn, ref, (None,), {}, "batch item function")

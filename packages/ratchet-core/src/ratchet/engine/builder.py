@@ -22,12 +22,20 @@ from ratchet.domain.options import (
     validate_option_text,
 )
 from ratchet.domain.resources import validate_resource_name
+from ratchet.engine.workflows import (
+    Branch,
+    FlowParts,
+    check_signal_wait,
+    make_step,
+    predicate_condition,
+    stored_callable,
+    submit_flow,
+)
 from ratchet.serialization import encode_payload
 
 if TYPE_CHECKING:
     from ratchet.domain.model import JobRecord
-    from ratchet.engine.app import Ratchet
-    from ratchet.engine.workflows import FlowParts
+    from ratchet.engine.host import AppHost
     from ratchet.targets import TargetRef
 
 MAX_KEY_LENGTH = 255
@@ -75,7 +83,7 @@ class JobHandle:
     """A submitted job. ``inserted`` is False when an idempotency key matched an earlier job."""
 
     id: uuid.UUID
-    app: Ratchet
+    app: AppHost
     inserted: bool = True
 
     def record(self) -> JobRecord | None:
@@ -139,7 +147,7 @@ class JobBuilder:
 
     def __init__(
         self,
-        app: Ratchet,
+        app: AppHost,
         ref: TargetRef,
         args: Sequence[Any],
         kwargs: Mapping[str, Any],
@@ -254,7 +262,6 @@ class JobBuilder:
 
     # -- callbacks, chains, workflows, signals (docs/workflows.md) -----------------------------
     def _parts(self) -> FlowParts:
-        from ratchet.engine.workflows import FlowParts
 
         if self._flow is None:
             self._flow = FlowParts()
@@ -266,14 +273,12 @@ class JobBuilder:
         A raising callback never changes the outcome: it is logged and emits
         ``job_callback_failed``.
         """
-        from ratchet.engine.workflows import stored_callable
 
         self._parts().on_success = stored_callable(self._app, fn, "on_success callback")
         return self
 
     def on_failure(self, fn: Callable[[Any, BaseException], Any]) -> JobBuilder:
         """After the job failed for good (the DLQ, not each retry), call ``fn(ctx, error)``."""
-        from ratchet.engine.workflows import stored_callable
 
         self._parts().on_failure = stored_callable(self._app, fn, "on_failure callback", 2)
         return self
@@ -284,7 +289,6 @@ class JobBuilder:
         Stored at submit, invisible to the poller until then; a permanent failure or a
         cancellation cancels every later step.
         """
-        from ratchet.engine.workflows import make_step
 
         self._parts().chain.append(make_step(self._app, fn, args, kwargs))
         return self
@@ -297,7 +301,6 @@ class JobBuilder:
         kwargs: Mapping[str, Any],
         description: str | None = None,
     ) -> JobBuilder:
-        from ratchet.engine.workflows import Branch, make_step
 
         step = make_step(self._app, fn, args, kwargs)
         self._parts().branches.append(Branch(step, condition, description))
@@ -325,7 +328,6 @@ class JobBuilder:
     ) -> JobBuilder:
         """Branch: run ``fn`` if importable ``predicate(JobResult)`` is true when this job ends."""
         from ratchet.domain.workflow import ConditionType
-        from ratchet.engine.workflows import predicate_condition
 
         condition = predicate_condition(self._app, ConditionType.CUSTOM, predicate, priority)
         return self._add_branch(condition, fn, args, kwargs)
@@ -335,7 +337,6 @@ class JobBuilder:
     ) -> JobBuilder:
         """Branch: run ``fn`` if this job succeeds and ``predicate(return value)`` is true."""
         from ratchet.domain.workflow import ConditionType
-        from ratchet.engine.workflows import predicate_condition
 
         condition = predicate_condition(self._app, ConditionType.RESULT_VALUE, predicate)
         return self._add_branch(condition, fn, args, kwargs)
@@ -363,7 +364,6 @@ class JobBuilder:
     def with_await_signal(self, key: str, timeout: timedelta) -> JobBuilder:
         """Create the job WAITING until ``app.deliver_signal(job_id or key, ...)`` (at most
         ``timeout``; then it fails with ``SignalTimeoutError`` through its retry policy)."""
-        from ratchet.engine.workflows import check_signal_wait
 
         parts = self._parts()
         parts.signal_key, parts.signal_timeout = check_signal_wait(key, timeout)
@@ -429,10 +429,10 @@ class JobBuilder:
         """
         self._submitted = True
         if self._flow is not None:
-            from ratchet.engine.workflows import submit_flow
-
-            return submit_flow(self._app, self, self._flow, connection)
-        return self._app._submit([self], connection=connection)[0]
+            result = submit_flow(self._app, self, self._flow, connection)
+            return JobHandle(result.job_id, self._app, result.inserted)
+        handle: JobHandle = self._app._submit([self], connection=connection)[0]
+        return handle
 
     def __del__(self) -> None:
         if not getattr(self, "_submitted", True):

@@ -27,7 +27,7 @@ from ratchet.engine.workflows import after_flow_write
 from ratchet.events import EventKind, JobEvent
 
 if TYPE_CHECKING:
-    from ratchet.engine.worker import Worker
+    from ratchet.engine.host import WorkerHost
 
 log = logging.getLogger("ratchet.worker")
 
@@ -35,7 +35,7 @@ log = logging.getLogger("ratchet.worker")
 class Completer:
     """The batched outcome writer of one worker."""
 
-    def __init__(self, worker: Worker, batch_limit: int) -> None:
+    def __init__(self, worker: WorkerHost, batch_limit: int) -> None:
         self.worker = worker
         self._batch_limit = batch_limit
         self._queue: queue.Queue[Outcome | None] = queue.Queue()

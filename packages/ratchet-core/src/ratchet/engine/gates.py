@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import logging
 from datetime import datetime
-from typing import TYPE_CHECKING, Protocol
+from typing import TYPE_CHECKING
 
 from ratchet.domain.breaker import spec_of
 from ratchet.domain.errors import StoreUnavailable
@@ -19,22 +19,10 @@ from ratchet.domain.resources import DEFAULT_RETRY_DELAY
 from ratchet.ports import BreakerRegistry, PermitStore
 
 if TYPE_CHECKING:
-    from ratchet.engine.worker import Worker
+    from ratchet.engine.host import WorkerHost
     from ratchet.targets import TargetRef
 
 log = logging.getLogger("ratchet.worker")
-
-
-class Gate(Protocol):
-    """Decides whether an attempt may start now (circuit breaker, resource permit, ...)."""
-
-    name: str
-
-    def enter(self, worker: Worker, job: ClaimedJob, now: datetime) -> Outcome | None:
-        """None lets the attempt proceed; an outcome (usually RESCHEDULE) ends it here."""
-
-    def leave(self, worker: Worker, job: ClaimedJob) -> None:
-        """Called once after the attempt, whatever its outcome, if :meth:`enter` let it pass."""
 
 
 def reschedule(
@@ -54,7 +42,7 @@ def reschedule(
     )
 
 
-def breaker_service(worker: Worker, ref: TargetRef) -> str:
+def breaker_service(worker: WorkerHost, ref: TargetRef) -> str:
     """The breaker service of a target: ``@circuit_breaker(service=...)`` or ``module.qualname``.
 
     The target is imported only if the class policy allows it (a refused target keeps the
@@ -71,7 +59,7 @@ def breaker_service(worker: Worker, ref: TargetRef) -> str:
     return service
 
 
-def _breaker_service(worker: Worker, ref: TargetRef) -> str:
+def _breaker_service(worker: WorkerHost, ref: TargetRef) -> str:
     app = worker.app
     if not app.class_policy.is_allowed(ref.module, ref.qualname):
         return ref.service_name
@@ -93,7 +81,7 @@ class CircuitBreakerGate:
 
     name = "circuit-breaker"
 
-    def enter(self, worker: Worker, job: ClaimedJob, now: datetime) -> Outcome | None:
+    def enter(self, worker: WorkerHost, job: ClaimedJob, now: datetime) -> Outcome | None:
 
         resilience = worker.app.resilience
         service = breaker_service(worker, worker.target_ref(job.target))
@@ -102,7 +90,7 @@ class CircuitBreakerGate:
         at = now + resilience.retry_delay(service)
         return reschedule(job, now, now, at, f"circuit open for {service}")
 
-    def leave(self, worker: Worker, job: ClaimedJob) -> None:
+    def leave(self, worker: WorkerHost, job: ClaimedJob) -> None:
         return None
 
 
@@ -121,14 +109,14 @@ class PermitGate:
     def __init__(self) -> None:
         self._warned = False
 
-    def _permits(self, worker: Worker) -> PermitStore | None:
+    def _permits(self, worker: WorkerHost) -> PermitStore | None:
         permits = worker.store.capability(PermitStore)  # type: ignore[type-abstract]
         if permits is None and not self._warned:
             self._warned = True
             log.warning("the store has no resource permits: resource limits are not enforced")
         return permits
 
-    def enter(self, worker: Worker, job: ClaimedJob, now: datetime) -> Outcome | None:
+    def enter(self, worker: WorkerHost, job: ClaimedJob, now: datetime) -> Outcome | None:
         if not job.resource_name:
             return None
         permits = self._permits(worker)
@@ -154,7 +142,7 @@ class PermitGate:
             f"resource {job.resource_name!r} at capacity ({decision.in_use}/{decision.limit})",
         )
 
-    def leave(self, worker: Worker, job: ClaimedJob) -> None:
+    def leave(self, worker: WorkerHost, job: ClaimedJob) -> None:
         if not job.resource_name:
             return
         permits = self._permits(worker)

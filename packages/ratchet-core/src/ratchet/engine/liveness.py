@@ -56,8 +56,8 @@ from ratchet.ports import WatcherStore
 from ratchet.targets import TargetRef
 
 if TYPE_CHECKING:
-    from ratchet.engine.watchdog import Attempt
-    from ratchet.engine.worker import Worker
+    from ratchet.engine.host import WorkerHost
+    from ratchet.engine.running import Attempt
 
 log = logging.getLogger("ratchet.watcher")
 
@@ -182,7 +182,7 @@ class ProgressChannel:
 class Liveness:
     """A worker's incarnation, heartbeats, watcher, takeover-first acquisition and drain."""
 
-    def __init__(self, worker: Worker, store: WatcherStore) -> None:
+    def __init__(self, worker: WorkerHost, store: WatcherStore) -> None:
         self.worker = worker
         self.store = store
         self.settings = worker.config.watcher_settings()
@@ -682,5 +682,5 @@ class WatcherTask:
     def interval(self, value: timedelta) -> None:
         self._interval = value
 
-    def run_once(self, worker: Worker) -> None:
+    def run_once(self, worker: WorkerHost) -> None:
         worker.liveness.watch_once()

@@ -9,24 +9,14 @@ from __future__ import annotations
 
 import logging
 from datetime import timedelta
-from typing import TYPE_CHECKING, Protocol
+from typing import TYPE_CHECKING
 
 from ratchet.ports import PermitStore
 
 if TYPE_CHECKING:
-    from ratchet.engine.worker import Worker
+    from ratchet.engine.host import WorkerHost
 
 log = logging.getLogger("ratchet.worker")
-
-
-class PeriodicTask(Protocol):
-    """Maintenance run on the worker's maintenance thread every ``interval``."""
-
-    name: str
-    interval: timedelta
-
-    def run_once(self, worker: Worker) -> None:
-        """Do one round; exceptions are logged and the task runs again next interval."""
 
 
 class PermitJanitor:
@@ -37,7 +27,7 @@ class PermitJanitor:
     def __init__(self, interval: timedelta) -> None:
         self.interval = interval
 
-    def run_once(self, worker: Worker) -> None:
+    def run_once(self, worker: WorkerHost) -> None:
         permits = worker.store.capability(PermitStore)  # type: ignore[type-abstract]
         if permits is None:
             return

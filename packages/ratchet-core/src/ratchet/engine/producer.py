@@ -22,13 +22,13 @@ from ratchet.events import EventKind, JobEvent
 from ratchet.ports import Dispatcher, ExecutorProvider
 
 if TYPE_CHECKING:
-    from ratchet.engine.worker import Worker
+    from ratchet.engine.host import WorkerHost
 
 
 class Producer:
     """The poll loop of one worker."""
 
-    def __init__(self, worker: Worker) -> None:
+    def __init__(self, worker: WorkerHost) -> None:
         self.worker = worker
         config = worker.config
         self.strategy = AdaptivePollingStrategy(

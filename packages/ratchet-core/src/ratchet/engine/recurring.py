@@ -56,7 +56,7 @@ from ratchet.targets import TargetRef, check_arguments, resolve_attribute
 
 if TYPE_CHECKING:
     from ratchet.config import RatchetConfig
-    from ratchet.engine.worker import Worker
+    from ratchet.engine.host import WorkerHost
     from ratchet.plugins import Plugins
     from ratchet.ports import ClassPolicy, Clock, ClusterCoordinator, Store
 
@@ -464,7 +464,7 @@ class RecurringMaterializer:
         self._warned = False
         self._failing = False
 
-    def run_once(self, worker: Worker) -> None:
+    def run_once(self, worker: WorkerHost) -> None:
         app = cast("RecurringMixin", worker.app)
         if app.store.capability(RecurringStore) is None:  # type: ignore[type-abstract]
             if not self._warned:
@@ -505,7 +505,7 @@ class RecurringRegistrar:
         """What the registration did, once it ran."""
         self._failing = False
 
-    def run_once(self, worker: Worker) -> None:
+    def run_once(self, worker: WorkerHost) -> None:
         app = cast("RecurringMixin", worker.app)
         if app.store.capability(RecurringStore) is None:  # type: ignore[type-abstract]
             if app.recurring_definitions:
@@ -527,7 +527,7 @@ class RecurringRegistrar:
             self.report = report
             self._finish(worker)
 
-    def _finish(self, worker: Worker) -> None:
+    def _finish(self, worker: WorkerHost) -> None:
         if self in worker.periodic:
             worker.periodic.remove(self)
 

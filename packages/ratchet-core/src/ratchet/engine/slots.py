@@ -16,7 +16,7 @@ import uuid
 from collections.abc import Callable, Iterable
 
 from ratchet.domain.model import ClaimedJob
-from ratchet.engine.watchdog import Attempt
+from ratchet.engine.running import Attempt
 
 Key = tuple[uuid.UUID, int]
 """A job and the epoch of one of its attempts."""

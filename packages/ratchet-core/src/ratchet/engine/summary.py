@@ -10,7 +10,7 @@ from typing import TYPE_CHECKING
 from ratchet.domain.lifecycle import JobStatus
 
 if TYPE_CHECKING:
-    from ratchet.engine.worker import Worker
+    from ratchet.engine.host import WorkerHost
 
 log = logging.getLogger("ratchet.worker")
 
@@ -34,7 +34,7 @@ class WorkSummary:
         self.interval = interval
         self._last = _Counts()
 
-    def run_once(self, worker: Worker) -> None:
+    def run_once(self, worker: WorkerHost) -> None:
         stats = worker.stats
         now = _Counts(stats.succeeded, stats.dead_lettered, stats.retried, stats.rescheduled)
         last, self._last = self._last, now

@@ -14,118 +14,23 @@ import heapq
 import itertools
 import logging
 import threading
-from collections.abc import Callable, Iterator
-from contextlib import contextmanager
+from collections.abc import Callable
 from datetime import datetime, timedelta
 from typing import TYPE_CHECKING
 
-from ratchet.domain.errors import JobTimeoutError
 from ratchet.domain.model import ClaimedJob
-from ratchet.domain.timeouts import AttemptPlan, TimeoutSettings, WatchdogStep, plan_attempt
-from ratchet.engine.context import AttemptCancellation, about_job
+from ratchet.domain.timeouts import TimeoutSettings, WatchdogStep, plan_attempt
+from ratchet.engine.context import about_job
+from ratchet.engine.running import Attempt, seconds_text
 from ratchet.ports import CancellationStore, Clock
 
 if TYPE_CHECKING:
-    from ratchet.engine.worker import Worker
+    from ratchet.engine.host import WorkerHost
 
 log = logging.getLogger("ratchet.watchdog")
 
 #: Heap entries of finished attempts are dropped in one sweep once they are this many and half.
 COMPACT_AFTER = 1024
-
-
-class Attempt:
-    """One running attempt: its plan, cancellation request and who ended it.
-
-    Implements :class:`~ratchet.ports.AttemptControl` for executor providers. Exactly one of
-    the job's task and the watchdog *finishes* the attempt (:meth:`finish` is a compare-and-set);
-    the other's outcome is discarded.
-    """
-
-    def __init__(self, job: ClaimedJob, plan: AttemptPlan) -> None:
-        self.job = job
-        self.plan = plan
-        self.key = (job.job_id, job.epoch)
-        self.cancellation = AttemptCancellation(plan.deadline)
-        self._lock = threading.Lock()
-        self._finished = False
-        self._interrupt: Callable[[], object] | None = None
-        self.timed_out = False
-        """The watchdog ended it at the deadline."""
-        self.interrupted = False
-        """An interrupt was delivered to the running call."""
-        self.returned = False
-        """The task that ran it has returned (its slot is free again)."""
-        self.zombie = False
-        """It ignored the interrupt past the zombie grace (counted once)."""
-        self.in_heap = False
-        """A step of it waits in the watchdog's heap."""
-        self.forgotten = False
-        """It ended; its heap entry (if any) is stale."""
-
-    # -- AttemptControl ------------------------------------------------------------------
-    @property
-    def deadline(self) -> datetime:
-        return self.plan.deadline
-
-    def is_cancellation_requested(self) -> bool:
-        return self.cancellation.is_requested()
-
-    @contextmanager
-    def watch(
-        self,
-        *,
-        interrupt: Callable[[], object] | None = None,
-        on_request: Callable[[], None] | None = None,
-    ) -> Iterator[None]:
-        with self._lock:
-            if self.timed_out:
-                raise JobTimeoutError(self.timeout_message())
-            self._interrupt = interrupt
-        remove = self.cancellation.add_listener(on_request) if on_request is not None else None
-        try:
-            yield
-        finally:
-            with self._lock:
-                self._interrupt = None
-            if remove is not None:
-                remove()
-
-    # -- the worker's side ---------------------------------------------------------------
-    @property
-    def finished(self) -> bool:
-        return self._finished
-
-    def finish(self, *, timed_out: bool = False) -> bool:
-        """End the attempt; True for the first caller only."""
-        with self._lock:
-            if self._finished:
-                return False
-            self._finished = True
-            self.timed_out = timed_out
-            return True
-
-    def interrupt(self) -> bool:
-        """Deliver the installed interrupt (after a timed-out :meth:`finish`); True if any."""
-        with self._lock:
-            handler = self._interrupt
-            self.interrupted = handler is not None
-        if handler is not None:
-            handler()
-        return handler is not None
-
-    def timeout_message(self) -> str:
-        return (
-            f"job {self.job.job_id} attempt {self.job.attempt} exceeded its "
-            f"{seconds_text(self.plan.timeout)} timeout"
-        )
-
-    def __repr__(self) -> str:
-        return f"<Attempt {self.job.job_id} #{self.job.attempt} epoch {self.job.epoch}>"
-
-
-def seconds_text(delta: timedelta) -> str:
-    return f"{delta.total_seconds():.3f}".rstrip("0").rstrip(".") + "s"
 
 
 _ZOMBIE_CHECK = 99
@@ -326,7 +231,7 @@ class CancellationRequestPoller:
     def __init__(self, interval: timedelta) -> None:
         self.interval = interval
 
-    def run_once(self, worker: Worker) -> None:
+    def run_once(self, worker: WorkerHost) -> None:
         worker.deliver_cancellation_requests()
 
 

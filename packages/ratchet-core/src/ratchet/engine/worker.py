@@ -21,7 +21,6 @@ import threading
 import time
 import uuid
 from collections.abc import Callable
-from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 from typing import TYPE_CHECKING, Any
 
@@ -33,19 +32,19 @@ from ratchet.engine.assembly import assemble_worker
 from ratchet.engine.attempts import AttemptRunner
 from ratchet.engine.completer import Completer
 from ratchet.engine.context import install_log_record_factory
-from ratchet.engine.gates import Gate
+from ratchet.engine.host import Gate, PeriodicTask
 from ratchet.engine.liveness import Liveness, new_node_id
-from ratchet.engine.maintenance import PeriodicTask
 from ratchet.engine.outages import OutageLog
 from ratchet.engine.producer import Producer
 from ratchet.engine.slots import SlotTable
 from ratchet.engine.start_check import StartCheck
+from ratchet.engine.stats import WorkerStats
 from ratchet.engine.watchdog import Watchdog
 from ratchet.ports import ExecutorProvider, WakeupHint
 from ratchet.targets import TargetRef
 
 if TYPE_CHECKING:
-    from ratchet.engine.app import Ratchet
+    from ratchet.engine.host import AppHost
 
 log = logging.getLogger("ratchet.worker")
 
@@ -58,53 +57,10 @@ def default_node_id(name: str | None = None) -> str:
     return new_node_id(name)
 
 
-@dataclass
-class WorkerStats:
-    """Counters of one worker (read them for tests, the demo and metrics)."""
-
-    claimed: int = 0
-    succeeded: int = 0
-    retried: int = 0
-    dead_lettered: int = 0
-    rescheduled: int = 0
-    fenced_out: int = 0
-    recovered: int = 0
-    store_errors: int = 0
-    polls: int = 0
-    outcome_batches: int = 0
-    timed_out: int = 0
-    """Attempts recorded as timeouts (deadline reached, or stopped on the cancellation request)."""
-    zombies: int = 0
-    """Calls still running ``zombie_grace`` after their deadline interrupt (stuck in C code)."""
-    zombies_active: int = 0
-    """Zombies that still occupy a slot now."""
-    late_results_discarded: int = 0
-    """Results of attempts that had already been recorded as timed out (or handed back)."""
-    cancellations_delivered: int = 0
-    """``cancel_job(id, interrupt=True)`` requests that reached a running attempt here."""
-    by_job: dict[uuid.UUID, str] = field(default_factory=lambda: RecentOutcomes(10_000))
-    """How the most recent jobs ended here (the last 10,000; older ones are forgotten)."""
-
-
-class RecentOutcomes(dict[uuid.UUID, str]):
-    """A dict that keeps only its ``limit`` most recently added keys (bounded memory)."""
-
-    def __init__(self, limit: int) -> None:
-        super().__init__()
-        self.limit = limit
-
-    def __setitem__(self, key: uuid.UUID, value: str) -> None:
-        if key in self:
-            del self[key]  # re-inserted: now the most recent
-        elif len(self) >= self.limit:
-            del self[next(iter(self))]
-        super().__setitem__(key, value)
-
-
 class Worker:
     """One worker per process. Use :meth:`run` (blocking, signal-aware) or start/stop."""
 
-    def __init__(self, app: Ratchet, config: WorkerConfig, *, node_id: str | None = None) -> None:
+    def __init__(self, app: AppHost, config: WorkerConfig, *, node_id: str | None = None) -> None:
         self.app = app
         self.config = config
         self.store = app.store

@@ -16,7 +16,7 @@ from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from dataclasses import replace as dc_replace
 from datetime import datetime, timedelta
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Protocol
 
 from ratchet.domain.errors import (
     DuplicateIdempotencyKeyError,
@@ -41,7 +41,7 @@ from ratchet.domain.workflow import (
     validate_signal_key,
 )
 from ratchet.events import EventKind, JobEvent
-from ratchet.ports import Store, WakeupHint, WorkflowStore
+from ratchet.ports import InsertResult, Store, WakeupHint, WorkflowStore
 from ratchet.serialization import (
     EnumPolicy,
     EnumResolver,
@@ -52,9 +52,7 @@ from ratchet.serialization import (
 from ratchet.targets import TargetRef, check_arguments, resolve_attribute, target_of
 
 if TYPE_CHECKING:
-    from ratchet.engine.app import Ratchet
-    from ratchet.engine.builder import JobBuilder, JobHandle
-    from ratchet.engine.worker import Worker
+    from ratchet.engine.host import AppHost, WorkerHost
 
 log = logging.getLogger("ratchet.workflows")
 
@@ -69,7 +67,7 @@ SIGNAL_SCAN_PASSES = 10
 # ---------------------------------------------------------------------------------------------
 # stored references (callbacks and predicates follow the rule of job targets)
 # ---------------------------------------------------------------------------------------------
-def stored_callable(app: Ratchet, fn: Callable[..., Any], what: str, arity: int = 1) -> str:
+def stored_callable(app: AppHost, fn: Callable[..., Any], what: str, arity: int = 1) -> str:
     """``module:qualname`` of an importable function allowed by the class policy, which is
     called with ``arity`` positional arguments.
 
@@ -91,7 +89,7 @@ def stored_callable(app: Ratchet, fn: Callable[..., Any], what: str, arity: int 
     return str(ref)
 
 
-def resolve_stored(app: Ratchet, text: str) -> Callable[..., Any]:
+def resolve_stored(app: AppHost, text: str) -> Callable[..., Any]:
     """The callable behind a stored reference, after the class policy allowed it again."""
     ref = TargetRef.parse(text)
     app.enforce_policy(ref)
@@ -101,7 +99,7 @@ def resolve_stored(app: Ratchet, text: str) -> Callable[..., Any]:
     return fn  # type: ignore[no-any-return]
 
 
-def flow_resolver(app: Ratchet) -> FlowResolver:
+def flow_resolver(app: AppHost) -> FlowResolver:
     """What the app passes to every store call that can end jobs: branch predicates and the
     enum classes of the results they read, both resolved under the app's class policy."""
     return FlowResolver(predicate=functools.partial(resolve_stored, app), enum=app.enums)
@@ -148,7 +146,7 @@ class FlowParts:
 
 
 def make_step(
-    app: Ratchet, fn: Callable[..., Any], args: Sequence[Any], kwargs: Mapping[str, Any]
+    app: AppHost, fn: Callable[..., Any], args: Sequence[Any], kwargs: Mapping[str, Any]
 ) -> Step:
     """Check and encode a later job now, so bad input fails at the call, not at submit."""
     ref = app.check_target(fn)
@@ -160,7 +158,7 @@ def make_step(
 
 
 def predicate_condition(
-    app: Ratchet, type_: ConditionType, predicate: Callable[..., Any], priority: int = 0
+    app: AppHost, type_: ConditionType, predicate: Callable[..., Any], priority: int = 0
 ) -> WorkflowCondition:
     """A CUSTOM / RESULT_VALUE / BATCH_CUSTOM condition on an importable predicate."""
     return WorkflowCondition(type_, stored_callable(app, predicate, "predicate"), priority)
@@ -174,7 +172,7 @@ def check_signal_wait(key: str, timeout: timedelta) -> tuple[str, timedelta]:
     return key, timeout
 
 
-def later_job(template: NewJob, app: Ratchet, step: Step, now: datetime) -> NewJob:
+def later_job(template: NewJob, app: AppHost, step: Step, now: datetime) -> NewJob:
     """A WAITING job of a flow: the head's options, its own target, arguments, id and key."""
     return dc_replace(
         template,
@@ -189,7 +187,7 @@ def later_job(template: NewJob, app: Ratchet, step: Step, now: datetime) -> NewJ
 
 
 def build_flow(
-    app: Ratchet, head: NewJob, parts: FlowParts, now: datetime
+    app: AppHost, head: NewJob, parts: FlowParts, now: datetime
 ) -> tuple[list[FlowJob], list[BranchSpec]]:
     """The rows of a job with chain steps, branches, callbacks or a signal wait."""
     chain_id = head.job_id if parts.chain else None
@@ -240,10 +238,18 @@ def build_flow(
     return jobs, specs
 
 
-def submit_flow(app: Ratchet, builder: JobBuilder, parts: FlowParts, connection: Any) -> JobHandle:
-    """Insert a flow in one transaction (the caller's, when given); events after commit."""
-    from ratchet.engine.builder import JobHandle
+class FlowHead(Protocol):
+    """The builder of a flow's first job (a :class:`~ratchet.engine.builder.JobBuilder`)."""
 
+    @property
+    def wants_wakeup(self) -> bool: ...
+
+    def _new_job(self, now: datetime) -> NewJob: ...
+
+
+def submit_flow(app: AppHost, builder: FlowHead, parts: FlowParts, connection: Any) -> InsertResult:
+    """Insert a flow in one transaction (the caller's, when given); events after commit.
+    Returns the head job's id and whether it was inserted (False: an idempotent duplicate)."""
     store = _flow_store(app)
     caller = app._caller_transactions(connection)
     if any(b.condition.type.is_batch for b in parts.branches):
@@ -258,9 +264,8 @@ def submit_flow(app: Ratchet, builder: JobBuilder, parts: FlowParts, connection:
             raise
         # As for a plain submit: a racing submitter won; a fresh transaction returns its job.
         result = store.insert_flow(jobs, now=now, branches=specs)
-    handle = JobHandle(result.job_id, app, result.inserted)
     if not result.inserted:
-        return handle
+        return result
 
     def after_commit() -> None:
         app._after_submit([(builder, head)], now)
@@ -279,7 +284,7 @@ def submit_flow(app: Ratchet, builder: JobBuilder, parts: FlowParts, connection:
         after_commit()
     else:
         caller.after_commit(connection, after_commit)
-    return handle
+    return result
 
 
 def workflow_store(store: Store) -> WorkflowStore | None:
@@ -287,7 +292,7 @@ def workflow_store(store: Store) -> WorkflowStore | None:
     return store.capability(WorkflowStore)  # type: ignore[type-abstract]
 
 
-def _flow_store(app: Ratchet) -> WorkflowStore:
+def _flow_store(app: AppHost) -> WorkflowStore:
     flows = workflow_store(app.store)
     if flows is None:
         raise InvalidJobOptions("this store does not support batches, chains, workflows or signals")
@@ -331,7 +336,7 @@ def decode_signal(text: str | None, resolve_enum: EnumResolver) -> Any:
     return decode_result(json.dumps(doc["payload"]), resolve_enum)
 
 
-def deliver_signal(app: Ratchet, target: uuid.UUID | str, payload: Any = None) -> int:
+def deliver_signal(app: AppHost, target: uuid.UUID | str, payload: Any = None) -> int:
     """WAITING -> PENDING for the job ``target`` (a UUID) or every job waiting on key ``target``.
 
     Idempotent: a job that is no longer waiting is not counted. Returns how many were released.
@@ -359,7 +364,7 @@ def deliver_signal(app: Ratchet, target: uuid.UUID | str, payload: Any = None) -
     return count
 
 
-def signal_reader(worker: Worker) -> Callable[[uuid.UUID], Any] | None:
+def signal_reader(worker: WorkerHost) -> Callable[[uuid.UUID], Any] | None:
     """What ``JobContext.signal()`` of ``worker``'s jobs calls: reads the payload or decision
     delivered to a job and decodes it under the app's class policy (None: the store has no
     signals)."""
@@ -386,7 +391,7 @@ class SignalTimeoutScanner:
         self.interval = interval
         self.batch_size = batch_size
 
-    def run_once(self, worker: Worker) -> None:
+    def run_once(self, worker: WorkerHost) -> None:
         flows = workflow_store(worker.store)
         if flows is None:
             return
@@ -403,7 +408,7 @@ class SignalTimeoutScanner:
 # ---------------------------------------------------------------------------------------------
 # after commit
 # ---------------------------------------------------------------------------------------------
-def after_flow_write(worker: Worker, effects: Sequence[FlowEffect]) -> None:
+def after_flow_write(worker: WorkerHost, effects: Sequence[FlowEffect]) -> None:
     """Called by the worker after it recorded outcomes: apply the ``effects`` that write returned
     (only outcomes that applied produce any, fenced ones none)."""
     if effects:
@@ -411,7 +416,10 @@ def after_flow_write(worker: Worker, effects: Sequence[FlowEffect]) -> None:
 
 
 def apply_effects(
-    app: Ratchet, effects: Iterable[FlowEffect], node_id: str | None, worker: Worker | None = None
+    app: AppHost,
+    effects: Iterable[FlowEffect],
+    node_id: str | None,
+    worker: WorkerHost | None = None,
 ) -> None:
     """Emit events, run callbacks and progress hooks, and wake workers for released jobs."""
     for effect in effects:
@@ -462,7 +470,7 @@ def apply_effects(
             log.exception("could not apply %s for job %s", kind.value, effect.job_id)
 
 
-def _notify(app: Ratchet, priority: JobPriority) -> None:
+def _notify(app: AppHost, priority: JobPriority) -> None:
     try:
         app.coordinator.notify_new_work(WakeupHint(priority, app.node_name))
     except Exception:
@@ -486,7 +494,7 @@ def _context(effect: FlowEffect, node_id: str | None, now: datetime) -> Any:
     )
 
 
-def _run_callback(app: Ratchet, effect: FlowEffect, node_id: str | None) -> None:
+def _run_callback(app: AppHost, effect: FlowEffect, node_id: str | None) -> None:
     from ratchet.engine.context import bound
 
     ctx = _context(effect, node_id, app.now())
@@ -501,14 +509,14 @@ def _run_callback(app: Ratchet, effect: FlowEffect, node_id: str | None) -> None
         _callback_failed(app, effect, node_id, exc)
 
 
-def _run_progress(app: Ratchet, effect: FlowEffect, node_id: str | None) -> None:
+def _run_progress(app: AppHost, effect: FlowEffect, node_id: str | None) -> None:
     try:
         resolve_stored(app, str(effect.target))(effect.batch)
     except Exception as exc:
         _callback_failed(app, effect, node_id, exc)
 
 
-def _callback_failed(app: Ratchet, effect: FlowEffect, node_id: str | None, exc: Exception) -> None:
+def _callback_failed(app: AppHost, effect: FlowEffect, node_id: str | None, exc: Exception) -> None:
     """A callback never changes the job's outcome: log it and emit ``JobCallbackFailed``."""
     log.error(
         "%s callback %s of job %s raised %s: %s (the job's outcome stands)",
@@ -534,6 +542,6 @@ def _callback_failed(app: Ratchet, effect: FlowEffect, node_id: str | None, exc:
     )
 
 
-def batch_of(app: Ratchet, batch_id: uuid.UUID) -> BatchContext | None:
+def batch_of(app: AppHost, batch_id: uuid.UUID) -> BatchContext | None:
     """The counters of a batch now."""
     return _flow_store(app).get_batch(batch_id)

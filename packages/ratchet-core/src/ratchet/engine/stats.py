@@ -1,0 +1,52 @@
+"""A worker's counters."""
+
+from __future__ import annotations
+
+import uuid
+from dataclasses import dataclass, field
+
+
+@dataclass
+class WorkerStats:
+    """Counters of one worker (read them for tests, the demo and metrics)."""
+
+    claimed: int = 0
+    succeeded: int = 0
+    retried: int = 0
+    dead_lettered: int = 0
+    rescheduled: int = 0
+    fenced_out: int = 0
+    recovered: int = 0
+    store_errors: int = 0
+    polls: int = 0
+    outcome_batches: int = 0
+    timed_out: int = 0
+    """Attempts recorded as timeouts (deadline reached, or stopped on the cancellation request)."""
+    zombies: int = 0
+    """Calls still running ``zombie_grace`` after their deadline interrupt (stuck in C code)."""
+    zombies_active: int = 0
+    """Zombies that still occupy a slot now."""
+    late_results_discarded: int = 0
+    """Results of attempts that had already been recorded as timed out (or handed back)."""
+    cancellations_delivered: int = 0
+    """``cancel_job(id, interrupt=True)`` requests that reached a running attempt here."""
+    by_job: dict[uuid.UUID, str] = field(default_factory=lambda: RecentOutcomes(10_000))
+    """How the most recent jobs ended here (the last 10,000; older ones are forgotten)."""
+
+
+class RecentOutcomes(dict[uuid.UUID, str]):
+    """A dict that keeps only its ``limit`` most recently added keys (bounded memory)."""
+
+    def __init__(self, limit: int) -> None:
+        super().__init__()
+        self.limit = limit
+
+    def __setitem__(self, key: uuid.UUID, value: str) -> None:
+        if key in self:
+            del self[key]  # re-inserted: now the most recent
+        elif len(self) >= self.limit:
+            del self[next(iter(self))]
+        super().__setitem__(key, value)
+
+
+__all__ = ["RecentOutcomes", "WorkerStats"]
