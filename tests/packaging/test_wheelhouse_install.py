@@ -20,6 +20,7 @@ import shlex
 import shutil
 import subprocess
 import sys
+import zipfile
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -103,6 +104,18 @@ class Venv:
         assert WHEELHOUSE_ARG in argv, line
         argv = [str(self.wheelhouse) if arg == WHEELHOUSE_ARG else arg for arg in argv]
         return run([self.python, "-m", *argv], timeout=240)
+
+
+@pytest.mark.parametrize(
+    "module", ["ratchet_postgres", "ratchet_mysql", "ratchet_redis_coordinator"]
+)
+def test_each_adapter_wheel_carries_the_cores_install_check(wheelhouse: Path, module: str) -> None:
+    """The check runs before the adapter imports ``ratchet`` (maybe another project's), so the
+    wheel holds a copy, made at build time from the one file in the tree."""
+    (wheel,) = wheelhouse.glob(f"{module}-*.whl")
+    with zipfile.ZipFile(wheel) as archive:
+        copied = archive.read(f"{module}/_distribution.py")
+    assert copied == Path(ratchet.__file__).with_name("_distribution.py").read_bytes()
 
 
 @pytest.fixture

@@ -7,11 +7,12 @@ example as a missing name deep inside an adapter. These checks report it at impo
 single line that says what is installed, what is expected and how to install the right thing.
 
 ``import ratchet`` calls :func:`check_core`, and each adapter's ``__init__`` calls
-:func:`check_adapter` before it imports anything from ``ratchet``. Every adapter ships its own
-verbatim copy of this module (``tests/packaging/test_versions.py`` keeps the copies identical).
-It has to: when the installed ``ratchet`` is the other project's, an adapter cannot import this
-module from it. Only the standard library is used, and one distribution's metadata is read per
-call.
+:func:`check_adapter` before it imports anything from ``ratchet``. Each adapter's wheel carries
+a copy of this file as ``<adapter>/_distribution.py`` (a ``force-include`` in its
+``pyproject.toml``): when the installed ``ratchet`` is the other project's, an adapter cannot
+import this module from it. In a source checkout there is no copy and the adapter imports this
+one (``ratchet`` is then the workspace's own). Only the standard library is used, and one
+distribution's metadata is read per call.
 """
 
 from __future__ import annotations

@@ -7,7 +7,10 @@ the ``ratchet`` entry-point group).
 
 from __future__ import annotations
 
-from ratchet_postgres._distribution import check_adapter
+try:  # the wheel's own copy of ratchet-core's install check (see pyproject.toml)
+    from ratchet_postgres._distribution import check_adapter
+except ModuleNotFoundError:  # a source checkout, where `ratchet` is the workspace's own
+    from ratchet._distribution import check_adapter
 
 __version__ = "0.2.0"
 

@@ -11,7 +11,10 @@ from __future__ import annotations
 import importlib
 from typing import TYPE_CHECKING, Any
 
-from ratchet_redis_coordinator._distribution import check_adapter
+try:  # the wheel's own copy of ratchet-core's install check (see pyproject.toml)
+    from ratchet_redis_coordinator._distribution import check_adapter
+except ModuleNotFoundError:  # a source checkout, where `ratchet` is the workspace's own
+    from ratchet._distribution import check_adapter
 
 if TYPE_CHECKING:
     from ratchet_redis_coordinator.coordinator import (
