@@ -29,7 +29,6 @@ from sqlalchemy import (
 )
 from sqlalchemy.engine import Connection, Engine, Row, make_url
 from sqlalchemy.exc import DBAPIError, SQLAlchemyError
-from sqlalchemy.orm import Session
 
 from ratchet.domain.errors import (
     DuplicateBusinessKeyError,
@@ -54,7 +53,7 @@ from ratchet.domain.options import BackoffPolicy
 from ratchet.domain.workflow import FlowEffect, FlowResolver
 from ratchet.ports import InsertResult, StoreCapabilities, iter_chunks
 from ratchet.sql import schema
-from ratchet.sql.caller_tx import CallerTransactions
+from ratchet.sql.caller_tx import CallerTransactions, caller_connection
 from ratchet.sql.cancellation import CancellationStoreMixin
 from ratchet.sql.dialect import ErrorKind, SqlDialect
 from ratchet.sql.hotpaths import (
@@ -292,7 +291,7 @@ class SqlStore(
             check_transition(None, job.status)
         if connection is not None:
             self.require_schema()
-            conn = connection.connection() if isinstance(connection, Session) else connection
+            conn = caller_connection(connection)
             try:
                 return self._insert(conn, jobs, now)
             except DBAPIError as exc:
@@ -876,7 +875,8 @@ class SqlStore(
         on_rollback: Callable[[], None] | None = None,
     ) -> None:
         """Call ``callback`` once the caller's transaction on ``connection`` (a SQLAlchemy
-        ``Connection`` or ``Session``) commits; never if it rolls back (``on_rollback`` then)."""
+        ``Connection``, ``Session`` or ``ExternalTransaction``) commits; never if it rolls back
+        (``on_rollback`` then)."""
         self._caller_transactions.after_commit(connection, callback, on_rollback)
 
     # ------------------------------------------------------------------ testing aids

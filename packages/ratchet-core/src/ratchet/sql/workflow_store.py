@@ -37,7 +37,6 @@ from typing import TYPE_CHECKING, Any, TypeVar
 from sqlalchemy import bindparam, delete, insert, select, update
 from sqlalchemy.engine import Connection, Row
 from sqlalchemy.exc import DBAPIError
-from sqlalchemy.orm import Session
 
 from ratchet.domain.errors import InvalidJobOptions
 from ratchet.domain.flows import BatchSpec, BranchSpec, FlowJob, waiting
@@ -59,6 +58,7 @@ from ratchet.domain.workflow import (
 )
 from ratchet.ports import InsertResult, iter_chunks
 from ratchet.sql import schema
+from ratchet.sql.caller_tx import caller_connection
 from ratchet.sql.claimed import has_flow_effects
 
 if TYPE_CHECKING:
@@ -233,7 +233,7 @@ class WorkflowStoreMixin:
         try:
             if connection is not None:
                 self.require_schema()
-                conn = connection.connection() if isinstance(connection, Session) else connection
+                conn = caller_connection(connection)
                 return work(conn)
             return self._run(work)
         except DBAPIError as exc:

@@ -1,0 +1,21 @@
+from __future__ import annotations
+
+from django.db import migrations, models
+
+
+class Migration(migrations.Migration):
+    initial = True
+    dependencies: list[tuple[str, str]] = []
+
+    operations = [
+        migrations.CreateModel(
+            name="Order",
+            fields=[
+                ("id", models.BigAutoField(primary_key=True, serialize=False)),
+                ("item", models.CharField(max_length=100)),
+                ("quantity", models.PositiveIntegerField()),
+                ("paid", models.BooleanField(default=False)),
+                ("receipt_sent", models.BooleanField(default=False)),
+            ],
+        ),
+    ]
