@@ -36,7 +36,10 @@ def check(seen: dict[str, Any]) -> None:
     assert seen["placed"] == 201
     assert seen["declined"] == 402
     # The declined order's job and task rolled back with it: two jobs, one order.
-    assert seen["jobs_before_worker"] == ["ratchet_django.runner:run_task", "shop.jobs:charge_order"]
+    assert seen["jobs_before_worker"] == [
+        "ratchet_django.runner:run_task",
+        "shop.jobs:charge_order",
+    ]
     assert seen["receipt_before_worker"] == {"status": "READY", "finished": False}
     assert seen["orders"] == [{"item": "tea", "paid": True, "receipt_sent": True}]
     assert seen["charge"] == "SUCCEEDED"

@@ -1,0 +1,1 @@
+"""A FastAPI application whose requests enqueue Ratchet jobs in their own transaction."""
