@@ -13,6 +13,13 @@ Then, for demo and test, the workspace packages (``uv sync`` into .venv, on the 
 dev.py unless UV_PYTHON says otherwise), and for test first the PostgreSQL, MariaDB and Redis
 server packages and the build dependencies of mysqlclient (the optional C MySQL driver) when they
 are missing (Debian/Ubuntu, needs root). Extra arguments go to pytest / the demo.
+
+`python3 dev.py test` without arguments also runs the framework tests (tests/frameworks) a second
+time on Python 3.12 or newer, where Django 6 ships ``django.tasks`` (the workspace's own Python
+runs them with Django 5.2 and the django-tasks backport). That environment is .venv-py312/, built
+once; the interpreter is $RATCHET_SECOND_PYTHON, else a python3.12 / python3.13 found on PATH or
+in pyenv, else whatever ``uv`` finds for 3.12 (``uv python install 3.12`` provides one). Without
+one the run fails and says so: it is never skipped.
 """
 
 from __future__ import annotations
@@ -36,8 +43,12 @@ DISTRIBUTIONS = {
     "ratchet-postgres": "ratchet_postgres",
     "ratchet-mysql": "ratchet_mysql",
     "ratchet-redis-coordinator": "ratchet_redis_coordinator",
+    "ratchet-django": "ratchet_django",
 }
 CORE = "ratchet-core"
+#: The second interpreter's environment and what runs there (Django 6 needs Python 3.12+).
+SECOND_VENV = ROOT / ".venv-py312"
+SECOND_TESTS = ["tests/frameworks"]
 
 
 def run(cmd: list[str], **kwargs: object) -> None:
@@ -178,6 +189,40 @@ def wheels(uv: str, argv: list[str]) -> int:
     return 0
 
 
+def second_python() -> str:
+    """The interpreter of the Django 6 leg: $RATCHET_SECOND_PYTHON, else a working python3.12
+    or python3.13 from PATH or pyenv, else ``3.12`` (a version request uv resolves itself)."""
+    chosen = os.environ.get("RATCHET_SECOND_PYTHON")
+    if chosen:
+        return chosen
+    pyenv = Path(os.environ.get("PYENV_ROOT", Path.home() / ".pyenv")) / "versions"
+    candidates = [shutil.which(f"python3.{minor}") for minor in (12, 13)]
+    candidates += [str(p) for p in sorted(pyenv.glob("3.1[23].*/bin/python3"))]
+    for candidate in candidates:
+        if candidate and subprocess.run([candidate, "-c", ""], capture_output=True).returncode == 0:
+            return candidate
+    return "3.12"
+
+
+def second_leg(uv: str) -> int:
+    """Run SECOND_TESTS on Python 3.12+ with Django 6 (the environment is synced first)."""
+    python = second_python()
+    env = {**os.environ, "UV_PROJECT_ENVIRONMENT": str(SECOND_VENV), "UV_PYTHON": python}
+    try:
+        run([uv, "sync", "--locked", "--python", python], env=env)
+    except subprocess.CalledProcessError:
+        print(
+            f"dev.py: FAILED to build {SECOND_VENV.name}/ on Python {python} for the Django 6 "
+            "tests. Install a Python 3.12+ (`uv python install 3.12`, or pyenv) or point "
+            "RATCHET_SECOND_PYTHON at one, then run dev.py test again.",
+            file=sys.stderr,
+            flush=True,
+        )
+        return 1
+    print(f"dev.py: framework tests on {python} (Django 6)", flush=True)
+    return subprocess.call([uv, "run", "--no-sync", "pytest", *SECOND_TESTS], cwd=ROOT, env=env)
+
+
 def main(argv: list[str]) -> int:
     if not argv or argv[0] not in {"demo", "test", "wheels"}:
         print(__doc__)
@@ -199,7 +244,10 @@ def main(argv: list[str]) -> int:
         env = {**os.environ, "RATCHET_PYTHON": sys.executable}
         run(["bash", str(ROOT / "scripts" / "install-test-services.sh")], env=env)
     sync(uv)
-    return subprocess.call([uv, "run", "pytest", *rest], cwd=ROOT)
+    # The short Django 6 leg first, so that the whole suite's summary is the last line.
+    second = second_leg(uv) if not rest else 0
+    main_suite = subprocess.call([uv, "run", "pytest", *rest], cwd=ROOT)
+    return main_suite or second
 
 
 if __name__ == "__main__":

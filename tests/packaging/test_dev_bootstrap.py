@@ -95,3 +95,41 @@ def test_debian_without_venv_support_says_what_to_install_when_not_root(
         f"(apt-get install {VENV_PACKAGE}) or uv, then run dev.py again"
     )
     assert dev.run.commands == []
+
+
+def test_the_second_python_is_the_one_named_in_the_environment(
+    dev: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("RATCHET_SECOND_PYTHON", "/opt/py312/bin/python3.12")
+    assert dev.second_python() == "/opt/py312/bin/python3.12"
+
+
+def test_without_a_312_found_uv_is_asked_for_one(
+    dev: Any, monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    monkeypatch.delenv("RATCHET_SECOND_PYTHON", raising=False)
+    monkeypatch.setenv("PYENV_ROOT", str(tmp_path / "no-pyenv"))
+    assert dev.second_python() == "3.12"
+
+
+def test_a_pyenv_312_is_found(dev: Any, monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+    monkeypatch.delenv("RATCHET_SECOND_PYTHON", raising=False)
+    monkeypatch.setenv("PYENV_ROOT", str(tmp_path))
+    python = tmp_path / "versions" / "3.12.9" / "bin" / "python3"
+    python.parent.mkdir(parents=True)
+    python.symlink_to(sys.executable)
+    assert dev.second_python() == str(python)
+
+
+def test_the_django_6_leg_fails_loudly_without_its_python(
+    dev: Any, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    def refuse(cmd: list[str], **kwargs: object) -> None:
+        raise dev.subprocess.CalledProcessError(2, cmd)
+
+    monkeypatch.setenv("RATCHET_SECOND_PYTHON", "3.12")
+    monkeypatch.setattr(dev, "run", refuse)
+    assert dev.second_leg("uv") == 1
+    err = capsys.readouterr().err
+    assert "FAILED to build .venv-py312/ on Python 3.12" in err
+    assert "uv python install 3.12" in err

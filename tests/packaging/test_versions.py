@@ -1,4 +1,4 @@
-"""The four distributions are one release, and what each takes from another is taken, not copied.
+"""The distributions are one release, and what each takes from another is taken, not copied.
 
 The version number lives in eight places (four pyproject.toml files, four ``__version__``) and in
 three exact pins (``ratchet-core==X`` in each adapter). ``dev.py`` owns the check, so
@@ -20,6 +20,7 @@ ADAPTERS = {
     "ratchet-postgres": "ratchet_postgres",
     "ratchet-mysql": "ratchet_mysql",
     "ratchet-redis-coordinator": "ratchet_redis_coordinator",
+    "ratchet-django": "ratchet_django",
 }
 
 

@@ -33,7 +33,13 @@ pytestmark = pytest.mark.wheelhouse
 ROOT = Path(__file__).resolve().parents[2]
 V = ratchet.__version__
 WHEELHOUSE_ARG = "dist/wheelhouse"
-DISTRIBUTIONS = ("ratchet-core", "ratchet-postgres", "ratchet-mysql", "ratchet-redis-coordinator")
+DISTRIBUTIONS = (
+    "ratchet-core",
+    "ratchet-postgres",
+    "ratchet-mysql",
+    "ratchet-redis-coordinator",
+    "ratchet-django",
+)
 
 
 def child_env() -> dict[str, str]:
@@ -142,7 +148,7 @@ import json, sys
 from datetime import timedelta
 
 import ratchet
-import ratchet_postgres, ratchet_mysql, ratchet_redis_coordinator
+import ratchet_postgres, ratchet_mysql, ratchet_redis_coordinator, ratchet_django
 from ratchet import Ratchet
 
 import smoke_jobs
@@ -161,7 +167,10 @@ print(json.dumps({
     "result": handle.result() if settled else None,
     "ratchet": ratchet.__file__,
     "version": ratchet.__version__,
-    "adapters": [m.__version__ for m in (ratchet_postgres, ratchet_mysql, ratchet_redis_coordinator)],
+    "adapters": [
+        m.__version__
+        for m in (ratchet_postgres, ratchet_mysql, ratchet_redis_coordinator, ratchet_django)
+    ],
 }))
 app.close()
 """
@@ -175,7 +184,7 @@ def test_the_readme_install_runs_a_job_on_sqlite(fresh_venv: Venv, tmp_path: Pat
     # The adapters the README does not spell out install the same way.
     fresh_venv.pip_line(
         f'pip install --find-links {WHEELHOUSE_ARG} "ratchet-mysql=={V}" '
-        f'"ratchet-redis-coordinator=={V}"'
+        f'"ratchet-redis-coordinator=={V}" "ratchet-django=={V}"'
     )
     listed = json.loads(run([fresh_venv.python, "-m", "pip", "list", "--format=json"], timeout=60))
     versions = {item["name"]: item["version"] for item in listed}
@@ -191,7 +200,7 @@ def test_the_readme_install_runs_a_job_on_sqlite(fresh_venv: Venv, tmp_path: Pat
     assert report["result"] == 5
     assert Path(report["ratchet"]).is_relative_to(fresh_venv.path), "imported outside the venv"
     assert report["version"] == V
-    assert report["adapters"] == [V, V, V]
+    assert report["adapters"] == [V] * 4
 
     version = run([str(fresh_venv.path / "bin" / "ratchet"), "--version"], timeout=60)
     assert V in version

@@ -438,6 +438,39 @@ class StoreContract:
                 pass
         assert calls == ["first", "second", "rolled dropped"], "each at most once"
 
+    def test_an_external_transaction_is_joined_and_its_hooks_used(
+        self, store: Any, clock: FakeClock
+    ) -> None:
+        """An ``ExternalTransaction`` (a transaction another framework owns, as Django's): the
+        jobs are written on its connection, commit or roll back with it, and what follows the
+        submission goes to the framework's own hooks, not to SQLAlchemy events."""
+        caller = store.capability(TransactionalStore)
+        if caller is None or not hasattr(store, "connect"):
+            pytest.skip("N/A: caller transactions")
+        from ratchet.sql.caller_tx import ExternalTransaction
+
+        committed_hooks: list[Callable[[], None]] = []
+        rollback_hooks: list[Callable[[], None]] = []
+        calls: list[str] = []
+        kept, rolled = new_job(clock), new_job(clock)
+        with store.connect() as conn:
+            external = ExternalTransaction(conn, committed_hooks.append, rollback_hooks.append)
+            with conn.begin():
+                store.insert_jobs([kept], now=clock.now(), connection=external)
+                caller.after_commit(external, lambda: calls.append("kept"))
+            with conn.begin() as tx:
+                store.insert_jobs([rolled], now=clock.now(), connection=external)
+                caller.after_commit(
+                    external, lambda: calls.append("rolled"), on_rollback=lambda: None
+                )
+                tx.rollback()
+        assert calls == [], "the framework, not SQLAlchemy, calls the hooks"
+        assert len(committed_hooks) == 2 and len(rollback_hooks) == 1
+        committed_hooks[0]()
+        assert calls == ["kept"]
+        assert self.status(store, kept.job_id) is JobStatus.PENDING
+        assert store.get_job(rolled.job_id) is None
+
     # ------------------------------------------------------------------ claiming
     def test_claim_marks_running_and_bumps_epoch(self, store: Any, clock: FakeClock) -> None:
         [job] = self.insert(store, clock)
