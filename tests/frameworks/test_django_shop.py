@@ -35,13 +35,18 @@ def check(seen: dict[str, Any]) -> None:
     assert seen["tasks_api"] == expected_api
     assert seen["placed"] == 201
     assert seen["declined"] == 402
-    # The declined order's job and task rolled back with it: two jobs, one order.
+    # The declined order's job and task rolled back with it: two orders, each a job and a task.
     assert seen["jobs_before_worker"] == [
         "ratchet_django.runner:run_task",
+        "ratchet_django.runner:run_task",
+        "shop.jobs:charge_order",
         "shop.jobs:charge_order",
     ]
     assert seen["receipt_before_worker"] == {"status": "READY", "finished": False}
-    assert seen["orders"] == [{"item": "tea", "paid": True, "receipt_sent": True}]
+    assert seen["orders"] == [
+        {"item": "tea", "paid": True, "receipt_sent": True},
+        {"item": "air", "paid": True, "receipt_sent": False},
+    ]
     assert seen["charge"] == "SUCCEEDED"
     assert seen["charge_result"] == {"order": 1, "charged_cents": 3 * 1250}
     assert seen["receipt"] == "SUCCEEDED"
@@ -53,6 +58,14 @@ def check(seen: dict[str, Any]) -> None:
         "errors": [],
         "started": True,
         "finished": True,
+    }
+    # The empty order's receipt failed on every attempt: 1 + MAX_RETRIES (3), each an error.
+    assert seen["failed_task"] == {
+        "status": "FAILED",
+        "attempts": 4,
+        "errors": ["builtins.ValueError"] * 4,
+        "message_kept": True,
+        "exception_class": "ValueError",
     }
     assert seen["detail"] == {
         "status": "SUCCESSFUL",

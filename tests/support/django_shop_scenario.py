@@ -38,6 +38,7 @@ def main() -> None:
     client = Client()
     placed = client.post("/orders/", {"item": "tea", "quantity": 3})
     declined = client.post("/orders/", {"item": "cake", "quantity": 1, "decline": "1"})
+    empty = client.post("/orders/", {"item": "air", "quantity": 0}).json()
     body = placed.json()
     app = ratchet_django.get_app()
     jobs_before = sorted(j.target for j in app.list_jobs())
@@ -55,10 +56,12 @@ def main() -> None:
     try:
         charge = JobHandle(uuid.UUID(body["charge_job"]), app).wait(60)
         receipt = JobHandle(uuid.UUID(body["receipt_task"]), app).wait(60)
+        JobHandle(uuid.UUID(empty["receipt_task"]), app).wait(60)
     finally:
         worker.send_signal(signal.SIGTERM)
         output, _ = worker.communicate(timeout=60)
     result = send_receipt.get_result(body["receipt_task"])
+    failed = send_receipt.get_result(empty["receipt_task"])
     print(
         json.dumps(
             {
@@ -79,6 +82,15 @@ def main() -> None:
                     "errors": [e.traceback for e in result.errors],
                     "started": result.started_at is not None,
                     "finished": result.finished_at is not None,
+                },
+                "failed_task": {
+                    "status": str(failed.status),
+                    "attempts": failed.attempts,
+                    "errors": [e.exception_class_path for e in failed.errors],
+                    "message_kept": all(
+                        "is empty: no receipt" in e.traceback for e in failed.errors
+                    ),
+                    "exception_class": failed.errors[-1].exception_class.__name__,
                 },
                 "detail": client.get(f"/receipts/{body['receipt_task']}/").json(),
                 "worker_exit": worker.returncode,

@@ -12,8 +12,11 @@ except ImportError:  # Django before 6
 
 @task(queue_name="emails", priority=10)
 def send_receipt(order_id: int) -> str:
-    """Send the receipt (here: mark it sent) and return its text."""
+    """Send the receipt (here: mark it sent) and return its text. An empty order fails (and
+    is retried: the backend's MAX_RETRIES)."""
     order = Order.objects.get(pk=order_id)
+    if order.quantity == 0:
+        raise ValueError(f"order {order_id} is empty: no receipt")
     order.receipt_sent = True
     order.save(update_fields=["receipt_sent"])
     return f"receipt for order {order_id}: {order.quantity} x {order.item}"
