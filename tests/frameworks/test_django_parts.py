@@ -9,8 +9,8 @@ import pytest
 from django.core.exceptions import ImproperlyConfigured
 from hypothesis import given
 from hypothesis import strategies as st
-from ratchet import JobPriority, JobStatus
 
+from ratchet import JobPriority, JobStatus
 from ratchet_django import conf
 from ratchet_django.db import django_database
 from ratchet_django.mapping import STATUS_NAMES, ratchet_priority

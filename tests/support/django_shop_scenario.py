@@ -27,12 +27,12 @@ def main() -> None:
     django.setup()
     from django.core.management import call_command
     from django.test import Client
-    from ratchet import JobHandle
-    from shop.models import Order
-    from shop.tasks import send_receipt
 
     import ratchet_django
+    from ratchet import JobHandle
     from ratchet_django.compat import SOURCE
+    from shop.models import Order
+    from shop.tasks import send_receipt
 
     call_command("migrate", verbosity=0)
     client = Client()

@@ -6,10 +6,10 @@ from typing import Any
 
 from django.db import close_old_connections
 from django.utils.module_loading import import_string
+
 from ratchet import Ratchet
 from ratchet.engine.context import JobContext
 from ratchet.targets import TargetRef
-
 from ratchet_django.compat import Task
 
 
