@@ -56,7 +56,7 @@ class RatchetBackend(BaseTaskBackend):
         self.timeout = timedelta(seconds=float(timeout)) if timeout is not None else None
         self.database: str | None = self.options.get("DATABASE")
 
-    def enqueue(self, task: Task, args: Any, kwargs: Any) -> TaskResult:  # type: ignore[type-arg]
+    def enqueue(self, task: Task, args: Any, kwargs: Any) -> TaskResult:
         """Store the task as a job in Django's transaction; return its READY result."""
         self.validate_task(task)
         app = jobs.get_app()
@@ -93,7 +93,7 @@ class RatchetBackend(BaseTaskBackend):
             worker_ids=[],
         )
 
-    def get_result(self, result_id: str) -> TaskResult:  # type: ignore[type-arg]
+    def get_result(self, result_id: str) -> TaskResult:
         """The task's result as its job stands now.
 
         :raises TaskResultDoesNotExist: no job of a Django task has this id.
@@ -108,7 +108,7 @@ class RatchetBackend(BaseTaskBackend):
             raise TaskResultDoesNotExist(f"no task result {result_id}")
         return self._result(app, record)
 
-    def _result(self, app: Any, record: JobRecord) -> TaskResult:  # type: ignore[type-arg]
+    def _result(self, app: Any, record: JobRecord) -> TaskResult:
         (path, args, kwargs, _backend), _ = decode_payload(record.payload, app.enums)
         task = load_task(path, app)
         attempts = app.attempts(record.job_id)

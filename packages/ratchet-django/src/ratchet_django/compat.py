@@ -19,9 +19,9 @@ try:
 
     SOURCE = "django.tasks"
 except ImportError:  # Django before 6: the backport
-    from django_tasks import task_backends  # type: ignore[no-redef]
-    from django_tasks.backends.base import BaseTaskBackend  # type: ignore[no-redef]
-    from django_tasks.base import (  # type: ignore[no-redef]
+    from django_tasks import task_backends
+    from django_tasks.backends.base import BaseTaskBackend
+    from django_tasks.base import (
         DEFAULT_TASK_QUEUE_NAME,
         Task,
         TaskContext,
@@ -30,8 +30,8 @@ except ImportError:  # Django before 6: the backport
         TaskResultStatus,
     )
     from django_tasks.exceptions import (
-        InvalidTaskError,  # type: ignore[no-redef]
-        TaskResultDoesNotExist,  # type: ignore[no-redef]
+        InvalidTaskError,
+        TaskResultDoesNotExist,
     )
 
     SOURCE = "django_tasks"

@@ -13,7 +13,7 @@ from ratchet.targets import TargetRef
 from ratchet_django.compat import Task
 
 
-def load_task(path: str, app: Ratchet) -> Task:  # type: ignore[type-arg]
+def load_task(path: str, app: Ratchet) -> Task:
     """The ``@task`` object at ``path`` (``module.function``), once ``app``'s class policy
     allowed its module: nothing is imported before that.
 
