@@ -150,3 +150,16 @@ def test_get_ratchet_without_the_lifespan_says_what_to_do() -> None:
 def test_the_lifespan_refuses_a_factory_that_is_not_callable() -> None:
     with pytest.raises(TypeError, match="factory must build the Ratchet app"):
         ratchet_lifespan(uuid.uuid4())  # type: ignore[arg-type]
+
+
+def test_the_core_loads_no_framework() -> None:
+    """``ratchet``, the lifespan and SessionJobs import neither Starlette nor FastAPI (nor
+    Django): only ``ratchet.integrations.fastapi`` loads its framework."""
+    import subprocess
+
+    code = (
+        "import sys, ratchet, ratchet.integrations.starlette, ratchet.integrations.sessions\n"
+        "print(sorted(m for m in ('starlette', 'fastapi', 'django') if m in sys.modules))"
+    )
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    assert done.stdout.strip() == "[]"
