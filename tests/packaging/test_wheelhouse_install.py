@@ -113,7 +113,7 @@ class Venv:
 
 
 @pytest.mark.parametrize(
-    "module", ["ratchet_postgres", "ratchet_mysql", "ratchet_redis_coordinator"]
+    "module", ["ratchet_postgres", "ratchet_mysql", "ratchet_redis_coordinator", "ratchet_django"]
 )
 def test_each_adapter_wheel_carries_the_cores_install_check(wheelhouse: Path, module: str) -> None:
     """The check runs before the adapter imports ``ratchet`` (maybe another project's), so the

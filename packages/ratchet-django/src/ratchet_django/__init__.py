@@ -8,7 +8,10 @@ from __future__ import annotations
 
 from typing import Any
 
-from ratchet_django._distribution import check_adapter
+try:  # the wheel's own copy of ratchet-core's install check (see pyproject.toml)
+    from ratchet_django._distribution import check_adapter
+except ModuleNotFoundError:  # a source checkout, where `ratchet` is the workspace's own
+    from ratchet._distribution import check_adapter
 
 __version__ = "0.2.0"
 
