@@ -39,6 +39,9 @@ class RatchetConfig:
     """The profile of targets without ``@circuit_breaker(profile=...)``."""
     resource_limits: Mapping[str, Any] = field(default_factory=dict)
     """``{name: (max_concurrent, retry_delay)}`` stored when the app starts (docs/resource-limits.md)."""
+    tracing: str | None = None
+    """The tracer to use: ``"otel"`` for OpenTelemetry (needs ``ratchet-core[otel]``), a name a
+    tracing plugin answers to, or None for no tracing (docs/observability.md)."""
 
     def __post_init__(self) -> None:
         if isinstance(self.allowed_modules, str):

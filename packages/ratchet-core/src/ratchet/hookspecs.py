@@ -16,7 +16,7 @@ import pluggy
 if TYPE_CHECKING:
     from ratchet.config import RatchetConfig
     from ratchet.events import JobEvent
-    from ratchet.ports import BeanResolver, ClassPolicy, ResilienceStrategy
+    from ratchet.ports import BeanResolver, ClassPolicy, ResilienceStrategy, Tracer
     from ratchet.registry import CoordinatorRegistry, ExecutorRegistry, StoreRegistry
 
 hookspec = pluggy.HookspecMarker("ratchet")
@@ -95,6 +95,21 @@ def ratchet_resilience_strategy(config: RatchetConfig) -> ResilienceStrategy | N
     :returns: a :class:`~ratchet.ports.ResilienceStrategy`, or None.
 
     Called once when the app is created.
+    """
+
+
+@hookspec(firstresult=True)
+def ratchet_tracer(config: RatchetConfig) -> Tracer | None:
+    """Return the tracer that makes spans for submissions and attempts.
+
+    Stops at first non-None result.
+
+    :param config: the :class:`~ratchet.config.RatchetConfig` of the app.
+    :returns: a :class:`~ratchet.ports.Tracer`, or None (no tracing: the default, which costs
+        nothing). The built-in ``ratchet.exporters.otel`` answers when ``config.tracing`` is
+        ``"otel"``.
+
+    Called once when the app is created (and by ``Ratchet.enable_tracing``).
     """
 
 

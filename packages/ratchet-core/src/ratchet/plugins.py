@@ -27,6 +27,7 @@ from ratchet.ports import (
     ExecutorFactory,
     ResilienceStrategy,
     StoreFactory,
+    Tracer,
 )
 from ratchet.registry import CoordinatorRegistry, ExecutorRegistry, Registry, StoreRegistry
 
@@ -48,6 +49,7 @@ DEFAULT_PLUGINS = (
     "ratchet.adapters.class_policy",
     "ratchet.adapters.beans",
     "ratchet.adapters.resilience",
+    "ratchet.exporters.otel",
 )
 
 #: Hooks called one plugin at a time: the registry hooks, so that each registration is recorded
@@ -232,6 +234,21 @@ class Plugins:
                 "no plugin supplies a resilience strategy (ratchet_resilience_strategy)"
             )
         return strategy
+
+    def tracer(self, config: RatchetConfig) -> Tracer | None:
+        """The tracer ``config.tracing`` names (None: tracing is off).
+
+        :raises ConfigurationError: tracing is asked for and no plugin supplies that tracer.
+        """
+        if config.tracing is None:
+            return None
+        tracer: Tracer | None = self.pm.hook.ratchet_tracer(config=config)
+        if tracer is None:
+            raise ConfigurationError(
+                f"tracing={config.tracing!r}, but no plugin supplies that tracer "
+                "(ratchet_tracer); use tracing='otel' for OpenTelemetry, or None"
+            )
+        return tracer
 
     def has_observers(self) -> bool:
         """Whether any plugin implements the event hook now (so building events is worth it)."""

@@ -891,3 +891,64 @@ class ExecutorFactory(Protocol):
     """Makes an executor provider with ``max_workers`` job slots: ``factory(max_workers)``."""
 
     def __call__(self, max_workers: int, /) -> ExecutorProvider: ...
+
+
+# ---------------------------------------------------------------------------------- tracing
+#: A span attribute value (what every tracing system can hold).
+SpanValue = str | int | float | bool
+
+
+class SubmitSpan(Protocol):
+    """The span around one submission (a tracer's), open while the jobs are built and stored."""
+
+    @property
+    def trace_context(self) -> str | None:
+        """The context every job of the submission stores, so that its attempts join this
+        span's trace (at most :data:`~ratchet.domain.model.MAX_TRACE_CONTEXT` characters of
+        storable text); None: nothing to store."""
+        ...
+
+    def set_attribute(self, key: str, value: SpanValue) -> None:
+        """Add an attribute learnt after the span started (a job id, say)."""
+        ...
+
+
+class AttemptSpan(Protocol):
+    """The span of one attempt (a tracer's).
+
+    :meth:`activate` and :meth:`failed` are called on the attempt's thread; :meth:`end` there or
+    on the watchdog's thread (a timeout), and must be idempotent: the first call wins.
+    """
+
+    def activate(self) -> AbstractContextManager[None]:
+        """Make the span current for the block (spans the job makes become its children)."""
+        ...
+
+    def failed(self, exc: BaseException, *, timed_out: bool) -> None:
+        """The attempt failed with ``exc`` (record it)."""
+        ...
+
+    def end(self, outcome: str) -> None:
+        """End the span with how the attempt ended (``SUCCEEDED``, ``RETRY``, ``DEAD``,
+        ``RESCHEDULE``, ``TIMED_OUT``, ``NOT_RUN``)."""
+        ...
+
+
+class Tracer(Protocol):
+    """Traces submissions and attempts (supplied by ``ratchet_tracer``; see docs/observability.md).
+
+    The engine calls it only when an app has one, so an app without tracing pays nothing.
+    """
+
+    def submission(
+        self, operation: str, attributes: dict[str, SpanValue]
+    ) -> AbstractContextManager[SubmitSpan]:
+        """A span for one submission (``enqueue``, ``schedule``, ``submit_many``, ``workflow``,
+        ``batch``, ``batch_chunk``, ``replace``, ``recurring``), child of the caller's current
+        span; an exception leaving the block is recorded on it."""
+        ...
+
+    def attempt(self, job: ClaimedJob, node_id: str) -> AttemptSpan:
+        """Start the span of ``job``'s attempt on ``node_id``, parented on the job's stored
+        :attr:`~ratchet.domain.model.ClaimedJob.trace_context` (a new trace without one)."""
+        ...

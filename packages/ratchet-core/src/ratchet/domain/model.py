@@ -44,6 +44,13 @@ class NewJob:
     stall_timeout: timedelta | None = None
     """No progress for this long makes a RUNNING job TIMED_OUT (None: the watcher's default,
     applied only once the job reports progress)."""
+    trace_context: str | None = None
+    """The trace the submission ran in (W3C ``traceparent`` / ``tracestate`` as a JSON object,
+    at most :data:`MAX_TRACE_CONTEXT` characters); None: submitted without tracing."""
+
+
+#: The longest trace context a job stores (a traceparent and a full 512-character tracestate fit).
+MAX_TRACE_CONTEXT = 1024
 
 
 @dataclass(frozen=True)
@@ -72,6 +79,8 @@ class ClaimedJob:
     flow_effects: bool = True
     """False when the store knows that this job's end triggers nothing else (no callback, no
     dependent, no batch or workflow role): its outcome then needs no follow-up lookup."""
+    trace_context: str | None = None
+    """As :attr:`NewJob.trace_context`: the trace that submitted the job."""
 
 
 class OutcomeKind(enum.StrEnum):

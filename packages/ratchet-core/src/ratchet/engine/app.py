@@ -26,6 +26,7 @@ from ratchet.engine.batches import BatchBuilder, StreamingBatchBuilder
 from ratchet.engine.builder import JobBuilder, JobHandle
 from ratchet.engine.limits_api import LimitsApi
 from ratchet.engine.recurring import RecurringMixin
+from ratchet.engine.tracing import submission
 from ratchet.engine.watchdog import cancellation_store
 from ratchet.engine.worker import Worker
 from ratchet.engine.workflows import apply_effects, batch_of, deliver_signal
@@ -38,8 +39,10 @@ from ratchet.ports import (
     Clock,
     ClusterCoordinator,
     ResilienceStrategy,
+    SpanValue,
     Store,
     StreamingInsertStore,
+    Tracer,
     TransactionalStore,
     WakeupHint,
 )
@@ -101,6 +104,8 @@ class Ratchet(LimitsApi, RecurringMixin):
         self.node_name: str
         self.coordinator: ClusterCoordinator
         self.resolver: FlowResolver
+        self.tracer: Tracer | None
+        """Makes spans for submissions and attempts (None: tracing is off, the default)."""
         """Passed to every store call that can end jobs: the branch predicates and result enums
         it evaluates are resolved under this app's class policy."""
         assemble_app(
@@ -110,6 +115,14 @@ class Ratchet(LimitsApi, RecurringMixin):
             store_options=store_options,
             auto_migrate=auto_migrate,
         )
+
+    def enable_tracing(self, tracing: str = "otel") -> None:
+        """Trace this app's submissions and attempts from now on (``ratchet worker --otel``).
+
+        :raises ConfigurationError: no plugin supplies the tracer ``tracing`` names.
+        """
+        self.config.tracing = tracing
+        self.tracer = self.plugins.tracer(self.config)
 
     # -- ids, time, events -------------------------------------------------------------------
     def new_id(self) -> uuid.UUID:
@@ -204,6 +217,29 @@ class Ratchet(LimitsApi, RecurringMixin):
         for b in builders:
             b._submitted = True
         caller = self._caller_transactions(connection)
+        if self.tracer is None:
+            return self._store_jobs(builders, connection, caller, None)
+        one = len(builders) == 1
+        attributes: dict[str, SpanValue] = {"ratchet.job.count": len(builders)}
+        if one:
+            attributes["ratchet.job.target"] = str(builders[0]._ref)
+        with submission(
+            self.tracer, builders[0].operation if one else "submit_many", attributes
+        ) as span:
+            handles = self._store_jobs(builders, connection, caller, span.trace_context)
+            if one:
+                span.note("ratchet.job.id", str(handles[0].id))
+            return handles
+
+    def _store_jobs(
+        self,
+        builders: Sequence[JobBuilder],
+        connection: Any,
+        caller: TransactionalStore | None,
+        trace_context: str | None,
+    ) -> list[JobHandle]:
+        """Insert the jobs of ``builders`` (in the trace ``trace_context``); events and the
+        wakeup after commit."""
         now = self.now()
         streaming = self._streaming_store() if connection is None else None
         if streaming is not None and len(builders) > streaming.insert_chunk_size:
@@ -212,17 +248,17 @@ class Ratchet(LimitsApi, RecurringMixin):
 
             def chunks() -> Iterator[list[Any]]:
                 for start in range(0, len(builders), size):
-                    chunk = [b.build(now) for b in builders[start : start + size]]
+                    chunk = [b.build(now, trace_context) for b in builders[start : start + size]]
                     jobs.extend(chunk)
                     yield chunk
 
             try:
                 results = streaming.insert_job_chunks(chunks(), now=now)
             except DuplicateIdempotencyKeyError:
-                jobs.extend(b.build(now) for b in builders[len(jobs) :])
+                jobs.extend(b.build(now, trace_context) for b in builders[len(jobs) :])
                 results = self.store.insert_jobs(jobs, now=now)
         else:
-            jobs = [b.build(now) for b in builders]
+            jobs = [b.build(now, trace_context) for b in builders]
             try:
                 results = self.store.insert_jobs(jobs, now=now, connection=connection)
             except DuplicateIdempotencyKeyError:
@@ -314,10 +350,13 @@ class Ratchet(LimitsApi, RecurringMixin):
         if old.stall_timeout is not None:
             builder.with_stall_timeout(old.stall_timeout)
         now = self.now()
-        new_job = builder.build(now)
-        # A job's options never change once stored, so reading them first is safe; whether it
-        # is still live is checked again in the replacing transaction.
-        replaced = self.store.replace_job(job_id, new_job, now=now, resolve=self.resolver)
+        attributes: dict[str, SpanValue] = {"ratchet.job.replaced": str(job_id)}
+        with submission(self.tracer, "replace", attributes) as span:
+            new_job = builder.build(now, span.trace_context)
+            span.note("ratchet.job.id", str(new_job.job_id))
+            # A job's options never change once stored, so reading them first is safe; whether
+            # it is still live is checked again in the replacing transaction.
+            replaced = self.store.replace_job(job_id, new_job, now=now, resolve=self.resolver)
         if not replaced.value:
             raise JobNotFound(f"job {job_id} does not exist or is no longer live")
         self.emit(

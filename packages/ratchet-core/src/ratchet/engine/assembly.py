@@ -62,6 +62,7 @@ def assemble_app(
     app.enums = EnumPolicy(app.class_policy, config.allowed_modules)
     app.beans = plugins.bean_resolver(config)
     app.resilience = plugins.resilience_strategy(config)
+    app.tracer = plugins.tracer(config)
     app.store = open_store(app, url, store_options)
     app.node_name = config.node_name or "client"
     context = CoordinatorContext(store_url=app.store.url, node_name=app.node_name)

@@ -24,10 +24,11 @@ from ratchet.domain.errors import FencedOut, JobTimeoutError, StoreUnavailable
 from ratchet.domain.model import ClaimedJob, Outcome, OutcomeKind
 from ratchet.domain.retry import decide_retry
 from ratchet.domain.text import describe_error, describe_traceback
-from ratchet.engine.context import JobContext, bound, stopped_on_request
+from ratchet.engine.context import JobContext, about_job, bound, log_about, stopped_on_request
 from ratchet.engine.gates import breaker_service, reschedule
 from ratchet.engine.host import Gate
 from ratchet.engine.running import Attempt, seconds_text
+from ratchet.engine.tracing import NOT_RECORDED, end_span, record_failure, start_attempt_span
 from ratchet.engine.watchdog import cancellation_store
 from ratchet.engine.workflows import signal_reader
 from ratchet.ports import ExecutorProvider, InterruptibleExecutor, JobCall
@@ -154,9 +155,18 @@ class AttemptRunner:
         """
         worker = self.worker
         attempt = worker.watchdog.begin(job, worker.app.now())
+        attempt.node_id = worker.node_id
+        tracer = worker.app.tracer
+        span = attempt.span = (
+            None if tracer is None else start_attempt_span(tracer, job, worker.node_id)
+        )
         worker.slots.began(attempt)
         try:
-            outcome = self._attempt(job, attempt)
+            if span is None:
+                outcome = self._attempt(job, attempt)
+            else:
+                with span.activate():
+                    outcome = self._attempt(job, attempt)
         finally:
             self._end_attempt(attempt)
         # Fenced out, or handed back by the drain: not written.
@@ -164,7 +174,11 @@ class AttemptRunner:
         if not attempt.finish():
             if outcome is not None:
                 self._discard_late(attempt, outcome)
+            if span is not None:
+                end_span(span, "TIMED_OUT" if attempt.timed_out else NOT_RECORDED)
             return None
+        if span is not None:
+            end_span(span, NOT_RECORDED if outcome is None else outcome.kind.value)
         return outcome
 
     def _attempt(self, job: ClaimedJob, attempt: Attempt) -> Outcome | None:
@@ -311,6 +325,8 @@ class AttemptRunner:
             backoff_base=job.backoff_delay,
             policy=self.worker.app.retry_policy,
         )
+        if not late and attempt is not None and attempt.span is not None:
+            record_failure(attempt.span, exc, timed_out)
         error = describe_error(exc)
         log.log(
             logging.DEBUG if late else logging.WARNING,
@@ -346,7 +362,10 @@ class AttemptRunner:
             with self._lock:
                 worker.stats.zombies_active -= 1
         if zombie:
-            log.warning(
+            log_about(
+                log,
+                logging.WARNING,
+                (attempt.job.job_id, attempt.job.attempt, attempt.node_id),
                 "job %s attempt %d: the zombie call returned %s after its deadline; its slot is "
                 "free again",
                 attempt.job.job_id,
@@ -357,8 +376,10 @@ class AttemptRunner:
     def _discard_late(self, attempt: Attempt, outcome: Outcome) -> None:
         with self._lock:
             self.worker.stats.late_results_discarded += 1
-        log.log(
+        log_about(
+            log,
             logging.WARNING if attempt.zombie or not attempt.timed_out else logging.INFO,
+            (attempt.job.job_id, attempt.job.attempt, attempt.node_id),
             "job %s attempt %d ended (%s: %s) after it was %s; that outcome was discarded",
             attempt.job.job_id,
             attempt.job.attempt,
@@ -382,6 +403,8 @@ class AttemptRunner:
         )
         self.worker.slots.expire(job, attempt.key)
         self.worker.completer.put(outcome)
+        if attempt.span is not None:
+            end_span(attempt.span, "TIMED_OUT")
         try:
             attempt.interrupt()
         except Exception:
@@ -411,7 +434,11 @@ class AttemptRunner:
         """Set the cancellation request of this node's running attempt of ``job_id`` (of
         ``epoch`` when given); True if it was running here and not yet requested."""
         attempts = self.worker.slots.attempts(job_id, epoch)
-        return any([a.cancellation.request(reason, self.worker.app.now()) for a in attempts])
+        requested = False
+        for a in attempts:
+            with about_job(job_id, a.job.attempt, a.node_id):
+                requested = a.cancellation.request(reason, self.worker.app.now()) or requested
+        return requested
 
     def deliver_cancellation_requests(self) -> int:
         """Take this node's ``cancel_job(id, interrupt=True)`` requests from the store and set
@@ -423,7 +450,13 @@ class AttemptRunner:
         for request in store.cancellation_requests(self.worker.node_id, now=self.worker.app.now()):
             if self.request_cancellation(request.job_id, "the job was canceled", request.epoch):
                 delivered += 1
-                log.info("job %s: cancellation request delivered to its attempt", request.job_id)
+                log_about(
+                    log,
+                    logging.INFO,
+                    (request.job_id, None, self.worker.node_id),
+                    "job %s: cancellation request delivered to its attempt",
+                    request.job_id,
+                )
         with self._lock:
             self.worker.stats.cancellations_delivered += delivered
         return delivered

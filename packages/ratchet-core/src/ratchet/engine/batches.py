@@ -33,6 +33,7 @@ from ratchet.domain.workflow import (
     JobType,
     WorkflowCondition,
 )
+from ratchet.engine.tracing import submission
 from ratchet.engine.workflows import (
     Branch,
     Step,
@@ -45,6 +46,7 @@ from ratchet.engine.workflows import (
     stored_callable,
 )
 from ratchet.events import EventKind, JobEvent
+from ratchet.ports import SpanValue
 from ratchet.serialization import encode_payload
 from ratchet.targets import check_arguments
 
@@ -226,7 +228,7 @@ class _BatchOptions:
         return self._branch(condition, fn, args, kwargs, description)
 
     # -- rows ----------------------------------------------------------------------------------
-    def _template(self, now: datetime) -> NewJob:
+    def _template(self, now: datetime, trace_context: str | None) -> NewJob:
         return NewJob(
             job_id=self._app.new_id(),
             target=PARENT_TARGET,
@@ -243,6 +245,7 @@ class _BatchOptions:
             idempotency_key=str(uuid.uuid4()),
             tags=self._tags,
             status=JobStatus.WAITING,
+            trace_context=trace_context,
         )
 
     def _parent_and_branches(
@@ -293,9 +296,13 @@ class _BatchOptions:
                 idempotency_key=str(uuid.uuid4()),
                 tags=self._tags,
                 resource_name=self._resource,
+                trace_context=parent.trace_context,  # every child joins the batch's trace
             )
             out.append(FlowJob(job, JobType.BATCH_CHILD, batch_id=parent.job_id))
         return out
+
+    def _span_attributes(self, count: int) -> dict[str, SpanValue]:
+        return {"ratchet.batch.name": self._name, "ratchet.job.count": count}
 
     def _emit_submitted(self, parent: NewJob, now: datetime, total: int | None) -> None:
 
@@ -343,11 +350,16 @@ class BatchBuilder(_BatchOptions):
         store = _flow_store(self._app)
         caller = self._app._caller_transactions(connection)
         now = self._app.now()
-        parent = self._template(now)
-        jobs, specs = self._parent_and_branches(parent, now)
-        jobs += self._children(parent, str(self._step.ref), self._items, now)
-        spec = BatchSpec(parent.job_id, self._name, len(self._items), True, self._progress)
-        result = store.insert_flow(jobs, now=now, branches=specs, batch=spec, connection=connection)
+        attributes = self._span_attributes(len(self._items))
+        with submission(self._app.tracer, "batch", attributes) as span:
+            parent = self._template(now, span.trace_context)
+            span.note("ratchet.batch.id", str(parent.job_id))
+            jobs, specs = self._parent_and_branches(parent, now)
+            jobs += self._children(parent, str(self._step.ref), self._items, now)
+            spec = BatchSpec(parent.job_id, self._name, len(self._items), True, self._progress)
+            result = store.insert_flow(
+                jobs, now=now, branches=specs, batch=spec, connection=connection
+            )
         total = len(self._items)
 
         def after_commit() -> None:
@@ -420,11 +432,13 @@ class StreamingBatchBuilder(_BatchOptions):
         first = next(chunks, None)
         if not first:
             raise InvalidJobOptions("a batch needs at least one item")
-        parent = self._template(now)
-        jobs, specs = self._parent_and_branches(parent, now)
-        jobs += self._children(parent, ref, first, now)
-        spec = BatchSpec(parent.job_id, self._name, len(first), False, self._progress)
-        store.insert_flow(jobs, now=now, branches=specs, batch=spec)
+        with submission(app.tracer, "batch", self._span_attributes(len(first))) as span:
+            parent = self._template(now, span.trace_context)
+            span.note("ratchet.batch.id", str(parent.job_id))
+            jobs, specs = self._parent_and_branches(parent, now)
+            jobs += self._children(parent, ref, first, now)
+            spec = BatchSpec(parent.job_id, self._name, len(first), False, self._progress)
+            store.insert_flow(jobs, now=now, branches=specs, batch=spec)
         self._emit_submitted(parent, now, None)
         processed, inserted = len(first), 1
         self._stream_progress(parent.job_id, processed, inserted)

@@ -384,16 +384,22 @@ class JobBuilder:
         zero_delay = self._run_at is None and not self._delay
         return self._immediate or self._priority is JobPriority.CRITICAL or zero_delay
 
-    def build(self, now: datetime) -> Any:
-        """The :class:`~ratchet.domain.model.NewJob` this builder describes, at ``now``."""
+    def build(self, now: datetime, trace_context: str | None = None) -> Any:
+        """The :class:`~ratchet.domain.model.NewJob` this builder describes, at ``now``, in
+        the trace ``trace_context`` (see :mod:`ratchet.engine.tracing`)."""
         if self._flow is not None:
             raise InvalidJobOptions(
                 "a job with callbacks, chain steps, branches or a signal wait is stored with its "
                 "own submit(), not submit_many() or replace()"
             )
-        return self._new_job(now)
+        return self._new_job(now, trace_context)
 
-    def _new_job(self, now: datetime) -> Any:
+    @property
+    def operation(self) -> str:
+        """How the submission's span is named: ``schedule`` for a job due later, else ``enqueue``."""
+        return "schedule" if self._run_at is not None or self._delay else "enqueue"
+
+    def _new_job(self, now: datetime, trace_context: str | None = None) -> Any:
         payload = encode_payload(
             self._args, self._kwargs, self._app.config.max_payload_bytes, enums=self._app.enums
         )
@@ -419,6 +425,7 @@ class JobBuilder:
             executor=self._executor,
             resource_name=self._resource,
             stall_timeout=self._stall_timeout,
+            trace_context=trace_context,
         )
 
     def submit(self, connection: Any = None) -> JobHandle:

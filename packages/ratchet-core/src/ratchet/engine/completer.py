@@ -23,6 +23,7 @@ from ratchet.domain.errors import OutcomeNotStorable, StoreUnavailable
 from ratchet.domain.model import Outcome, OutcomeKind
 from ratchet.domain.text import describe_error
 from ratchet.domain.workflow import FlowEffect
+from ratchet.engine.context import log_about
 from ratchet.engine.workflows import after_flow_write
 from ratchet.events import EventKind, JobEvent
 
@@ -169,7 +170,10 @@ class Completer:
                 return [refused, *batch[index + 1 :]]
             except Exception as exc:
                 worker.stats.store_errors += 1
-                log.error(
+                log_about(
+                    log,
+                    logging.ERROR,
+                    (outcome.job_id, outcome.attempt, worker.node_id),
                     "job %s: the store refused even the failure that replaced its outcome (%s); "
                     "the job stays RUNNING here until the watcher recovers it",
                     outcome.job_id,
@@ -185,7 +189,14 @@ class Completer:
             f"the {outcome.kind.value} outcome of attempt {outcome.attempt} could not be "
             f"stored ({describe_error(exc)}); the job was failed instead"
         )
-        log.error("job %s: %s", outcome.job_id, error)
+        log_about(
+            log,
+            logging.ERROR,
+            (outcome.job_id, outcome.attempt, worker.node_id),
+            "job %s: %s",
+            outcome.job_id,
+            error,
+        )
         return Outcome(
             outcome.job_id,
             outcome.epoch,
@@ -212,7 +223,10 @@ class Completer:
             if o.job_id in fenced:
                 stats.fenced_out += 1
                 stats.by_job[o.job_id] = "FENCED_OUT"
-                log.error(  # fatal for this run, logged once (its write is never retried)
+                log_about(  # fatal for this run, logged once (its write is never retried)
+                    log,
+                    logging.ERROR,
+                    (o.job_id, o.attempt, worker.node_id),
                     "fatal: FencedOut: job %s epoch %d: this node no longer owns it (canceled, "
                     "recovered or taken over); its outcome %s was discarded",
                     o.job_id,
@@ -226,7 +240,10 @@ class Completer:
                 continue
             stats.by_job[o.job_id] = o.kind.value
             if debug:
-                log.debug(
+                log_about(
+                    log,
+                    logging.DEBUG,
+                    (o.job_id, o.attempt, worker.node_id),
                     "job %s attempt %d: %s in %.3f s%s",
                     o.job_id,
                     o.attempt,

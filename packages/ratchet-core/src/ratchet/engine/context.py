@@ -16,7 +16,7 @@ from collections.abc import Callable, Iterator, Mapping
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from datetime import datetime
-from typing import Any, Protocol
+from typing import Any, NamedTuple, Protocol
 
 from ratchet.domain.watcher import Checkpoint
 
@@ -292,16 +292,26 @@ def bound(ctx: JobContext) -> Iterator[JobContext]:
 
 
 _factory_installed = False
-_about_job: contextvars.ContextVar[str | None] = contextvars.ContextVar(
+
+
+class _About(NamedTuple):
+    job_id: str
+    attempt: int | None
+    node_id: str | None
+
+
+_about_job: contextvars.ContextVar[_About | None] = contextvars.ContextVar(
     "ratchet_about_job", default=None
 )
 
 
 @contextmanager
-def about_job(job_id: object) -> Iterator[None]:
-    """Log records made in this block carry ``job_id`` (for code that acts on a job from
-    outside its attempt, such as the watchdog)."""
-    token = _about_job.set(str(job_id))
+def about_job(
+    job_id: object, attempt: int | None = None, node_id: str | None = None
+) -> Iterator[None]:
+    """Log records made in this block carry ``job_id``, ``attempt`` and ``node_id`` (for code
+    that acts on a job from outside its attempt: the watchdog, the completer, the watcher)."""
+    token = _about_job.set(_About(str(job_id), attempt, node_id))
     try:
         yield
     finally:
@@ -309,9 +319,12 @@ def about_job(job_id: object) -> Iterator[None]:
 
 
 def install_log_record_factory() -> None:
-    """Give every log record ``ratchet_job_id`` and ``ratchet_node_id`` attributes (None
-    outside a job), and ``ratchet_job``: ``" [job=ID]"`` or empty, for log formats.
+    """Give every log record ``ratchet_job_id``, ``ratchet_attempt`` and ``ratchet_node_id``
+    attributes (None outside a job), and ``ratchet_job``: ``" [job=ID attempt=N]"`` or empty,
+    for text log formats.
 
+    The job's own records (made inside its attempt) take them from its :class:`JobContext`;
+    records the worker makes about a job elsewhere take them from :func:`about_job`.
     Idempotent; chains to the previous factory.
     """
     global _factory_installed
@@ -322,11 +335,38 @@ def install_log_record_factory() -> None:
     def factory(*args: object, **kwargs: object) -> logging.LogRecord:
         record = previous(*args, **kwargs)
         ctx = _current.get()
-        job_id = str(ctx.job_id) if ctx else _about_job.get()
+        if ctx is not None:
+            job_id: str | None = str(ctx.job_id)
+            attempt: int | None = ctx.attempt
+            node_id: str | None = ctx.node_id
+        else:
+            about = _about_job.get()
+            job_id, attempt, node_id = about if about is not None else (None, None, None)
         record.ratchet_job_id = job_id
-        record.ratchet_node_id = ctx.node_id if ctx else None
-        record.ratchet_job = f" [job={job_id}]" if job_id else ""
+        record.ratchet_attempt = attempt
+        record.ratchet_node_id = node_id
+        if job_id is None:
+            record.ratchet_job = ""
+        elif attempt is None:
+            record.ratchet_job = f" [job={job_id}]"
+        else:
+            record.ratchet_job = f" [job={job_id} attempt={attempt}]"
         return record
 
     logging.setLogRecordFactory(factory)
     _factory_installed = True
+
+
+def log_about(
+    logger: logging.Logger,
+    level: int,
+    job: tuple[object, int | None, str | None],
+    msg: str,
+    *args: object,
+    exc_info: bool = False,
+) -> None:
+    """Log ``msg % args`` at ``level`` about ``job`` (``(job_id, attempt, node_id)``): the record
+    carries those fields as if it were made inside :func:`about_job`."""
+    if logger.isEnabledFor(level):
+        with about_job(*job):
+            logger.log(level, msg, *args, exc_info=exc_info, stacklevel=2)

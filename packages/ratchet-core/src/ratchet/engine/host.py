@@ -39,6 +39,7 @@ if TYPE_CHECKING:
         ExecutorProvider,
         ResilienceStrategy,
         Store,
+        Tracer,
         TransactionalStore,
     )
     from ratchet.serialization import EnumPolicy
@@ -59,6 +60,7 @@ class AppHost(Protocol):
     retry_policy: RetryPolicy | None
     resolver: FlowResolver
     node_name: str
+    tracer: Tracer | None
 
     def now(self) -> datetime: ...
 

@@ -51,6 +51,7 @@ from ratchet.domain.watcher import (
     WatcherReport,
     heartbeat_delay,
 )
+from ratchet.engine.context import log_about
 from ratchet.events import EventKind, JobEvent
 from ratchet.ports import WatcherStore
 from ratchet.targets import TargetRef
@@ -509,7 +510,10 @@ class Liveness:
             self._reserved.extendleft(reversed(untried))
             for job in taken:
                 self.stats.taken_over += 1
-                log.warning(
+                log_about(
+                    log,
+                    logging.WARNING,
+                    (job.job_id, job.attempt, node),
                     "job %s taken over (epoch %d, takeover %d)",
                     job.job_id,
                     job.epoch,
@@ -578,7 +582,10 @@ class Liveness:
         self.stats.fenced_progress += 1
         worker.stats.fenced_out += 1
         worker.stats.by_job[job.job_id] = "FENCED_OUT"
-        log.error(
+        log_about(
+            log,
+            logging.ERROR,
+            (job.job_id, job.attempt, channel.node_id),
             "fatal: FencedOut: job %s epoch %d: node %s no longer owns it (taken over, canceled "
             "or ended); this run is stopped and its outcome discarded",
             job.job_id,
@@ -591,7 +598,14 @@ class Liveness:
 
     def revived(self, job: ClaimedJob) -> None:
         self.stats.revived += 1
-        log.warning("job %s epoch %d: progress revived it from TIMED_OUT", job.job_id, job.epoch)
+        log_about(
+            log,
+            logging.WARNING,
+            (job.job_id, job.attempt, self.node_id),
+            "job %s epoch %d: progress revived it from TIMED_OUT",
+            job.job_id,
+            job.epoch,
+        )
         self.worker.app.emit(
             JobEvent(
                 EventKind.REVIVED,
@@ -621,7 +635,13 @@ class Liveness:
         ):
             self.worker.completer.timeouts.pop(key, None)
             self.stats.drain_stops += 1
-            log.info("job %s stopped for the drain; it is handed back", job.job_id)
+            log_about(
+                log,
+                logging.INFO,
+                (job.job_id, job.attempt, self.worker.node_id),
+                "job %s stopped for the drain; it is handed back",
+                job.job_id,
+            )
             return None
         return outcome
 

@@ -48,9 +48,10 @@ from ratchet.domain.recurring import (
     fire_idempotency_key,
 )
 from ratchet.engine.builder import UnsubmittedJobWarning, validate_business_key
+from ratchet.engine.tracing import submission
 from ratchet.events import EventKind, JobEvent
 from ratchet.ids import uuid7
-from ratchet.ports import RecurringStore, WakeupHint
+from ratchet.ports import RecurringStore, SpanValue, WakeupHint
 from ratchet.serialization import NO_ARGUMENTS, EnumPolicy, encode_payload
 from ratchet.targets import TargetRef, check_arguments, resolve_attribute
 
@@ -58,7 +59,7 @@ if TYPE_CHECKING:
     from ratchet.config import RatchetConfig
     from ratchet.engine.host import WorkerHost
     from ratchet.plugins import Plugins
-    from ratchet.ports import ClassPolicy, Clock, ClusterCoordinator, Store
+    from ratchet.ports import ClassPolicy, Clock, ClusterCoordinator, Store, Tracer
 
 log = logging.getLogger("ratchet.recurring")
 
@@ -393,9 +394,13 @@ def _decorated_ref(fn: Callable[..., Any]) -> TargetRef:
 # --------------------------------------------------------------------------- materializer
 def make_planner(
     new_id: Callable[[], uuid.UUID] = uuid7,
+    trace: Callable[[RecurringRecord, datetime], str | None] | None = None,
 ) -> Callable[[RecurringRecord, datetime], FirePlan]:
     """Turns a due master into its occurrences under its misfire policy (runs inside the
-    materializer's transaction: pure computation only)."""
+    materializer's transaction: pure computation only).
+
+    :param trace: the trace context of one occurrence (master, fire time); None: untraced.
+    """
 
     def plan(master: RecurringRecord, now: datetime) -> FirePlan:
         if master.next_fire is None:  # pragma: no cover - the claim never returns one
@@ -424,6 +429,7 @@ def make_planner(
                     FIRE_TIME_PARAM: fire.isoformat(),
                 },
                 recurring_master_id=master.recurring_id,
+                trace_context=None if trace is None else trace(master, fire),
             )
             for fire in fires
         ]
@@ -543,6 +549,7 @@ class RecurringMixin:
         coordinator: ClusterCoordinator
         plugins: Plugins
         node_name: str
+        tracer: Tracer | None
 
         def emit(self, event: JobEvent) -> None: ...
 
@@ -740,7 +747,7 @@ class RecurringMixin:
         store = self._recurring_store()
         node = node_id or self.node_name
         now = self.now()
-        plan = make_planner(self.new_id)
+        plan = make_planner(self.new_id, None if self.tracer is None else self._fire_trace)
         created: list[MaterializedFire] = []
         for _ in range(MAX_ROUNDS):
             claimed, fires = store.materialize_recurring(
@@ -752,6 +759,17 @@ class RecurringMixin:
         if created:
             self._after_materialize(created, node, now)
         return created
+
+    def _fire_trace(self, master: RecurringRecord, fire: datetime) -> str | None:
+        """The trace of one occurrence: a span of its own, started and ended as it is made, so
+        each occurrence is a trace of its own."""
+        attributes: dict[str, SpanValue] = {
+            "ratchet.job.target": master.target,
+            "ratchet.recurring.id": str(master.recurring_id),
+            "ratchet.recurring.fire_time": fire.isoformat(),
+        }
+        with submission(self.tracer, "recurring", attributes) as span:
+            return span.trace_context
 
     def _after_materialize(
         self, created: Sequence[MaterializedFire], node: str, now: datetime

@@ -11,6 +11,7 @@ from ratchet.domain.errors import JobTimeoutError
 from ratchet.domain.model import ClaimedJob
 from ratchet.domain.timeouts import AttemptPlan
 from ratchet.engine.context import AttemptCancellation
+from ratchet.ports import AttemptSpan
 
 
 class Attempt:
@@ -41,6 +42,10 @@ class Attempt:
         """A step of it waits in the watchdog's heap."""
         self.forgotten = False
         """It ended; its heap entry (if any) is stale."""
+        self.node_id: str | None = None
+        """The node running it (for the fields of log records about it)."""
+        self.span: AttemptSpan | None = None
+        """Its trace span, when the app traces."""
 
     # -- AttemptControl ------------------------------------------------------------------
     @property

@@ -133,7 +133,8 @@ class Watchdog:
                         self._stale -= 1
             if kind == _ZOMBIE_CHECK:
                 fired += 1
-                self._call(self.on_zombie_check, attempt)
+                with about_job(attempt.job.job_id, attempt.job.attempt, attempt.node_id):
+                    self._call(self.on_zombie_check, attempt)
                 continue
             if attempt.finished:
                 continue
@@ -146,7 +147,7 @@ class Watchdog:
                 self._push(attempt.plan.steps[index][0], order[index], attempt)
 
     def _fire(self, step: WatchdogStep, attempt: Attempt, now: datetime) -> None:
-        with about_job(attempt.job.job_id):
+        with about_job(attempt.job.job_id, attempt.job.attempt, attempt.node_id):
             self._fire_step(step, attempt, now)
 
     def _fire_step(self, step: WatchdogStep, attempt: Attempt, now: datetime) -> None:

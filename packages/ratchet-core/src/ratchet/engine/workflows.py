@@ -40,6 +40,7 @@ from ratchet.domain.workflow import (
     WorkflowCondition,
     validate_signal_key,
 )
+from ratchet.engine.tracing import submission
 from ratchet.events import EventKind, JobEvent
 from ratchet.ports import InsertResult, Store, WakeupHint, WorkflowStore
 from ratchet.serialization import (
@@ -244,7 +245,7 @@ class FlowHead(Protocol):
     @property
     def wants_wakeup(self) -> bool: ...
 
-    def _new_job(self, now: datetime) -> NewJob: ...
+    def _new_job(self, now: datetime, trace_context: str | None = None) -> NewJob: ...
 
 
 def submit_flow(app: AppHost, builder: FlowHead, parts: FlowParts, connection: Any) -> InsertResult:
@@ -255,15 +256,20 @@ def submit_flow(app: AppHost, builder: FlowHead, parts: FlowParts, connection: A
     if any(b.condition.type.is_batch for b in parts.branches):
         raise InvalidJobOptions("batch conditions apply to batches (enqueue_batch) only")
     now = app.now()
-    head = builder._new_job(now)
-    jobs, specs = build_flow(app, head, parts, now)
-    try:
-        result = store.insert_flow(jobs, now=now, branches=specs, connection=connection)
-    except DuplicateIdempotencyKeyError:
-        if connection is not None:
-            raise
-        # As for a plain submit: a racing submitter won; a fresh transaction returns its job.
-        result = store.insert_flow(jobs, now=now, branches=specs)
+    with submission(app.tracer, "workflow", {}) as span:
+        # Every job of the flow (steps, branches) inherits the head's trace context.
+        head = builder._new_job(now, span.trace_context)
+        jobs, specs = build_flow(app, head, parts, now)
+        span.note("ratchet.job.target", head.target)
+        span.note("ratchet.job.id", str(head.job_id))
+        span.note("ratchet.job.count", len(jobs))
+        try:
+            result = store.insert_flow(jobs, now=now, branches=specs, connection=connection)
+        except DuplicateIdempotencyKeyError:
+            if connection is not None:
+                raise
+            # As for a plain submit: a racing submitter won; a fresh transaction returns its job.
+            result = store.insert_flow(jobs, now=now, branches=specs)
     if not result.inserted:
         return result
 

@@ -235,6 +235,7 @@ JOB_COLUMNS = (
     "job_id", "target", "payload", "priority", "max_retries", "backoff_policy", "backoff_ms",
     "timeout_ms", "params", "tags", "idempotency_key", "business_key", "executor",
     "created_at", "attempts", "resource_name", "recurring_master_id", "stall_timeout_ms",
+    "trace_context",
 )  # fmt: skip
 QUEUE_COLUMNS = ("job_id", "status", "priority", "scheduled_time", "attempts", "epoch",
                  "business_key")  # fmt: skip
@@ -284,6 +285,7 @@ def submit_rows(
                 j.resource_name,
                 None if j.recurring_master_id is None else db_uuid(j.recurring_master_id),
                 None if j.stall_timeout is None else _ms(j.stall_timeout),
+                j.trace_context,
             )
         )
         scheduled = created if j.scheduled_time == j.created_at else to_micros(j.scheduled_time)

@@ -69,6 +69,7 @@ job = Table(
     Column("checkpoint_data", Text, nullable=True),
     Column("checkpoint_epoch", Integer, nullable=True),
     Column("checkpoint_at", UTCMicros(), nullable=True),
+    Column("trace_context", String(1024), nullable=True),  # migration 0010 (tracing)
     Index("idx_job_terminal", "terminal_status", "terminated_at"),
     Index("idx_job_recurring_master", "recurring_master_id"),
     Index("idx_job_batch", "batch_id"),

@@ -379,6 +379,7 @@ class SqlStore(
             "resource_name": j.resource_name,
             "recurring_master_id": j.recurring_master_id,
             "stall_timeout_ms": _ms(j.stall_timeout),
+            "trace_context": j.trace_context,
             "created_at": j.created_at,
             "attempts": 0,
         }

@@ -1,0 +1,187 @@
+"""OpenTelemetry traces: a :class:`~ratchet.ports.Tracer` over the official ``opentelemetry-api``.
+
+A built-in plugin: it answers ``ratchet_tracer`` when the app's ``tracing`` setting is ``"otel"``
+(``Ratchet(..., tracing="otel")`` or ``ratchet worker --otel``), and imports OpenTelemetry only
+then, so the core runs without it. Install it with ``pip install 'ratchet-core[otel]'``; the
+application configures the SDK and its exporter (OTLP, say), as for any instrumented library.
+
+Each submission gets a PRODUCER span (``ratchet enqueue``, ``ratchet schedule``, ``ratchet
+submit_many``, ``ratchet workflow``, ``ratchet batch``, ``ratchet replace``, ``ratchet
+recurring``), a child of the caller's current span. Its W3C trace context (``traceparent`` and
+``tracestate``) is stored with every job it submits. Each attempt gets a CONSUMER span
+``ratchet run <target>`` whose parent is that stored context, so the trace runs from the code
+that enqueued the job to every attempt, whichever process or host runs it.
+"""
+
+from __future__ import annotations
+
+import json
+import threading
+from collections.abc import Iterator, Mapping
+from contextlib import AbstractContextManager, contextmanager
+from typing import TYPE_CHECKING, Any
+
+from ratchet import hookimpl
+from ratchet.domain.errors import ConfigurationError
+from ratchet.domain.model import MAX_TRACE_CONTEXT, ClaimedJob
+from ratchet.ports import AttemptSpan, SpanValue, SubmitSpan
+
+if TYPE_CHECKING:
+    from opentelemetry.trace import Span, TracerProvider
+
+    from ratchet.config import RatchetConfig
+
+#: The ``tracing`` setting this plugin answers to.
+NAME = "otel"
+#: The instrumentation scope of every span.
+SCOPE = "ratchet"
+_DESCRIPTION_CHARS = 300
+
+
+@hookimpl
+def ratchet_tracer(config: RatchetConfig) -> OpenTelemetryTracer | None:
+    """The OpenTelemetry tracer when ``config.tracing == "otel"``, else None."""
+    return OpenTelemetryTracer() if config.tracing == NAME else None
+
+
+def encode_carrier(carrier: Mapping[str, str]) -> str | None:
+    """The stored form of W3C trace headers (a compact JSON object), or None when there are
+    none; a ``tracestate`` that would not fit is left out (the ``traceparent`` always fits)."""
+    if "traceparent" not in carrier:
+        return None
+    text = json.dumps(dict(carrier), separators=(",", ":"), sort_keys=True)
+    if len(text) > MAX_TRACE_CONTEXT:
+        text = json.dumps({"traceparent": carrier["traceparent"]}, separators=(",", ":"))
+    return text
+
+
+def decode_carrier(text: str | None) -> dict[str, str]:
+    """The W3C trace headers of a stored trace context (empty when it is absent or unreadable:
+    the attempt then starts a trace of its own)."""
+    if not text:
+        return {}
+    try:
+        value = json.loads(text)
+    except ValueError:
+        return {}
+    if not isinstance(value, dict):
+        return {}
+    return {k: v for k, v in value.items() if isinstance(k, str) and isinstance(v, str)}
+
+
+class OpenTelemetryTracer:
+    """Ratchet's spans through the OpenTelemetry API (the global tracer provider by default).
+
+    :param tracer_provider: where spans go (default: the global one, which the application
+        sets up; until it does, spans are no-ops and jobs store no trace context).
+    :raises ConfigurationError: ``opentelemetry-api`` is not installed.
+    """
+
+    def __init__(self, tracer_provider: TracerProvider | None = None) -> None:
+        try:
+            from opentelemetry import trace
+            from opentelemetry.trace.propagation.tracecontext import (
+                TraceContextTextMapPropagator,
+            )
+        except ImportError as exc:
+            raise ConfigurationError(
+                "tracing='otel' needs the OpenTelemetry API: pip install 'ratchet-core[otel]' "
+                "(and the opentelemetry-sdk with an exporter to send the spans somewhere)"
+            ) from exc
+        from ratchet import __version__
+
+        self._trace = trace
+        self._tracer = trace.get_tracer(SCOPE, __version__, tracer_provider=tracer_provider)
+        self._propagator = TraceContextTextMapPropagator()
+
+    def submission(
+        self, operation: str, attributes: dict[str, SpanValue]
+    ) -> AbstractContextManager[SubmitSpan]:
+        """A PRODUCER span ``ratchet <operation>`` around a submission (child of the current
+        span); an exception leaving the block is recorded on it and sets its status."""
+        return self._submission(operation, attributes)
+
+    @contextmanager
+    def _submission(self, operation: str, attributes: dict[str, SpanValue]) -> Iterator[SubmitSpan]:
+        kind = self._trace.SpanKind.PRODUCER
+        attrs = {"ratchet.operation": operation, **attributes}
+        with self._tracer.start_as_current_span(
+            f"ratchet {operation}", kind=kind, attributes=attrs
+        ) as span:
+            carrier: dict[str, str] = {}
+            self._propagator.inject(carrier)  # the current context: this span's
+            yield _Submission(span, encode_carrier(carrier))
+
+    def attempt(self, job: ClaimedJob, node_id: str) -> AttemptSpan:
+        """A CONSUMER span ``ratchet run <target>`` for one attempt, parented on the context the
+        job stored at submission (a new trace without one)."""
+        from opentelemetry.context import Context
+
+        parent = self._propagator.extract(decode_carrier(job.trace_context), context=Context())
+        attributes: dict[str, Any] = {
+            "ratchet.job.id": str(job.job_id),
+            "ratchet.job.target": job.target,
+            "ratchet.job.attempt": job.attempt,
+            "ratchet.job.epoch": job.epoch,
+            "ratchet.job.priority": job.priority.name,
+            "ratchet.node.id": node_id,
+        }
+        if job.takeovers:
+            attributes["ratchet.job.takeovers"] = job.takeovers
+        span = self._tracer.start_span(
+            f"ratchet run {job.target}",
+            context=parent,
+            kind=self._trace.SpanKind.CONSUMER,
+            attributes=attributes,
+        )
+        return _Attempt(self._trace, span)
+
+
+class _Submission:
+    """:class:`~ratchet.ports.SubmitSpan` over an OpenTelemetry span."""
+
+    __slots__ = ("_span", "trace_context")
+
+    def __init__(self, span: Span, trace_context: str | None) -> None:
+        self._span = span
+        self.trace_context = trace_context
+
+    def set_attribute(self, key: str, value: SpanValue) -> None:
+        self._span.set_attribute(key, value)
+
+
+class _Attempt:
+    """:class:`~ratchet.ports.AttemptSpan` over an OpenTelemetry span; ends once."""
+
+    __slots__ = ("_ended", "_lock", "_span", "_trace")
+
+    def __init__(self, trace: Any, span: Span) -> None:
+        self._trace = trace
+        self._span = span
+        self._lock = threading.Lock()
+        self._ended = False
+
+    def activate(self) -> AbstractContextManager[None]:
+        return self._activate()
+
+    @contextmanager
+    def _activate(self) -> Iterator[None]:
+        with self._trace.use_span(
+            self._span, end_on_exit=False, record_exception=False, set_status_on_exception=False
+        ):
+            yield
+
+    def failed(self, exc: BaseException, *, timed_out: bool) -> None:
+        self._span.record_exception(exc, attributes={"ratchet.job.timed_out": timed_out})
+        description = f"{type(exc).__name__}: {exc}"[:_DESCRIPTION_CHARS]
+        self._span.set_status(self._trace.Status(self._trace.StatusCode.ERROR, description))
+
+    def end(self, outcome: str) -> None:
+        with self._lock:
+            if self._ended:
+                return
+            self._ended = True
+        self._span.set_attribute("ratchet.job.outcome", outcome)
+        if outcome == "SUCCEEDED":
+            self._span.set_status(self._trace.Status(self._trace.StatusCode.OK))
+        self._span.end()
