@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import importlib
 import json
-import logging
 import os
 import sys
 import uuid
@@ -226,24 +225,35 @@ def main() -> None:
     "--max-takeovers", type=click.IntRange(min=0), help="Takeovers before retry or failure."
 )
 @click.option("--prefetch", type=click.IntRange(min=0), help="Jobs reserved beyond free slots.")
+@click.option(
+    "--log-format",
+    type=click.Choice(["text", "json"]),
+    default="text",
+    show_default=True,
+    help="json: one JSON object per record, with job_id, attempt and node_id keys.",
+)
+@click.option(
+    "--otel",
+    is_flag=True,
+    help="Trace attempts with OpenTelemetry (needs ratchet-core[otel]; the app sets up the SDK).",
+)
 def worker(
-    app_spec: str, concurrency: int, batch_size: int, log_level: str, **delays: float | None
+    app_spec: str,
+    concurrency: int,
+    batch_size: int,
+    log_level: str,
+    log_format: str,
+    otel: bool,
+    **delays: float | None,
 ) -> None:
     """Run a worker for MODULE:APP until SIGTERM or SIGINT, then drain."""
     from ratchet.config import WorkerConfig
+    from ratchet.logformat import configure_worker_logging
 
-    handler = logging.StreamHandler()
-    handler.setFormatter(
-        logging.Formatter(
-            "%(asctime)s %(levelname)s %(name)s%(ratchet_job)s %(message)s",
-            defaults={"ratchet_job": ""},  # records made without Ratchet's record factory
-        )
-    )
-    logging.basicConfig(level=log_level.upper(), handlers=[handler])
-    from ratchet.engine.context import install_log_record_factory
-
-    install_log_record_factory()
+    configure_worker_logging(log_level, log_format, trace_ids=otel)
     app = load_app(app_spec)
+    if otel and app.tracer is None:
+        app.enable_tracing("otel")
     soft_percent = delays.pop("soft_timeout_percent", None)
     counts = {k: delays.pop(k, None) for k in ("max_takeovers", "prefetch")}
     names = {
