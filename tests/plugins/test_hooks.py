@@ -5,6 +5,8 @@ from __future__ import annotations
 import logging
 import re
 import sys
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
@@ -247,6 +249,103 @@ def test_hook_ratchet_job_event(sqlite_url: str, caplog: pytest.LogCaptureFixtur
     failures = [r.getMessage() for r in caplog.records if "observer plugin" in r.getMessage()]
     assert len(failures) == 2 * len(seen), "each broken observer is logged for each event"
     assert all(".Broken) failed on " in message for message in failures)
+    app.close()
+
+
+class RecordingTracer:
+    """A tracer that records what the engine asks of it (no tracing library)."""
+
+    def __init__(self, trace_context: Any = '{"traceparent":"submitted"}') -> None:
+        self.trace_context = trace_context
+        self.calls: list[tuple[Any, ...]] = []
+
+    @contextmanager
+    def submission(self, operation: str, attributes: dict[str, Any]) -> Iterator[Any]:
+        calls = self.calls
+        calls.append(("submission", operation, dict(attributes)))
+
+        class Span:
+            trace_context = self.trace_context
+
+            def set_attribute(self, key: str, value: Any) -> None:
+                calls.append(("submission attribute", key, value))
+
+        yield Span()
+
+    def attempt(self, job: Any, node_id: str) -> Any:
+        calls = self.calls
+        calls.append(("attempt", job.job_id, job.trace_context, node_id))
+
+        class Span:
+            @contextmanager
+            def activate(self) -> Iterator[None]:
+                calls.append(("activated", job.job_id))
+                yield
+                calls.append(("deactivated", job.job_id))
+
+            def failed(self, exc: BaseException, *, timed_out: bool) -> None:
+                calls.append(("failed", job.job_id, str(exc), timed_out))
+
+            def end(self, outcome: str) -> None:
+                calls.append(("end", job.job_id, outcome))
+
+        return Span()
+
+
+def test_hook_ratchet_job_tracer(sqlite_url: str) -> None:
+    tracer = RecordingTracer()
+    asked: list[str | None] = []
+
+    class Plugin:
+        @hookimpl
+        def ratchet_job_tracer(self, config: RatchetConfig) -> Any:
+            asked.append(config.tracing)
+            return tracer if config.tracing == "recording" else None
+
+    plugins = make(Plugin())
+    untraced = Ratchet(sqlite_url, allowed_modules=["sample_jobs"], plugins=plugins)
+    assert untraced.tracer is None and asked == [], "tracing off: the hook is not even asked"
+    app = Ratchet(sqlite_url, allowed_modules=["sample_jobs"], plugins=plugins, tracing="recording")
+    assert app.tracer is tracer
+    ok = app.enqueue(sample_jobs.record, 1).submit()
+    bad = app.enqueue(sample_jobs.fail_always, "boom").submit()
+    worker = app.worker()
+    worker.record([worker.execute(job) for job in worker.poll_once()])
+    node = worker.node_id
+    assert (
+        "submission",
+        "enqueue",
+        {"ratchet.job.count": 1, "ratchet.job.target": "sample_jobs:record"},
+    ) in tracer.calls
+    assert ("submission attribute", "ratchet.job.id", str(ok.id)) in tracer.calls
+    for handle in (ok, bad):  # the attempt sees the context its submission stored
+        assert ("attempt", handle.id, '{"traceparent":"submitted"}', node) in tracer.calls
+    mine = [c for c in tracer.calls if c[0] != "submission attribute" and c[1:2] == (bad.id,)]
+    assert [c[0] for c in mine] == ["attempt", "activated", "failed", "deactivated", "end"]
+    assert ("failed", bad.id, "boom", False) in tracer.calls
+    assert ("end", ok.id, "SUCCEEDED") in tracer.calls and ("end", bad.id, "DEAD") in tracer.calls
+    assert not any(c[0] == "failed" and c[1] == ok.id for c in tracer.calls)
+    app.close()
+    untraced.close()
+    with pytest.raises(ConfigurationError, match="tracing='nowhere', but no plugin supplies"):
+        Ratchet(sqlite_url, allowed_modules=["sample_jobs"], plugins=plugins, tracing="nowhere")
+
+
+@pytest.mark.parametrize("bad", ["x" * 1025, "nul\x00", 42])
+def test_a_trace_context_no_store_can_hold_is_refused_before_anything_is_stored(
+    sqlite_url: str, bad: Any
+) -> None:
+    tracer = RecordingTracer(trace_context=bad)
+
+    class Plugin:
+        @hookimpl
+        def ratchet_job_tracer(self, config: RatchetConfig) -> Any:
+            return tracer
+
+    app = Ratchet(sqlite_url, allowed_modules=["sample_jobs"], plugins=make(Plugin()), tracing="x")
+    with pytest.raises(ConfigurationError, match="gave a trace context a job cannot store"):
+        app.enqueue(sample_jobs.record, 1).submit()
+    assert app.list_jobs() == []
     app.close()
 
 

@@ -99,7 +99,7 @@ def ratchet_resilience_strategy(config: RatchetConfig) -> ResilienceStrategy | N
 
 
 @hookspec(firstresult=True)
-def ratchet_tracer(config: RatchetConfig) -> Tracer | None:
+def ratchet_job_tracer(config: RatchetConfig) -> Tracer | None:
     """Return the tracer that makes spans for submissions and attempts.
 
     Stops at first non-None result.

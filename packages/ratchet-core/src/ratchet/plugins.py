@@ -242,11 +242,11 @@ class Plugins:
         """
         if config.tracing is None:
             return None
-        tracer: Tracer | None = self.pm.hook.ratchet_tracer(config=config)
+        tracer: Tracer | None = self.pm.hook.ratchet_job_tracer(config=config)
         if tracer is None:
             raise ConfigurationError(
                 f"tracing={config.tracing!r}, but no plugin supplies that tracer "
-                "(ratchet_tracer); use tracing='otel' for OpenTelemetry, or None"
+                "(ratchet_job_tracer); use tracing='otel' for OpenTelemetry, or None"
             )
         return tracer
 

@@ -935,7 +935,7 @@ class AttemptSpan(Protocol):
 
 
 class Tracer(Protocol):
-    """Traces submissions and attempts (supplied by ``ratchet_tracer``; see docs/observability.md).
+    """Traces submissions and attempts (supplied by ``ratchet_job_tracer``; see docs/observability.md).
 
     The engine calls it only when an app has one, so an app without tracing pays nothing.
     """

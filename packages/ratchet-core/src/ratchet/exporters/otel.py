@@ -1,6 +1,6 @@
 """OpenTelemetry traces: a :class:`~ratchet.ports.Tracer` over the official ``opentelemetry-api``.
 
-A built-in plugin: it answers ``ratchet_tracer`` when the app's ``tracing`` setting is ``"otel"``
+A built-in plugin: it answers ``ratchet_job_tracer`` when the app's ``tracing`` setting is ``"otel"``
 (``Ratchet(..., tracing="otel")`` or ``ratchet worker --otel``), and imports OpenTelemetry only
 then, so the core runs without it. Install it with ``pip install 'ratchet-core[otel]'``; the
 application configures the SDK and its exporter (OTLP, say), as for any instrumented library.
@@ -39,7 +39,7 @@ _DESCRIPTION_CHARS = 300
 
 
 @hookimpl
-def ratchet_tracer(config: RatchetConfig) -> OpenTelemetryTracer | None:
+def ratchet_job_tracer(config: RatchetConfig) -> OpenTelemetryTracer | None:
     """The OpenTelemetry tracer when ``config.tracing == "otel"``, else None."""
     return OpenTelemetryTracer() if config.tracing == NAME else None
 
