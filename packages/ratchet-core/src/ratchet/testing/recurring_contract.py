@@ -36,7 +36,7 @@ from ratchet.engine.recurring import make_planner, next_fire_after
 from ratchet.ids import uuid7
 from ratchet.ports import RecurringStore
 from ratchet.testing.clock import FakeClock
-from ratchet.testing.store_contract import BOOST, NODE, OTHER, new_job
+from ratchet.testing.store_contract import BOOST, NODE, OTHER, new_job, trace_context
 
 EVERY_SECOND = "* * * * * ?"
 EVERY_MINUTE = "0 * * * * ?"
@@ -241,6 +241,20 @@ class RecurringStoreContract:
         [claimed] = store.claim(OTHER, 10, now=clock.now(), boost_interval=BOOST)
         assert claimed.job_id == fire.job_id
         assert [j.job_id for j in recurring.recurring_fires(m.recurring_id)] == [fire.job_id]
+
+    def test_each_occurrence_stores_the_trace_context_its_plan_gave_it(
+        self, store: Any, recurring: RecurringStore, clock: FakeClock
+    ) -> None:
+        m = master(clock, misfire=RecurringMisfirePolicy.catch_up(3))
+        recurring.create_recurring(m, now=clock.now())
+        clock.advance(2)
+        traced = make_planner(trace=lambda rec, fire: trace_context(fire.isoformat()))
+        _, fires = recurring.materialize_recurring(NODE, now=clock.now(), limit=5, plan=traced)
+        assert len(fires) == 2
+        claimed = store.claim(OTHER, 10, now=clock.now(), boost_interval=BOOST)
+        assert {c.job_id: c.trace_context for c in claimed} == {
+            f.job_id: trace_context(f.fire_time.isoformat()) for f in fires
+        }
 
     def test_an_occurrence_already_stored_is_never_stored_again(
         self, store: Any, recurring: RecurringStore, clock: FakeClock

@@ -26,11 +26,18 @@ from ratchet.domain.errors import (
     InvalidJobOptions,
 )
 from ratchet.domain.lifecycle import JobPriority, JobStatus
-from ratchet.domain.model import ClaimedJob, JobFilter, NewJob, Outcome, OutcomeKind
+from ratchet.domain.model import (
+    MAX_TRACE_CONTEXT,
+    ClaimedJob,
+    JobFilter,
+    NewJob,
+    Outcome,
+    OutcomeKind,
+)
 from ratchet.domain.options import BackoffPolicy
 from ratchet.domain.watcher import NodeInfo, WatcherSettings
 from ratchet.ids import uuid7
-from ratchet.ports import TransactionalStore, WatcherStore, WorkflowStore
+from ratchet.ports import StreamingInsertStore, TransactionalStore, WatcherStore, WorkflowStore
 from ratchet.testing.clock import FakeClock
 
 NODE = "node-a"
@@ -58,6 +65,16 @@ def new_job(clock: FakeClock, **overrides: Any) -> NewJob:
     }
     fields.update(overrides)
     return NewJob(**fields)
+
+
+def trace_context(name: str, size: int = 0) -> str:
+    """A stored trace context (W3C headers as JSON) unique to ``name``; ``size`` pads its
+    ``tracestate`` so that the whole is exactly that many characters long."""
+    digest = uuid.uuid5(uuid.NAMESPACE_URL, name).hex
+    text = f'{{"traceparent":"00-{digest}-{digest[:16]}-01","tracestate":"r="}}'
+    if size:
+        text = text[:-2] + "x" * (size - len(text)) + '"}'
+    return text
 
 
 def outcome(job: ClaimedJob, kind: OutcomeKind, clock: FakeClock, **overrides: Any) -> Outcome:
@@ -300,6 +317,40 @@ class StoreContract:
         assert rec.created_at == job.created_at
         assert rec.executor == "threads"
         assert (rec.resource_name, rec.stall_timeout) == ("payment-api", timedelta(seconds=45))
+
+    def test_every_insert_path_stores_the_trace_context_the_claim_returns(
+        self, store: Any, clock: FakeClock
+    ) -> None:
+        longest = trace_context("longest", MAX_TRACE_CONTEXT)
+        assert len(longest) == MAX_TRACE_CONTEXT
+        single = new_job(clock, trace_context=trace_context("single"))
+        store.insert_jobs([single], now=clock.now())
+        batch = [
+            new_job(clock, trace_context=trace_context("many")),
+            new_job(clock, trace_context=longest),
+            new_job(clock),  # submitted without tracing
+        ]
+        store.insert_jobs(batch, now=clock.now())
+        streamed: list[NewJob] = []
+        streaming = store.capability(StreamingInsertStore)
+        if streaming is not None:
+            streamed = [new_job(clock, trace_context=trace_context(f"chunk {i}")) for i in range(3)]
+            streaming.insert_job_chunks(iter([streamed[:2], streamed[2:]]), now=clock.now())
+        old = new_job(clock, scheduled_time=clock.now() + timedelta(hours=1))
+        store.insert_jobs([old], now=clock.now())
+        replacement = new_job(clock, trace_context=trace_context("replacement"))
+        assert store.replace_job(old.job_id, replacement, now=clock.now()).value
+        expected = {j.job_id: j.trace_context for j in [single, *batch, *streamed, replacement]}
+        claimed = self.claim(store, clock, limit=100)
+        assert {c.job_id: c.trace_context for c in claimed} == expected
+        # A dead-lettered job replayed by an operator runs again in the trace that submitted it.
+        done = store.record_outcomes(
+            NODE, [outcome(c, OutcomeKind.DEAD, clock, error="x") for c in claimed], now=clock.now()
+        )
+        assert done.fenced == ()
+        assert store.retry_job(single.job_id, now=clock.now())
+        [again] = self.claim(store, clock)
+        assert (again.job_id, again.trace_context) == (single.job_id, single.trace_context)
 
     def test_get_unknown_job_is_none(self, store: Any) -> None:
         assert store.get_job(uuid7()) is None

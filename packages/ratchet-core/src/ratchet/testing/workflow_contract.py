@@ -38,7 +38,7 @@ from ratchet.domain.workflow import (
 )
 from ratchet.ports import WatcherStore, WorkflowStore
 from ratchet.testing.clock import FakeClock
-from ratchet.testing.store_contract import BOOST, new_job
+from ratchet.testing.store_contract import BOOST, new_job, trace_context
 from ratchet.testing.watcher_contract import SETTINGS, fail_or_retry
 
 NODE = "node-a"
@@ -318,6 +318,28 @@ class WorkflowStoreContract:
         assert self.status(store, parent.job_id) is JobStatus.SUCCEEDED
         with pytest.raises(ValueError, match="not open"):
             store.add_batch_children(parent.job_id, more[:1], now=clock.now())
+
+    def test_every_job_of_a_flow_is_claimed_with_its_trace_context(
+        self, store: Any, clock: FakeClock
+    ) -> None:
+        store = _flow_store(store)
+        context = trace_context("flow")
+        self.chain(store, clock, 2, trace_context=context)
+        [head] = self.claim(store, clock)
+        assert head.trace_context == context
+        self.finish(store, clock, [head])
+        [step] = self.claim(store, clock)
+        assert step.trace_context == context, "a released step keeps the context of its flow"
+        self.finish(store, clock, [step])
+        parent, _first, _ = self.batch(store, clock, 1, sealed=False)
+        self.finish(store, clock, self.claim(store, clock))
+        chunk = trace_context("chunk")
+        later = FlowJob(
+            new_job(clock, trace_context=chunk), JobType.BATCH_CHILD, batch_id=parent.job_id
+        )
+        store.add_batch_children(parent.job_id, [later], now=clock.now())
+        [child] = self.claim(store, clock)
+        assert (child.job_id, child.trace_context) == (later.job.job_id, chunk)
 
     def test_an_operator_retry_of_a_failed_child_is_not_counted_twice(
         self, store: Any, clock: FakeClock
