@@ -116,11 +116,16 @@ class Ratchet(LimitsApi, RecurringMixin):
             auto_migrate=auto_migrate,
         )
 
-    def enable_tracing(self, tracing: str = "otel") -> None:
-        """Trace this app's submissions and attempts from now on (``ratchet worker --otel``).
+    def enable_tracing(self, tracing: str | Tracer = "otel") -> None:
+        """Trace this app's submissions and attempts from now on (``ratchet worker --otel``):
+        with the tracer a plugin supplies for the name ``tracing``, or with ``tracing`` itself
+        (an ``OpenTelemetryTracer`` on a tracer provider of your own, say).
 
         :raises ConfigurationError: no plugin supplies the tracer ``tracing`` names.
         """
+        if not isinstance(tracing, str):
+            self.tracer = tracing
+            return
         self.config.tracing = tracing
         self.tracer = self.plugins.tracer(self.config)
 
