@@ -155,6 +155,18 @@ def test_stalled_job_is_taken_over_and_resumes_from_its_checkpoint(
     assert len(fatal_fenced_logs(caplog, handle.id)) == 1, "logged as fatal, once"
     history = [(x.epoch, x.node_id, x.outcome) for x in app.attempts(handle.id)]
     assert history == [(1, a.node_id, "ABANDONED"), (2, b.node_id, "SUCCEEDED")]
+    # The records about the job name it, its attempt and the node that logged them.
+    fields = {
+        r.getMessage().split(":")[0]: (r.ratchet_job_id, r.ratchet_attempt, r.ratchet_node_id)  # type: ignore[attr-defined]
+        for r in caplog.records
+        if str(handle.id) in r.getMessage()
+    }
+    assert fields[f"job {handle.id} taken over (epoch 2, takeover 1)"] == (
+        str(handle.id),
+        1,
+        b.node_id,
+    )
+    assert fields["fatal"] == (str(handle.id), 1, a.node_id), "the zombie's fenced progress"
 
 
 def test_node_found_dead_continues_as_a_new_incarnation(app: Ratchet, clock: FakeClock) -> None:

@@ -132,3 +132,11 @@ class Greeter:
     @classmethod
     def class_greet(cls, name: str) -> str:
         return f"{cls.__name__} {name}"
+
+
+def log_warning(text: str) -> str:
+    """Logs ``text`` at WARNING on the ``sample_jobs`` logger (from inside the job)."""
+    import logging
+
+    logging.getLogger("sample_jobs").warning("%s", text)
+    return text
