@@ -1,0 +1,183 @@
+"""The OpenTelemetry tracer in one process (the SDK's in-memory exporter): timeouts, recurring
+occurrences, the stored form of the trace context, and the core without OpenTelemetry."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+import textwrap
+from collections.abc import Iterator
+from datetime import timedelta
+from pathlib import Path
+
+import pytest
+import recurring_jobs
+import sample_jobs
+from hypothesis import given
+from hypothesis import strategies as st
+from opentelemetry.sdk.trace import ReadableSpan, TracerProvider
+from opentelemetry.sdk.trace.export import SimpleSpanProcessor
+from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
+from opentelemetry.trace import StatusCode
+from timeout_harness import running_worker, wait_for
+
+from ratchet import Ratchet
+from ratchet.domain.model import MAX_TRACE_CONTEXT
+from ratchet.exporters.otel import OpenTelemetryTracer, decode_carrier, encode_carrier
+from ratchet.testing import FakeClock
+
+
+@pytest.fixture
+def exporter() -> InMemorySpanExporter:
+    return InMemorySpanExporter()
+
+
+@pytest.fixture
+def tracer(exporter: InMemorySpanExporter) -> OpenTelemetryTracer:
+    provider = TracerProvider()
+    provider.add_span_processor(SimpleSpanProcessor(exporter))
+    return OpenTelemetryTracer(tracer_provider=provider)
+
+
+def spans(exporter: InMemorySpanExporter, prefix: str) -> list[ReadableSpan]:
+    return [s for s in exporter.get_finished_spans() if s.name.startswith(prefix)]
+
+
+@pytest.fixture
+def app(sqlite_url: str, tracer: OpenTelemetryTracer) -> Iterator[Ratchet]:
+    app = Ratchet(sqlite_url, allowed_modules=["sample_jobs", "timeout_jobs", "recurring_jobs"])
+    app.enable_tracing(tracer)
+    yield app
+    app.close()
+
+
+def test_a_timed_out_attempt_ends_its_span_at_the_deadline(
+    app: Ratchet, exporter: InMemorySpanExporter, tmp_path: Path
+) -> None:
+    import timeout_jobs as tj
+
+    with running_worker(app) as worker:
+        handle = (
+            app.enqueue(tj.sleep_in_c, str(tmp_path / "log"), 1.5)
+            .with_timeout(timedelta(milliseconds=300))
+            .submit()
+        )
+        wait_for(lambda: spans(exporter, "ratchet run"), 10, "the attempt's span to end")
+        ended_while_running = worker.stats.zombies_active + len(worker.slots.attempts())
+        wait_for(lambda: worker.stats.zombies_active == 0, 10, "the zombie call to return")
+    [span] = spans(exporter, "ratchet run")
+    assert ended_while_running >= 1, "the span ended at the deadline, not when the call returned"
+    assert span.attributes["ratchet.job.id"] == str(handle.id)
+    assert span.attributes["ratchet.job.outcome"] == "TIMED_OUT"
+    assert span.status.status_code is StatusCode.ERROR
+    [event] = span.events
+    assert str(event.attributes["exception.type"]).endswith("JobTimeoutError")
+    assert event.attributes["ratchet.job.timed_out"] is True
+
+
+def test_each_recurring_occurrence_is_a_trace_of_its_own(
+    sqlite_url: str, tracer: OpenTelemetryTracer, exporter: InMemorySpanExporter
+) -> None:
+    clock = FakeClock()
+    app = Ratchet(sqlite_url, allowed_modules=["recurring_jobs"], clock=clock, tracing=None)
+    try:
+        app.enable_tracing(tracer)
+        master = app.schedule_recurring("0 * * * * ?", "UTC", recurring_jobs.heartbeat).submit()
+        clock.advance(timedelta(minutes=2))
+        fires = app.materialize_recurring("node-1")
+        assert len(fires) >= 1
+        roots = spans(exporter, "ratchet recurring")
+        assert len(roots) == len(fires)
+        assert all(r.parent is None for r in roots), "no caller span: each a root"
+        assert len({r.context.trace_id for r in roots}) == len(roots)
+        assert {r.attributes["ratchet.recurring.id"] for r in roots} == {str(master.id)}
+        worker = app.worker()
+        worker.record([worker.execute(job) for job in worker.poll_once()])
+        attempts = spans(exporter, "ratchet run")
+        assert sorted(a.parent.span_id for a in attempts) == sorted(  # type: ignore[union-attr]
+            r.context.span_id for r in roots
+        )
+    finally:
+        app.close()
+
+
+def test_a_job_submitted_untraced_runs_in_a_trace_of_its_own(
+    app: Ratchet, tracer: OpenTelemetryTracer, exporter: InMemorySpanExporter
+) -> None:
+    app.tracer = None  # submitted without tracing: the job stores no context
+    handle = app.enqueue(sample_jobs.record, 1).submit()
+    app.enable_tracing(tracer)
+    worker = app.worker()
+    worker.record([worker.execute(job) for job in worker.poll_once()])
+    [span] = spans(exporter, "ratchet run")
+    assert span.parent is None and span.attributes["ratchet.job.id"] == str(handle.id)
+    assert span.attributes["ratchet.job.outcome"] == "SUCCEEDED"
+
+
+def test_an_unreadable_stored_context_reads_as_none() -> None:
+    assert decode_carrier(None) == {} and decode_carrier("not json") == {}
+    assert decode_carrier('["a"]') == {} and decode_carrier('{"traceparent": 7}') == {}
+
+
+header = st.text(st.characters(min_codepoint=32, max_codepoint=126), max_size=700)
+
+
+@given(
+    traceparent=st.text(st.sampled_from("0123456789abcdef-"), min_size=1, max_size=55),
+    tracestate=header,
+)
+def test_the_stored_context_always_fits_and_keeps_the_traceparent(
+    traceparent: str, tracestate: str
+) -> None:
+    carrier = {"traceparent": traceparent, "tracestate": tracestate}
+    text = encode_carrier(carrier)
+    assert text is not None and len(text) <= MAX_TRACE_CONTEXT
+    decoded = decode_carrier(text)
+    assert decoded["traceparent"] == traceparent
+    fits = len(json.dumps(carrier, separators=(",", ":"))) <= MAX_TRACE_CONTEXT
+    assert decoded == (carrier if fits else {"traceparent": traceparent})
+    assert encode_carrier({}) is None, "no traceparent: nothing to store"
+
+
+BLOCK_OTEL = textwrap.dedent(
+    """
+    import sys, tempfile
+
+    class NoOpenTelemetry:
+        def find_spec(self, name, path=None, target=None):
+            if name == "opentelemetry" or name.startswith("opentelemetry."):
+                raise ImportError(f"{name} is not installed here")
+            return None
+
+    sys.meta_path.insert(0, NoOpenTelemetry())
+    sys.path.insert(0, sys.argv[1])
+    import sample_jobs
+    from ratchet import ConfigurationError, Ratchet
+
+    url = f"sqlite:///{tempfile.mkdtemp()}/jobs.db"
+    app = Ratchet(url, allowed_modules=["sample_jobs"])
+    handle = app.enqueue(sample_jobs.record, 5).submit()
+    worker = app.worker()
+    worker.record([worker.execute(job) for job in worker.poll_once()])
+    assert handle.result() == 5
+    assert not [m for m in sys.modules if m.startswith("opentelemetry")]
+    try:
+        Ratchet(url, allowed_modules=["sample_jobs"], tracing="otel")
+    except ConfigurationError as exc:
+        print(exc)
+    app.close()
+    """
+)
+
+
+def test_the_core_runs_without_opentelemetry_and_says_what_to_install() -> None:
+    support = Path(sample_jobs.__file__).parent
+    done = subprocess.run(
+        [sys.executable, "-c", BLOCK_OTEL, str(support)],
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert done.returncode == 0, done.stderr
+    assert "pip install 'ratchet-core[otel]'" in done.stdout
