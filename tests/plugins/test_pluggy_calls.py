@@ -26,7 +26,12 @@ REGISTRY_HOOKS = {
     "ratchet_register_coordinators": "coordinators",
     "ratchet_register_executor_providers": "executor_providers",
 }
-PROVIDER_HOOKS = ("ratchet_class_policy", "ratchet_bean_resolver", "ratchet_resilience_strategy")
+PROVIDER_HOOKS = (
+    "ratchet_class_policy",
+    "ratchet_bean_resolver",
+    "ratchet_resilience_strategy",
+    "ratchet_job_tracer",
+)
 
 
 def hook_names() -> set[str]:

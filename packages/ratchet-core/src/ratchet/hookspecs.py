@@ -105,9 +105,9 @@ def ratchet_job_tracer(config: RatchetConfig) -> Tracer | None:
     Stops at first non-None result.
 
     :param config: the :class:`~ratchet.config.RatchetConfig` of the app.
-    :returns: a :class:`~ratchet.ports.Tracer`, or None (no tracing: the default, which costs
-        nothing). The built-in ``ratchet.exporters.otel`` answers when ``config.tracing`` is
-        ``"otel"``.
+    :returns: a :class:`~ratchet.ports.Tracer` when ``config.tracing`` names this plugin's, else
+        None (no tracing: the default, which costs nothing). The built-in
+        ``ratchet.exporters.otel`` answers when ``config.tracing`` is ``"otel"``.
 
     Called once when the app is created (and by ``Ratchet.enable_tracing``).
     """

@@ -15,6 +15,7 @@ from datetime import UTC, datetime
 from typing import Any
 
 from ratchet.domain.errors import ConfigurationError
+from ratchet.engine.context import install_log_record_factory
 
 #: The text format of ``ratchet worker``.
 TEXT_FORMAT = "%(asctime)s %(levelname)s %(name)s%(ratchet_job)s %(message)s"
@@ -28,11 +29,14 @@ class JsonFormatter(logging.Formatter):
     ``exception`` (the formatted traceback, when there is one) and, with ``trace_ids``, the
     ``trace_id`` and ``span_id`` of the OpenTelemetry span current where the record was made.
 
+    Making one installs the log record factory that gives records those fields.
+
     :param trace_ids: add the current span's ids (needs ``opentelemetry-api``).
     """
 
     def __init__(self, *, trace_ids: bool = False) -> None:
         super().__init__()
+        install_log_record_factory()
         self._current_span: Any = None
         if trace_ids:
             try:
@@ -87,8 +91,6 @@ def configure_worker_logging(
 ) -> None:
     """Send the process's log records to stderr in ``log_format`` at ``level``, each carrying
     the job it is about (what ``ratchet worker`` does before it loads the app)."""
-    from ratchet.engine.context import install_log_record_factory
-
     handler = logging.StreamHandler()
     handler.setFormatter(worker_formatter(log_format, trace_ids=trace_ids))
     logging.basicConfig(level=level.upper(), handlers=[handler])

@@ -236,14 +236,12 @@ class Plugins:
         return strategy
 
     def tracer(self, config: RatchetConfig) -> Tracer | None:
-        """The tracer ``config.tracing`` names (None: tracing is off).
+        """The winning tracer: the one ``config.tracing`` names (None: tracing is off).
 
         :raises ConfigurationError: tracing is asked for and no plugin supplies that tracer.
         """
-        if config.tracing is None:
-            return None
         tracer: Tracer | None = self.pm.hook.ratchet_job_tracer(config=config)
-        if tracer is None:
+        if tracer is None and config.tracing is not None:
             raise ConfigurationError(
                 f"tracing={config.tracing!r}, but no plugin supplies that tracer "
                 "(ratchet_job_tracer); use tracing='otel' for OpenTelemetry, or None"
