@@ -24,13 +24,12 @@ import sys
 import tempfile
 import time
 from collections.abc import Sequence
-from datetime import timedelta
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 import bench_jobs
-from bench_sqlite import BATCH_SIZE, CONCURRENCY
+from bench_sqlite import drain
 from opentelemetry.sdk.trace import ReadableSpan, TracerProvider
 from opentelemetry.sdk.trace.export import BatchSpanProcessor, SpanExporter, SpanExportResult
 
@@ -69,23 +68,12 @@ def process(variant: str, n: int) -> float:
         builders = [app.enqueue(bench_jobs.noop, i) for i in range(n)]
         for chunk in range(0, n, 5000):
             app.submit_many(builders[chunk : chunk + 5000])
-        worker = app.worker(
-            concurrency=CONCURRENCY,
-            batch_size=BATCH_SIZE,
-            min_delay=timedelta(milliseconds=20),
-            burst_delay=timedelta(milliseconds=5),
-        )
-        start = time.perf_counter()
-        worker.start()
-        ok = worker.wait_until(lambda: worker.stats.succeeded >= n, timeout=600)
-        elapsed = time.perf_counter() - start
-        worker.stop()
-        assert ok and app.store.count_by_status().get("SUCCEEDED") == n
+        rate = drain(app, n)
         if provider is not None:
             provider.shutdown()  # flushes: every attempt (and submission) made a span
             assert exporter.spans == n + n // 5000 + (1 if n % 5000 else 0), exporter.spans
         app.close()
-        return n / elapsed
+        return rate
 
 
 def enqueue(variant: str, n: int) -> float:
