@@ -44,7 +44,7 @@ class JsonFormatter(logging.Formatter):
             except ImportError as exc:
                 raise ConfigurationError(
                     "trace ids in log records need the OpenTelemetry API: "
-                    "pip install 'ratchet-core[otel]'"
+                    "pip install opentelemetry-api (the ratchet-core[otel] extra)"
                 ) from exc
             self._current_span = get_current_span
 

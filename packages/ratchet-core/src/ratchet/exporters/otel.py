@@ -2,7 +2,8 @@
 
 A built-in plugin: it answers ``ratchet_job_tracer`` when the app's ``tracing`` setting is ``"otel"``
 (``Ratchet(..., tracing="otel")`` or ``ratchet worker --otel``), and imports OpenTelemetry only
-then, so the core runs without it. Install it with ``pip install 'ratchet-core[otel]'``; the
+then, so the core runs without it. Install it with the ``otel`` extra of ``ratchet-core`` (or
+``pip install opentelemetry-api``); the
 application configures the SDK and its exporter (OTLP, say), as for any instrumented library.
 
 Each submission gets a PRODUCER span (``ratchet enqueue``, ``ratchet schedule``, ``ratchet
@@ -85,8 +86,9 @@ class OpenTelemetryTracer:
             )
         except ImportError as exc:
             raise ConfigurationError(
-                "tracing='otel' needs the OpenTelemetry API: pip install 'ratchet-core[otel]' "
-                "(and the opentelemetry-sdk with an exporter to send the spans somewhere)"
+                "tracing='otel' needs the OpenTelemetry API: pip install opentelemetry-api (the "
+                "ratchet-core[otel] extra), and the opentelemetry-sdk with an exporter to send "
+                "the spans somewhere"
             ) from exc
         from ratchet import __version__
 
