@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+import json
 from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import Any
@@ -28,6 +29,7 @@ class TracedRun:
     attempts: list[dict[str, Any]]
     jobs: dict[str, Any]
     app: Ratchet
+    log_lines: list[dict[str, Any]]
 
 
 def trace_hex(span: ReadableSpan) -> str:
@@ -61,11 +63,17 @@ def run(tmp_path_factory: pytest.TempPathFactory) -> Iterator[TracedRun]:
     spans_file = tmp / "spans.jsonl"
     log = tmp / "worker.log"
     worker = procs.start_worker(
-        url, "--otel", app="otel_app:app", log=log, RATCHET_TEST_SPANS=str(spans_file)
+        url,
+        "--otel",
+        "--log-format",
+        "json",
+        app="otel_app:app",
+        log=log,
+        RATCHET_TEST_SPANS=str(spans_file),
     )
     try:
         settled = procs.wait_for(
-            lambda: all(j.status.is_terminal for j in app.list_jobs(limit=100)), timeout=90
+            lambda: all(j.status.is_terminal for j in app.list_jobs(limit=100)), timeout=300
         )
         assert settled, log.read_text()
     finally:
@@ -79,6 +87,7 @@ def run(tmp_path_factory: pytest.TempPathFactory) -> Iterator[TracedRun]:
         attempts=[s for s in read_spans(spans_file) if s["name"].startswith("ratchet run ")],
         jobs=jobs,
         app=app,
+        log_lines=[json.loads(line) for line in log.read_text().splitlines() if line.strip()],
     )
     app.close()
 
@@ -134,6 +143,13 @@ def test_a_failed_attempt_records_its_exception(run: TracedRun) -> None:
     assert event["attributes"]["exception.type"] == "RuntimeError"
     assert event["attributes"]["exception.message"] == "boom"
     assert "fail_always" in event["attributes"]["exception.stacktrace"]
+    # The worker's JSON log line about the failure leads to the attempt's span.
+    [line] = [x for x in run.log_lines if x["job_id"] == str(bad.id) and x["level"] == "WARNING"]
+    assert (line["attempt"], line["trace_id"], line["span_id"]) == (
+        1,
+        attempt["context"]["trace_id"].removeprefix("0x"),
+        attempt["context"]["span_id"].removeprefix("0x"),
+    )
 
 
 def test_workflow_and_batch_children_join_the_trace_of_their_submission(run: TracedRun) -> None:
