@@ -34,9 +34,13 @@ from opentelemetry.sdk.trace import ReadableSpan, TracerProvider
 from opentelemetry.sdk.trace.export import BatchSpanProcessor, SpanExporter, SpanExportResult
 
 from ratchet import Ratchet
+from ratchet.domain.model import ClaimedJob
 from ratchet.exporters.otel import OpenTelemetryTracer
 
 VARIANTS = ("off", "otel")
+#: This process's CPU time per job while the worker ran them (microseconds), by variant: on a
+#: loaded machine it moves far less than the wall-clock rate.
+CPU: dict[str, list[float]] = {v: [] for v in VARIANTS}
 
 
 class DropSpans(SpanExporter):
@@ -68,7 +72,9 @@ def process(variant: str, n: int) -> float:
         builders = [app.enqueue(bench_jobs.noop, i) for i in range(n)]
         for chunk in range(0, n, 5000):
             app.submit_many(builders[chunk : chunk + 5000])
+        cpu = time.process_time()
         rate = drain(app, n)
+        CPU[variant].append((time.process_time() - cpu) / n * 1e6)
         if provider is not None:
             provider.shutdown()  # flushes: every attempt (and submission) made a span
             assert exporter.spans == n + n // 5000 + (1 if n % 5000 else 0), exporter.spans
@@ -90,6 +96,51 @@ def enqueue(variant: str, n: int) -> float:
         return n / elapsed
 
 
+def span_cost(n: int) -> None:
+    """CPU microseconds the tracer adds to one attempt (start, activate, end) and to one
+    submission (span, context capture), on the SDK with a batch processor: what tracing adds to
+    a job whatever the database, measured without a worker."""
+    from ratchet.testing import FakeClock
+    from ratchet.testing.store_contract import new_job
+
+    provider = TracerProvider()
+    provider.add_span_processor(BatchSpanProcessor(DropSpans()))
+    tracer = OpenTelemetryTracer(tracer_provider=provider)
+    with tracer.submission("enqueue", {"ratchet.job.count": 1}) as span:
+        context = span.trace_context
+    fresh = new_job(FakeClock(), trace_context=context)
+    job = ClaimedJob(
+        fresh.job_id, 1, 1, fresh.target, fresh.payload, fresh.priority, 0, fresh.backoff,
+        fresh.backoff_delay, None, fresh.scheduled_time, fresh.created_at,
+        trace_context=context,
+    )  # fmt: skip
+    for label, one in (
+        ("attempt span", lambda: _attempt(tracer, job)),
+        ("submit span", lambda: _submit(tracer)),
+    ):
+        best = []
+        for _ in range(5):
+            start = time.process_time()
+            for _ in range(n):
+                one()
+            best.append((time.process_time() - start) / n * 1e6)
+        print(f"{label:<14} CPU median {statistics.median(best):.1f} us (runs: "
+              + ", ".join(f"{b:.1f}" for b in best) + ")")  # fmt: skip
+    provider.shutdown()
+
+
+def _attempt(tracer: OpenTelemetryTracer, job: ClaimedJob) -> None:
+    span = tracer.attempt(job, "node-1")
+    with span.activate():
+        pass
+    span.end("SUCCEEDED")
+
+
+def _submit(tracer: OpenTelemetryTracer) -> None:
+    with tracer.submission("enqueue", {"ratchet.job.count": 1}):
+        pass
+
+
 def compare(label: str, measure: object, n: int, runs: int) -> None:
     results: dict[str, list[float]] = {v: [] for v in VARIANTS}
     ratios = []
@@ -107,15 +158,26 @@ def compare(label: str, measure: object, n: int, runs: int) -> None:
         f"{label:<14} otel/off median {statistics.median(ratios):.3f} "
         f"(min {min(ratios):.3f}, max {max(ratios):.3f}) over {runs} interleaved rounds"
     )
+    if label == "processing":
+        for variant, values in CPU.items():
+            print(
+                f"{'  CPU per job':<14} {variant:<5} median {statistics.median(values):>8,.0f} us  "
+                "runs: " + ", ".join(f"{v:,.0f}" for v in values)
+            )
+        cpu_ratios = [t / o for t, o in zip(CPU["otel"], CPU["off"], strict=True)]
+        print(
+            f"{'  CPU per job':<14} otel/off median {statistics.median(cpu_ratios):.3f} "
+            f"(min {min(cpu_ratios):.3f}, max {max(cpu_ratios):.3f})"
+        )
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__)
     parser.add_argument("--runs", type=int, default=5)
     parser.add_argument("--jobs", type=int, default=20_000)
-    parser.add_argument("--only", help="comma list: process,enqueue (default: both)")
+    parser.add_argument("--only", help="comma list: process,enqueue,spans (default: all)")
     args = parser.parse_args()
-    only = set((args.only or "process,enqueue").split(","))
+    only = set((args.only or "process,enqueue,spans").split(","))
     print(
         f"machine: {platform.machine()}, {os.cpu_count()} cores, Python {platform.python_version()}"
         f", load average {os.getloadavg()[0]:.1f}"
@@ -124,6 +186,8 @@ def main() -> None:
         compare("processing", process, args.jobs, args.runs)
     if "enqueue" in only:
         compare("single enqueue", enqueue, min(args.jobs, 3000), args.runs)
+    if "spans" in only:
+        span_cost(5000)
     print(f"load average after: {os.getloadavg()[0]:.1f}")
 
 
