@@ -15,8 +15,15 @@ import pluggy
 
 if TYPE_CHECKING:
     from ratchet.config import RatchetConfig
+    from ratchet.engine.worker import Worker
     from ratchet.events import JobEvent
-    from ratchet.ports import BeanResolver, ClassPolicy, ResilienceStrategy
+    from ratchet.ports import (
+        BeanResolver,
+        ClassPolicy,
+        JobAuthorizationPolicy,
+        KeyProvider,
+        ResilienceStrategy,
+    )
     from ratchet.registry import CoordinatorRegistry, ExecutorRegistry, StoreRegistry
 
 hookspec = pluggy.HookspecMarker("ratchet")
@@ -107,4 +114,92 @@ def ratchet_job_event(event: JobEvent) -> None:
     Called after the transaction that caused the event committed, on the thread that wrote it,
     one plugin at a time: an exception raised here is logged and never changes the job, nor keeps
     the event from the other observers.
+    """
+
+
+# -- security (docs/security.md) ------------------------------------------------------------------
+@hookspec(firstresult=True)
+def ratchet_authorization_policy(config: RatchetConfig) -> JobAuthorizationPolicy | None:
+    """Return the policy that decides which principal may create, execute, cancel, pause,
+    resume, retry, signal and read which jobs, and narrows listings per principal.
+
+    Stops at first non-None result.
+
+    :param config: the :class:`~ratchet.config.RatchetConfig` of the app.
+    :returns: a :class:`~ratchet.ports.JobAuthorizationPolicy`, or None (the built-in answers
+        :class:`~ratchet.domain.authorization.PermitAll` last).
+
+    Called once when the app is created (an ``authorization=`` argument of the app wins).
+    """
+
+
+@hookspec(firstresult=True)
+def ratchet_key_provider(config: RatchetConfig) -> KeyProvider | None:
+    """Return the provider of the AES-256 keys that seal job arguments and results at rest.
+
+    Stops at first non-None result.
+
+    :param config: the :class:`~ratchet.config.RatchetConfig` of the app.
+    :returns: a :class:`~ratchet.ports.KeyProvider`, or None: the built-in one answers from
+        ``RATCHET_ENCRYPTION_KEYS`` when it is set; no answer at all means no encryption.
+
+    Called once when the app is created (a ``key_provider=`` argument of the app wins).
+    """
+
+
+# -- node identity and worker lifecycle (docs/hooks.md) -----------------------------------------
+@hookspec(firstresult=True)
+def ratchet_node_name(config: RatchetConfig) -> str | None:
+    """Return this process's stable node name (e.g. a Kubernetes StatefulSet pod's
+    ``HOSTNAME``), under which its incarnations are registered and recognised after a restart.
+
+    Stops at first non-None result.
+
+    :param config: the :class:`~ratchet.config.RatchetConfig` of the app.
+    :returns: 1 to 60 characters, or None for the default (the host name).
+
+    Called once when the app is created, only when no ``node_name`` was configured.
+    """
+
+
+@hookspec
+def ratchet_worker_starting(worker: Worker) -> None:
+    """A worker is about to start: nothing is registered or claimed yet (run migrations, warm
+    caches, check dependencies here).
+
+    :param worker: the :class:`~ratchet.engine.worker.Worker`.
+
+    If an implementation raises, the worker does not start: ``start()`` raises
+    :class:`~ratchet.domain.errors.LifecycleHookError` (the cause attached), the node is not
+    registered, and no stop hooks run. Implementations later in the call order are not called.
+    """
+
+
+@hookspec
+def ratchet_worker_started(worker: Worker) -> None:
+    """A worker registered its node and started polling.
+
+    :param worker: the :class:`~ratchet.engine.worker.Worker`.
+
+    Called one plugin at a time; an exception is logged and the worker keeps running.
+    """
+
+
+@hookspec
+def ratchet_worker_stopping(worker: Worker) -> None:
+    """A worker is about to drain (it still holds its running jobs).
+
+    :param worker: the :class:`~ratchet.engine.worker.Worker`.
+
+    Called one plugin at a time; an exception is logged and the drain goes on.
+    """
+
+
+@hookspec
+def ratchet_worker_stopped(worker: Worker) -> None:
+    """A worker drained, handed its jobs back and deregistered its node.
+
+    :param worker: the :class:`~ratchet.engine.worker.Worker`.
+
+    Called one plugin at a time; an exception is logged.
     """

@@ -25,6 +25,8 @@ from ratchet.ports import (
     ClassPolicy,
     CoordinatorFactory,
     ExecutorFactory,
+    JobAuthorizationPolicy,
+    KeyProvider,
     ResilienceStrategy,
     StoreFactory,
 )
@@ -48,6 +50,7 @@ DEFAULT_PLUGINS = (
     "ratchet.adapters.class_policy",
     "ratchet.adapters.beans",
     "ratchet.adapters.resilience",
+    "ratchet.adapters.security",
 )
 
 #: Hooks called one plugin at a time: the registry hooks, so that each registration is recorded
@@ -59,6 +62,9 @@ PER_PLUGIN_HOOKS = (
     "ratchet_register_coordinators",
     "ratchet_register_executor_providers",
     "ratchet_job_event",
+    "ratchet_worker_started",
+    "ratchet_worker_stopping",
+    "ratchet_worker_stopped",
 )
 
 
@@ -232,6 +238,49 @@ class Plugins:
                 "no plugin supplies a resilience strategy (ratchet_resilience_strategy)"
             )
         return strategy
+
+    def authorization_policy(self, config: RatchetConfig) -> JobAuthorizationPolicy:
+        """The winning authorization policy.
+
+        :raises ConfigurationError: no plugin answered (the built-in one was disabled).
+        """
+        policy: JobAuthorizationPolicy | None = self.pm.hook.ratchet_authorization_policy(
+            config=config
+        )
+        if policy is None:
+            raise ConfigurationError(
+                "no plugin supplies an authorization policy (ratchet_authorization_policy)"
+            )
+        return policy
+
+    def key_provider(self, config: RatchetConfig) -> KeyProvider | None:
+        """The winning key provider (None: payloads are stored unencrypted)."""
+        provider: KeyProvider | None = self.pm.hook.ratchet_key_provider(config=config)
+        return provider
+
+    def node_name(self, config: RatchetConfig) -> str | None:
+        """The node name a plugin gives (None: none does)."""
+        name: str | None = self.pm.hook.ratchet_node_name(config=config)
+        return name
+
+    def worker_starting(self, worker: Any) -> None:
+        """Call every ``ratchet_worker_starting`` implementation; the first error propagates."""
+        self.pm.hook.ratchet_worker_starting(worker=worker)
+
+    def notify_worker(self, hook_name: str, worker: Any) -> None:
+        """Call a worker lifecycle hook (started, stopping, stopped) one plugin at a time; a
+        plugin's error is logged and the other plugins are still called."""
+        impls = getattr(self.pm.hook, hook_name).get_hookimpls()
+        try:
+            calls = self._per_plugin(hook_name, impls)
+        except ConfigurationError as exc:
+            log.error("%s; %s is not called", exc, hook_name)
+            return
+        for owner, call in calls:
+            try:
+                call(worker=worker)
+            except Exception:
+                log.exception("plugin %s failed in %s", owner, hook_name)
 
     def has_observers(self) -> bool:
         """Whether any plugin implements the event hook now (so building events is worth it)."""

@@ -15,6 +15,7 @@ from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 from typing import Any, Protocol, TypeVar, runtime_checkable
 
+from ratchet.domain.authorization import AuthorizationRequest
 from ratchet.domain.breaker import BreakerSpec, BreakerState, Transition
 from ratchet.domain.flows import BatchSpec, BranchSpec, FlowJob
 from ratchet.domain.lifecycle import JobPriority
@@ -722,6 +723,49 @@ class ClassPolicy(Protocol):
     """Decides which job targets may be stored and run."""
 
     def is_allowed(self, module: str, qualname: str) -> bool: ...
+
+
+class JobAuthorizationPolicy(Protocol):
+    """Decides which principal may do what to which job (docs/security.md). The default,
+    :class:`~ratchet.domain.authorization.PermitAll`, allows everything."""
+
+    def authorize(self, request: AuthorizationRequest) -> bool:
+        """Whether the request's principal may do its action (False: ``NotAuthorized``)."""
+
+    def filter_for_principal(self, job_filter: JobFilter, principal: str | None) -> JobFilter:
+        """The filter a listing by ``principal`` runs with (narrow it, e.g. to the jobs the
+        principal submitted: ``replace(job_filter, caller_principal=principal)``)."""
+
+
+class KeyProvider(Protocol):
+    """Supplies the AES-256 keys of payload encryption (docs/security.md, "Rotation")."""
+
+    def current_key_id(self) -> str:
+        """The id of the key new payloads and results are sealed with."""
+
+    def key(self, key_id: str) -> bytes | None:
+        """The 32-byte key called ``key_id``, or None if this provider does not have it."""
+
+
+@dataclass(frozen=True)
+class KeyUsage:
+    """How many stored jobs have their arguments sealed with one key (None: not encrypted)."""
+
+    key_id: str | None
+    live: int
+    """Jobs not ended yet (still to be decrypted by a worker)."""
+    total: int
+
+
+@runtime_checkable
+class EncryptionKeyStore(Protocol):
+    """Optional: reports which keys the stored payloads need (``ratchet keys report``)."""
+
+    def key_usage(self) -> list[KeyUsage]:
+        """The jobs per payload key id (NULL: plaintext), ordered by key id."""
+
+    def jobs_on_key(self, key_id: str, limit: int) -> list[uuid.UUID]:
+        """Up to ``limit`` ids of jobs whose arguments are sealed with ``key_id``, live first."""
 
 
 class BeanResolver(Protocol):

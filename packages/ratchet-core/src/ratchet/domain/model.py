@@ -44,6 +44,8 @@ class NewJob:
     stall_timeout: timedelta | None = None
     """No progress for this long makes a RUNNING job TIMED_OUT (None: the watcher's default,
     applied only once the job reports progress)."""
+    caller_principal: str | None = None
+    """Who submitted the job (stored once, never changed; None: anonymous)."""
 
 
 @dataclass(frozen=True)
@@ -72,6 +74,8 @@ class ClaimedJob:
     flow_effects: bool = True
     """False when the store knows that this job's end triggers nothing else (no callback, no
     dependent, no batch or workflow role): its outcome then needs no follow-up lookup."""
+    caller_principal: str | None = None
+    """Who submitted the job (the principal its execution is authorized for)."""
 
 
 class OutcomeKind(enum.StrEnum):
@@ -173,6 +177,10 @@ class JobRecord:
     recurring_master_id: uuid.UUID | None = None
     stall_timeout: timedelta | None = None
     """As :attr:`NewJob.stall_timeout`."""
+    caller_principal: str | None = None
+    """Who submitted the job (None: anonymous)."""
+    encryption_key_id: str | None = None
+    """The key the stored arguments are sealed with (None: stored in plain JSON)."""
 
     @property
     def attempts_started(self) -> int:
@@ -210,6 +218,9 @@ class JobFilter:
     tag: str | None = None
     target: str | None = None
     created_before: datetime | None = None
+    caller_principal: str | None = None
+    """Only jobs submitted by this principal (an authorization policy narrows listings with it;
+    ``""`` matches no job)."""
 
     def __post_init__(self) -> None:
         if self.tag is not None:

@@ -10,10 +10,13 @@ it here, nowhere else.
 
 from __future__ import annotations
 
+import dataclasses
 from datetime import timedelta
 from typing import TYPE_CHECKING, Any, Protocol
 
 from ratchet.domain.errors import ConfigurationError
+from ratchet.domain.masking import MaskingPolicy
+from ratchet.encryption import PayloadCipher
 from ratchet.engine.attempts import AttemptRunner
 from ratchet.engine.completer import Completer
 from ratchet.engine.gates import CircuitBreakerGate, PermitGate
@@ -23,12 +26,19 @@ from ratchet.engine.maintenance import PermitJanitor
 from ratchet.engine.outages import OutageLog
 from ratchet.engine.producer import Producer
 from ratchet.engine.recurring import RecurringMaterializer, RecurringRegistrar
+from ratchet.engine.security import Guard, Protection
 from ratchet.engine.slots import SlotTable
 from ratchet.engine.start_check import StartCheck
 from ratchet.engine.summary import WorkSummary
 from ratchet.engine.watchdog import CancellationRequestPoller, Watchdog, cancellation_store
 from ratchet.engine.workflows import SignalTimeoutScanner, flow_resolver, workflow_store
-from ratchet.ports import CoordinatorContext, Store, WatcherStore
+from ratchet.ports import (
+    CoordinatorContext,
+    JobAuthorizationPolicy,
+    KeyProvider,
+    Store,
+    WatcherStore,
+)
 from ratchet.serialization import EnumPolicy
 
 if TYPE_CHECKING:
@@ -54,10 +64,26 @@ def assemble_app(
     coordinator: str,
     store_options: dict[str, Any] | None,
     auto_migrate: bool | None,
+    authorization: JobAuthorizationPolicy | None = None,
+    key_provider: KeyProvider | None = None,
+    masking: MaskingPolicy | None = None,
 ) -> None:
     """Give ``app`` (whose ``config``, ``plugins`` and ``clock`` are set) its policies, store and
-    coordinator; migrate the schema when asked (SQLite by default); store configured limits."""
-    plugins, config = app.plugins, app.config
+    coordinator; migrate the schema when asked (SQLite by default); store configured limits.
+
+    A ``node_name`` a plugin gives (``ratchet_node_name``) is set first when none is configured;
+    the authorization policy, key provider and masking given win over the plugins' answers.
+    """
+    plugins = app.plugins
+    if app.config.node_name is None:
+        named = plugins.node_name(app.config)
+        if named is not None:
+            app.config = dataclasses.replace(app.config, node_name=named)
+    config = app.config
+    app.guard = Guard(authorization or plugins.authorization_policy(config))
+    provider = key_provider or plugins.key_provider(config)
+    cipher = None if provider is None else PayloadCipher(provider)
+    app.protection = Protection(cipher, masking or MaskingPolicy())
     app.class_policy = plugins.class_policy(config)
     app.enums = EnumPolicy(app.class_policy, config.allowed_modules)
     app.beans = plugins.bean_resolver(config)

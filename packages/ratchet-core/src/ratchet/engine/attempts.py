@@ -11,6 +11,7 @@ attempt's place (:meth:`AttemptRunner.on_deadline`) and the late outcome is disc
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import inspect
 import logging
 import threading
@@ -19,6 +20,7 @@ from collections.abc import Callable
 from datetime import datetime
 from typing import TYPE_CHECKING, Any, cast
 
+from ratchet.domain.authorization import AuthorizationRequest, JobAction
 from ratchet.domain.breaker import CircuitOpenError
 from ratchet.domain.errors import FencedOut, JobTimeoutError, StoreUnavailable
 from ratchet.domain.model import ClaimedJob, Outcome, OutcomeKind
@@ -38,6 +40,18 @@ if TYPE_CHECKING:
     from ratchet.engine.host import WorkerHost
 
 log = logging.getLogger("ratchet.worker")
+
+
+def execute_request(job: ClaimedJob) -> AuthorizationRequest:
+    """The authorization request of running ``job``: on behalf of the principal that
+    submitted it."""
+    return AuthorizationRequest(
+        JobAction.EXECUTE,
+        job.caller_principal,
+        job_id=job.job_id,
+        target=job.target,
+        owner=job.caller_principal,
+    )
 
 
 class AttemptRunner:
@@ -182,6 +196,7 @@ class AttemptRunner:
             cancellation=attempt.cancellation,
             progress=worker.liveness.channel(job),
             signals=self._signals,
+            caller_principal=job.caller_principal,
         )
         with bound(ctx):
             passed: list[Gate] = []
@@ -203,10 +218,17 @@ class AttemptRunner:
                     passed.append(gate)
                 ref = self.target_ref(job.target)
                 app.enforce_policy(ref)
+                if not app.guard.permits_all:
+                    app.guard.require(execute_request(job))
                 fn = self.resolve(ref)
-                args, kwargs = decode_payload(job.payload, app.enums)
+                plain = app.protection.open(job.payload, "payload")
+                if plain is not job.payload:  # sealed: executors get the plain arguments
+                    job = dataclasses.replace(job, payload=plain)
+                args, kwargs = decode_payload(plain, app.enums)
                 value = self.invoke(job, ref, fn, args, kwargs)
-                result = encode_result(value, app.config.max_result_bytes)
+                result = app.protection.seal_result(
+                    encode_result(value, app.config.max_result_bytes)
+                )
                 return Outcome(
                     job.job_id,
                     job.epoch,

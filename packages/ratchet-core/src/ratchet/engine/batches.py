@@ -33,6 +33,7 @@ from ratchet.domain.workflow import (
     JobType,
     WorkflowCondition,
 )
+from ratchet.engine.security import current_principal
 from ratchet.engine.workflows import (
     Branch,
     Step,
@@ -227,11 +228,12 @@ class _BatchOptions:
 
     # -- rows ----------------------------------------------------------------------------------
     def _template(self, now: datetime) -> NewJob:
+        app = self._app
         return NewJob(
-            job_id=self._app.new_id(),
+            job_id=app.new_id(),
             target=PARENT_TARGET,
-            payload=encode_payload(
-                [self._name], {}, self._app.config.max_payload_bytes, enums=self._app.enums
+            payload=app.protection.seal_payload(
+                encode_payload([self._name], {}, app.config.max_payload_bytes, enums=app.enums)
             ),
             priority=self._priority,
             max_retries=self._max_retries,
@@ -243,6 +245,7 @@ class _BatchOptions:
             idempotency_key=str(uuid.uuid4()),
             tags=self._tags,
             status=JobStatus.WAITING,
+            caller_principal=current_principal(),
         )
 
     def _parent_and_branches(
@@ -276,13 +279,19 @@ class _BatchOptions:
     def _children(
         self, parent: NewJob, step_ref: str, items: Iterable[Any], now: datetime
     ) -> list[FlowJob]:
-        max_bytes, enums = self._app.config.max_payload_bytes, self._app.enums
+        app = self._app
+        max_bytes, enums, seal = (
+            app.config.max_payload_bytes,
+            app.enums,
+            app.protection.seal_payload,
+        )
+        app.guard.create(step_ref, parent.caller_principal)
         out = []
         for item in items:
             job = NewJob(
-                job_id=self._app.new_id(),
+                job_id=app.new_id(),
                 target=step_ref,
-                payload=encode_payload([item], {}, max_bytes, enums=enums),
+                payload=seal(encode_payload([item], {}, max_bytes, enums=enums)),
                 priority=self._priority,
                 max_retries=self._max_retries,
                 backoff=self._backoff,
@@ -293,6 +302,7 @@ class _BatchOptions:
                 idempotency_key=str(uuid.uuid4()),
                 tags=self._tags,
                 resource_name=self._resource,
+                caller_principal=parent.caller_principal,
             )
             out.append(FlowJob(job, JobType.BATCH_CHILD, batch_id=parent.job_id))
         return out

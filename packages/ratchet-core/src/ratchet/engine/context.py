@@ -42,6 +42,8 @@ class JobContext:
     """Where progress and checkpoints go (None: not run by a worker of this process)."""
     signals: Callable[[uuid.UUID], Any] | None = field(default=None, repr=False, compare=False)
     """Reads the signal delivered to a job (None: not run by a worker of this process)."""
+    caller_principal: str | None = None
+    """Who submitted the job (stored at submit, never changed; None: anonymous)."""
 
     @staticmethod
     def current() -> JobContext:

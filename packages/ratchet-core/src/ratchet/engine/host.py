@@ -27,6 +27,7 @@ if TYPE_CHECKING:
     from ratchet.engine.context import ProgressReporter
     from ratchet.engine.outages import OutageLog
     from ratchet.engine.running import Attempt
+    from ratchet.engine.security import Guard, Protection
     from ratchet.engine.slots import SlotTable
     from ratchet.engine.start_check import StartCheck
     from ratchet.engine.stats import WorkerStats
@@ -59,6 +60,8 @@ class AppHost(Protocol):
     retry_policy: RetryPolicy | None
     resolver: FlowResolver
     node_name: str
+    guard: Guard
+    protection: Protection
 
     def now(self) -> datetime: ...
 

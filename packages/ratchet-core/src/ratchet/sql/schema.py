@@ -69,9 +69,13 @@ job = Table(
     Column("checkpoint_data", Text, nullable=True),
     Column("checkpoint_epoch", Integer, nullable=True),
     Column("checkpoint_at", UTCMicros(), nullable=True),
+    # migration 0010 (security): who submitted the job, the key sealing its arguments
+    Column("caller_principal", String(255), nullable=True),
+    Column("encryption_key_id", String(128), nullable=True),
     Index("idx_job_terminal", "terminal_status", "terminated_at"),
     Index("idx_job_recurring_master", "recurring_master_id"),
     Index("idx_job_batch", "batch_id"),
+    Index("idx_job_encryption_key_id", "encryption_key_id"),
 )
 
 job_queue = Table(
