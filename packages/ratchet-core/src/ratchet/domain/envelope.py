@@ -19,6 +19,7 @@ from __future__ import annotations
 import base64
 import binascii
 import json
+import re
 from dataclasses import dataclass
 from typing import Any
 
@@ -72,9 +73,18 @@ def associated_data(version: int, key_id: str, algorithm: str, purpose: str) -> 
     return f"ratchet\0{version}\0{key_id}\0{algorithm}\0{purpose}".encode()
 
 
+_LOOSE_PREFIX = re.compile(r'\{\s*"__ratchet__"\s*:\s*"aead"')
+
+
 def is_envelope(text: str | None) -> bool:
-    """Whether stored text is an envelope (by its prefix; no parsing)."""
-    return text is not None and text.startswith(PREFIX)
+    """Whether stored text is an envelope (by its start, whitespace allowed; no parsing).
+    Plain arguments and results can never start this way: the serializer refuses the tag key
+    in user dicts."""
+    if text is None:
+        return False
+    return text.startswith(PREFIX) or (
+        text.startswith("{") and _LOOSE_PREFIX.match(text) is not None
+    )
 
 
 def envelope_key_id(text: str | None) -> str | None:
