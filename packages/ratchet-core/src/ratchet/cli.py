@@ -17,6 +17,7 @@ import click
 from ratchet.domain.errors import ConfigurationError, RatchetError
 from ratchet.domain.lifecycle import JobStatus
 from ratchet.domain.model import AttemptRecord, JobFilter, JobRecord
+from ratchet.keys_cli import keys
 
 URL_ENV = "RATCHET_URL"
 
@@ -407,6 +408,8 @@ def job_document(rec: JobRecord) -> dict[str, Any]:
         "executor": rec.executor,
         "resource_name": rec.resource_name,
         "recurring_master_id": str(rec.recurring_master_id) if rec.recurring_master_id else None,
+        "caller_principal": rec.caller_principal,
+        "encryption_key_id": rec.encryption_key_id,
     }
 
 
@@ -527,6 +530,8 @@ def cron_next(expression: str, zone: str, after: str | None, count: int) -> None
     for line in cron_next_lines(expression, zone, after, count, datetime.now(UTC)):
         click.echo(line)
 
+
+main.add_command(keys)
 
 if __name__ == "__main__":  # pragma: no cover
     main()
