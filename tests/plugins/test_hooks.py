@@ -261,3 +261,222 @@ def test_describe_lists_builtins() -> None:
     names = {i.name for i in infos}
     assert "ratchet.adapters.sqlite" in names
     assert any("ratchet_register_stores" in i.hooks for i in infos)
+
+
+# -- security hooks (docs/security.md) ------------------------------------------------------------
+def test_hook_ratchet_authorization_policy(sqlite_url: str) -> None:
+    from ratchet.domain.authorization import OwnerOnly, PermitAll
+    from ratchet.domain.errors import NotAuthorized
+
+    policy = OwnerOnly()
+
+    class Plugin:
+        @hookimpl
+        def ratchet_authorization_policy(self, config: RatchetConfig) -> Any:
+            return policy
+
+    app = Ratchet(sqlite_url, allowed_modules=["sample_jobs"], plugins=make(Plugin()))
+    assert app.guard.policy is policy
+    with app.as_principal("alice"):
+        handle = app.enqueue(sample_jobs.noop).submit()
+    with app.as_principal("bob"), pytest.raises(NotAuthorized):
+        app.cancel_job(handle.id)
+    app.close()
+    explicit = PermitAll()
+    app = Ratchet(
+        sqlite_url, allowed_modules=["sample_jobs"], plugins=make(Plugin()), authorization=explicit
+    )
+    assert app.guard.policy is explicit, "the app's argument wins"
+    app.close()
+
+
+def test_hook_ratchet_key_provider(sqlite_url: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    from ratchet.domain.envelope import is_envelope
+    from ratchet.encryption import StaticKeyProvider, generate_key
+
+    provider = StaticKeyProvider({"vault-1": generate_key()}, "vault-1")
+
+    class Plugin:
+        @hookimpl
+        def ratchet_key_provider(self, config: RatchetConfig) -> Any:
+            return provider
+
+    monkeypatch.setenv("RATCHET_ENCRYPTION_KEYS", f"env={generate_key()}")
+    app = Ratchet(sqlite_url, allowed_modules=["sample_jobs"], plugins=make(Plugin()))
+    handle = app.enqueue(sample_jobs.record, 5).submit()
+    stored = app.store.get_job(handle.id)
+    assert is_envelope(stored.payload) and stored.encryption_key_id == "vault-1"
+    app.close()
+    monkeypatch.delenv("RATCHET_ENCRYPTION_KEYS")
+    app = Ratchet(sqlite_url, allowed_modules=["sample_jobs"], plugins=make())
+    assert app.protection.cipher is None, "no provider: stored in plain JSON"
+    app.close()
+
+
+# -- node identity and worker lifecycle (docs/hooks.md) ------------------------------------------
+def test_hook_ratchet_node_name(sqlite_url: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    class StatefulSet:
+        @hookimpl
+        def ratchet_node_name(self, config: RatchetConfig) -> str | None:
+            import os
+
+            return os.environ.get("HOSTNAME")
+
+    monkeypatch.setenv("HOSTNAME", "jobs-2")
+    app = Ratchet(sqlite_url, allowed_modules=["sample_jobs"], plugins=make(StatefulSet()))
+    assert app.config.node_name == "jobs-2"
+    worker = app.worker(heartbeat_interval=__import__("datetime").timedelta(seconds=1))
+    worker.start()
+    try:
+        names = {n.node_name for n in app.store.list_nodes()}
+        assert names == {"jobs-2"}
+        assert worker.node_id.startswith("jobs-2")
+    finally:
+        worker.stop()
+        app.close()
+    configured = Ratchet(
+        sqlite_url, allowed_modules=["sample_jobs"], plugins=make(StatefulSet()), node_name="n1"
+    )
+    assert configured.config.node_name == "n1", "a configured name wins"
+    configured.close()
+    monkeypatch.setenv("HOSTNAME", "")
+
+    class Bad:
+        @hookimpl
+        def ratchet_node_name(self, config: RatchetConfig) -> str:
+            return "x" * 61
+
+    with pytest.raises(ConfigurationError, match="cannot name a node"):
+        Ratchet(sqlite_url, allowed_modules=["sample_jobs"], plugins=make(Bad()))
+
+
+class LifecycleRecorder:
+    """Records the lifecycle hooks in order; raises in the ones named in ``fail``."""
+
+    def __init__(self, calls: list[str], name: str, fail: tuple[str, ...] = ()) -> None:
+        self.calls, self.name, self.fail = calls, name, fail
+
+    def _record(self, hook: str, worker: Any) -> None:
+        registered = bool(worker.store.list_nodes())
+        self.calls.append(f"{self.name}:{hook}:{'registered' if registered else 'absent'}")
+        if hook in self.fail:
+            raise RuntimeError(f"{self.name} fails in {hook}")
+
+    @hookimpl
+    def ratchet_worker_starting(self, worker: Any) -> None:
+        self._record("starting", worker)
+
+    @hookimpl
+    def ratchet_worker_started(self, worker: Any) -> None:
+        self._record("started", worker)
+
+    @hookimpl
+    def ratchet_worker_stopping(self, worker: Any) -> None:
+        self._record("stopping", worker)
+
+    @hookimpl
+    def ratchet_worker_stopped(self, worker: Any) -> None:
+        self._record("stopped", worker)
+
+
+def lifecycle_app(sqlite_url: str, *plugins: object) -> Ratchet:
+    return Ratchet(sqlite_url, allowed_modules=["sample_jobs"], plugins=make(*plugins))
+
+
+def test_hook_ratchet_worker_starting(sqlite_url: str) -> None:
+    calls: list[str] = []
+    app = lifecycle_app(sqlite_url, LifecycleRecorder(calls, "a"))
+    handle = app.enqueue(sample_jobs.record, 1).submit()
+    worker = app.worker()
+    worker.start()
+    assert worker.wait_until(lambda: handle.status().value == "SUCCEEDED", 30)
+    worker.stop()
+    worker.stop()  # a second stop calls no hook again
+    assert calls == [
+        "a:starting:absent",
+        "a:started:registered",
+        "a:stopping:registered",
+        "a:stopped:absent",
+    ]
+    app.close()
+
+
+def test_a_failing_starting_hook_keeps_the_worker_from_starting(sqlite_url: str) -> None:
+    from ratchet.domain.errors import LifecycleHookError
+
+    calls: list[str] = []
+    # called last registered first: "b" fails, so "a" is never called
+    app = lifecycle_app(
+        sqlite_url, LifecycleRecorder(calls, "a"), LifecycleRecorder(calls, "b", ("starting",))
+    )
+    handle = app.enqueue(sample_jobs.record, 1).submit()
+    worker = app.worker()
+    with pytest.raises(LifecycleHookError, match="b fails in starting") as info:
+        worker.start()
+    assert isinstance(info.value.__cause__, RuntimeError)
+    assert app.store.list_nodes() == [], "nothing registered"
+    assert handle.status().value == "PENDING", "nothing claimed"
+    worker.stop()
+    assert calls == ["b:starting:absent"], "no stop hooks for a worker that never started"
+    app.close()
+
+
+def test_hook_ratchet_worker_started(sqlite_url: str, caplog: pytest.LogCaptureFixture) -> None:
+    calls: list[str] = []
+    app = lifecycle_app(
+        sqlite_url,
+        LifecycleRecorder(calls, "a"),
+        LifecycleRecorder(calls, "b", ("started", "stopping", "stopped")),
+    )
+    handle = app.enqueue(sample_jobs.record, 1).submit()
+    worker = app.worker()
+    with caplog.at_level(logging.ERROR, logger="ratchet.plugins"):
+        worker.start()
+        assert worker.wait_until(lambda: handle.status().value == "SUCCEEDED", 30), (
+            "the worker runs on after a failing started hook"
+        )
+        worker.stop()
+    assert [c.split(":")[1] for c in calls if c.startswith("a:")] == [
+        "starting",
+        "started",
+        "stopping",
+        "stopped",
+    ], "the other plugin is still called"
+    assert app.store.list_nodes() == [], "the drain finished despite failing hooks"
+    failures = [
+        r.getMessage() for r in caplog.records if "failed in ratchet_worker_" in r.getMessage()
+    ]
+    assert len(failures) == 3
+    app.close()
+
+
+def test_hook_ratchet_worker_stopping(sqlite_url: str) -> None:
+    seen: list[tuple[bool, bool]] = []
+
+    class Plugin:
+        @hookimpl
+        def ratchet_worker_stopping(self, worker: Any) -> None:
+            seen.append((worker.draining, bool(worker.store.list_nodes())))
+
+    app = lifecycle_app(sqlite_url, Plugin())
+    worker = app.worker()
+    worker.start()
+    worker.stop()
+    assert seen == [(False, True)], "called once, before the drain, still registered"
+    app.close()
+
+
+def test_hook_ratchet_worker_stopped(sqlite_url: str) -> None:
+    seen: list[int] = []
+
+    class Plugin:
+        @hookimpl
+        def ratchet_worker_stopped(self, worker: Any) -> None:
+            seen.append(len(worker.store.list_nodes()))
+
+    app = lifecycle_app(sqlite_url, Plugin())
+    worker = app.worker()
+    worker.start()
+    worker.stop()
+    assert seen == [0], "called once, after deregistration"
+    app.close()
