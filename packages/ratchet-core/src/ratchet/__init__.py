@@ -14,31 +14,41 @@ import importlib
 from typing import TYPE_CHECKING, Any
 
 from ratchet._distribution import check_core
+from ratchet.domain.authorization import AuthorizationRequest, JobAction, OwnerOnly, PermitAll
 from ratchet.domain.breaker import BreakerProfile, BreakerState, CircuitOpenError, circuit_breaker
 from ratchet.domain.errors import (
     ClassPolicyViolation,
     ConfigurationError,
     DuplicateBusinessKeyError,
     DuplicateIdempotencyKeyError,
+    EncryptionKeyNotFound,
+    EncryptionUnavailable,
     FencedOut,
     InvalidJobArguments,
     InvalidJobOptions,
     InvalidJobTarget,
+    InvalidPrincipal,
     JobNotFound,
     JobTimeoutError,
+    LifecycleHookError,
     MissingClassPolicy,
+    NotAuthorized,
     OutcomeNotStorable,
     PayloadDecodeError,
+    PayloadDecryptionError,
     PayloadTooLargeError,
     RatchetError,
     ResultTooLargeError,
     SchemaNotReady,
     StoreUnavailable,
+    TamperedEnvelope,
     UnknownJobTarget,
     UnknownStoreError,
     UnserializableArgument,
+    UnsupportedEnvelopeVersion,
 )
 from ratchet.domain.lifecycle import JobPriority, JobStatus
+from ratchet.domain.masking import MaskingPolicy
 from ratchet.domain.misfire import RecurringMisfirePolicy
 from ratchet.domain.model import JobFilter
 from ratchet.domain.options import BackoffPolicy, JobOptions
@@ -104,6 +114,7 @@ def __getattr__(name: str) -> Any:
 
 
 __all__ = [
+    "AuthorizationRequest",
     "BackoffPolicy",
     "BatchChunkError",
     "BatchContext",
@@ -118,12 +129,16 @@ __all__ = [
     "DoNotRetry",
     "DuplicateBusinessKeyError",
     "DuplicateIdempotencyKeyError",
+    "EncryptionKeyNotFound",
+    "EncryptionUnavailable",
     "EventKind",
     "FencedOut",
     "InvalidCronExpression",
     "InvalidJobArguments",
     "InvalidJobOptions",
     "InvalidJobTarget",
+    "InvalidPrincipal",
+    "JobAction",
     "JobBuilder",
     "JobContext",
     "JobEvent",
@@ -136,10 +151,16 @@ __all__ = [
     "JobResult",
     "JobStatus",
     "JobTimeoutError",
+    "LifecycleHookError",
+    "MaskingPolicy",
     "MissingClassPolicy",
+    "NotAuthorized",
     "OutcomeNotStorable",
+    "OwnerOnly",
     "PayloadDecodeError",
+    "PayloadDecryptionError",
     "PayloadTooLargeError",
+    "PermitAll",
     "Ratchet",
     "RatchetError",
     "RecurringHandle",
@@ -155,11 +176,13 @@ __all__ = [
     "SignalTimeoutError",
     "StoreUnavailable",
     "StreamingBatchContext",
+    "TamperedEnvelope",
     "UnknownJobTarget",
     "UnknownStoreError",
     "UnknownTimeZone",
     "UnserializableArgument",
     "UnsubmittedJobWarning",
+    "UnsupportedEnvelopeVersion",
     "WorkflowCondition",
     "circuit_breaker",
     "do_not_retry",
