@@ -247,11 +247,11 @@ class Plugins:
         policy: JobAuthorizationPolicy | None = self.pm.hook.ratchet_authorization_policy(
             config=config
         )
-        if policy is None:
-            raise ConfigurationError(
-                "no plugin supplies an authorization policy (ratchet_authorization_policy)"
-            )
-        return policy
+        if policy is not None:
+            return policy
+        raise ConfigurationError(
+            "no plugin supplies an authorization policy (ratchet_authorization_policy)"
+        )
 
     def key_provider(self, config: RatchetConfig) -> KeyProvider | None:
         """The winning key provider (None: payloads are stored unencrypted)."""
