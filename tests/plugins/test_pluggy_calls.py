@@ -26,7 +26,22 @@ REGISTRY_HOOKS = {
     "ratchet_register_coordinators": "coordinators",
     "ratchet_register_executor_providers": "executor_providers",
 }
-PROVIDER_HOOKS = ("ratchet_class_policy", "ratchet_bean_resolver", "ratchet_resilience_strategy")
+PROVIDER_HOOKS = (
+    "ratchet_class_policy",
+    "ratchet_bean_resolver",
+    "ratchet_resilience_strategy",
+    "ratchet_authorization_policy",
+    "ratchet_key_provider",
+    "ratchet_node_name",
+)
+#: The worker lifecycle: ``starting`` is one call through pm.hook (its first error stops the
+#: start), the others are called one plugin at a time.
+LIFECYCLE_HOOKS = (
+    "ratchet_worker_starting",
+    "ratchet_worker_started",
+    "ratchet_worker_stopping",
+    "ratchet_worker_stopped",
+)
 
 
 def hook_names() -> set[str]:
@@ -35,8 +50,10 @@ def hook_names() -> set[str]:
 
 
 def test_the_hook_kinds_cover_every_hook() -> None:
-    assert {*REGISTRY_HOOKS, *PROVIDER_HOOKS, "ratchet_job_event"} == hook_names()
-    assert set(PER_PLUGIN_HOOKS) == {*REGISTRY_HOOKS, "ratchet_job_event"}
+    assert {*REGISTRY_HOOKS, *PROVIDER_HOOKS, *LIFECYCLE_HOOKS, "ratchet_job_event"} == (
+        hook_names()
+    )
+    assert set(PER_PLUGIN_HOOKS) == {*REGISTRY_HOOKS, "ratchet_job_event", *LIFECYCLE_HOOKS[1:]}
 
 
 def event(kind: EventKind = EventKind.STARTED) -> JobEvent:
@@ -61,9 +78,25 @@ class Call:
         self.kwargs = dict(kwargs)
 
 
+class Lifecycle:
+    """Implements the per-plugin lifecycle hooks (a hook nobody implements is not called)."""
+
+    @hookimpl
+    def ratchet_worker_started(self, worker: Any) -> None:
+        pass
+
+    @hookimpl
+    def ratchet_worker_stopping(self, worker: Any) -> None:
+        pass
+
+    @hookimpl
+    def ratchet_worker_stopped(self, worker: Any) -> None:
+        pass
+
+
 def test_hookcall_monitoring_sees_every_hook_call(sqlite_url: str) -> None:
     observer = Observer()
-    pm = make_plugin_manager(load_entrypoints=False, extra=[observer])
+    pm = make_plugin_manager(load_entrypoints=False, extra=[observer, Lifecycle()])
     calls: list[Call] = []
     results: list[tuple[str, object]] = []
 
@@ -222,6 +255,11 @@ def wrapper_plugin(hook: str, style: str) -> object:
     if hook == "ratchet_job_event":  # pluggy passes the arguments the implementation names
 
         def impl(self: object, event: JobEvent) -> Generator[None, Any, Any]:
+            return (yield)
+
+    elif hook.startswith("ratchet_worker_"):
+
+        def impl(self: object, worker: Any) -> Generator[None, Any, Any]:
             return (yield)
 
     else:
