@@ -14,8 +14,11 @@ from typing import TYPE_CHECKING
 import pluggy
 
 if TYPE_CHECKING:
+    from collections.abc import Sequence
+
     from ratchet.config import RatchetConfig
     from ratchet.events import JobEvent
+    from ratchet.metrics import Measurement, MetricsSample
     from ratchet.ports import BeanResolver, ClassPolicy, ResilienceStrategy
     from ratchet.registry import CoordinatorRegistry, ExecutorRegistry, StoreRegistry
 
@@ -107,4 +110,30 @@ def ratchet_job_event(event: JobEvent) -> None:
     Called after the transaction that caused the event committed, on the thread that wrote it,
     one plugin at a time: an exception raised here is logged and never changes the job, nor keeps
     the event from the other observers.
+    """
+
+
+@hookspec
+def ratchet_metrics_observed(measurements: Sequence[Measurement]) -> None:
+    """Observe counter increments and histogram observations of a worker's parts.
+
+    :param measurements: :class:`~ratchet.metrics.Measurement` values, one batch per poll or
+        per outcome write; each names its :class:`~ratchet.metrics.Metric` (from
+        :data:`ratchet.metrics.CATALOGUE`), its label values and the amount or observation.
+
+    Called on the poller and writer threads, one plugin at a time; an exception raised here is
+    logged. Nothing is measured while no plugin implements this hook.
+    """
+
+
+@hookspec
+def ratchet_metrics_sampled(sample: MetricsSample) -> None:
+    """Observe a worker's sampled gauges and running totals.
+
+    :param sample: a :class:`~ratchet.metrics.MetricsSample`: this worker's own values, and the
+        cluster-wide gauges when this worker holds the sampling lease (else ``cluster`` is None).
+
+    Called every ``WorkerConfig.metrics_interval`` on the maintenance thread, one plugin at a
+    time; an exception raised here is logged. A worker none of whose plugins implements this hook
+    samples nothing and never takes the lease.
     """

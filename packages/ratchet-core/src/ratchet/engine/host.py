@@ -25,6 +25,8 @@ if TYPE_CHECKING:
     from ratchet.domain.watcher import WatcherReport
     from ratchet.domain.workflow import FlowEffect, FlowResolver
     from ratchet.engine.context import ProgressReporter
+    from ratchet.engine.liveness import LivenessStats
+    from ratchet.engine.metrics import Meter
     from ratchet.engine.outages import OutageLog
     from ratchet.engine.running import Attempt
     from ratchet.engine.slots import SlotTable
@@ -163,6 +165,9 @@ class WatchdogFace(Protocol):
 class LivenessFace(Protocol):
     """The node's liveness (:mod:`ratchet.engine.liveness`), as the other parts see it."""
 
+    @property
+    def stats(self) -> LivenessStats: ...
+
     def acquire(self, want: int) -> list[ClaimedJob]: ...
 
     def refill(self) -> None: ...
@@ -223,6 +228,9 @@ class WorkerHost(Protocol):
 
     @property
     def liveness(self) -> LivenessFace: ...
+
+    @property
+    def meter(self) -> Meter: ...
 
     @property
     def draining(self) -> bool: ...

@@ -30,6 +30,8 @@ class WorkerStats:
     """Results of attempts that had already been recorded as timed out (or handed back)."""
     cancellations_delivered: int = 0
     """``cancel_job(id, interrupt=True)`` requests that reached a running attempt here."""
+    wakeups_received: int = 0
+    """Wake-up hints the coordinator delivered to this worker."""
     by_job: dict[uuid.UUID, str] = field(default_factory=lambda: RecentOutcomes(10_000))
     """How the most recent jobs ended here (the last 10,000; older ones are forgotten)."""
 

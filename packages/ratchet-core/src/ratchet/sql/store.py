@@ -64,6 +64,7 @@ from ratchet.sql.hotpaths import (
     insert_results,
     plan_outcomes,
 )
+from ratchet.sql.metrics_store import QueueGaugeStoreMixin
 from ratchet.sql.permits import PermitStoreMixin
 from ratchet.sql.pool import ping_when_idle
 from ratchet.sql.recurring_store import RecurringStoreMixin
@@ -106,6 +107,7 @@ def describe_location(url: str) -> str:
 
 
 class SqlStore(
+    QueueGaugeStoreMixin,
     PermitStoreMixin,
     CancellationStoreMixin,
     WorkflowStoreMixin,
