@@ -74,7 +74,7 @@ def test_prometheus_scrapes_the_job_counts_a_worker_ran(
             7,
             log,
         )
-        eventually(prometheus, 'sum(ratchet_job_run_duration_seconds_count)', 10, log)
+        eventually(prometheus, "sum(ratchet_job_run_duration_seconds_count)", 10, log)
         eventually(prometheus, "ratchet_cluster_sampler", 1, log)
         eventually(prometheus, 'sum(ratchet_worker_slots{state="free"})', 10, log)
         eventually(prometheus, "count(ratchet_node_heartbeat_age_seconds)", 1, log)
