@@ -27,6 +27,7 @@ REGISTRY_HOOKS = {
     "ratchet_register_executor_providers": "executor_providers",
 }
 PROVIDER_HOOKS = ("ratchet_class_policy", "ratchet_bean_resolver", "ratchet_resilience_strategy")
+OBSERVER_HOOKS = ("ratchet_job_event", "ratchet_metrics_observed", "ratchet_metrics_sampled")
 
 
 def hook_names() -> set[str]:
@@ -35,8 +36,8 @@ def hook_names() -> set[str]:
 
 
 def test_the_hook_kinds_cover_every_hook() -> None:
-    assert {*REGISTRY_HOOKS, *PROVIDER_HOOKS, "ratchet_job_event"} == hook_names()
-    assert set(PER_PLUGIN_HOOKS) == {*REGISTRY_HOOKS, "ratchet_job_event"}
+    assert {*REGISTRY_HOOKS, *PROVIDER_HOOKS, *OBSERVER_HOOKS} == hook_names()
+    assert set(PER_PLUGIN_HOOKS) == {*REGISTRY_HOOKS, *OBSERVER_HOOKS}
 
 
 def event(kind: EventKind = EventKind.STARTED) -> JobEvent:
@@ -52,6 +53,19 @@ class Observer:
         self.events.append(event)
 
 
+class MetricsObserver:
+    def __init__(self) -> None:
+        self.samples: list[object] = []
+
+    @hookimpl
+    def ratchet_metrics_observed(self, measurements: Any) -> None:
+        pass
+
+    @hookimpl
+    def ratchet_metrics_sampled(self, sample: Any) -> None:
+        self.samples.append(sample)
+
+
 class Call:
     """One hook call as pluggy's monitoring saw it."""
 
@@ -62,8 +76,8 @@ class Call:
 
 
 def test_hookcall_monitoring_sees_every_hook_call(sqlite_url: str) -> None:
-    observer = Observer()
-    pm = make_plugin_manager(load_entrypoints=False, extra=[observer])
+    observer, metrics = Observer(), MetricsObserver()
+    pm = make_plugin_manager(load_entrypoints=False, extra=[observer, metrics])
     calls: list[Call] = []
     results: list[tuple[str, object]] = []
 
@@ -80,6 +94,7 @@ def test_hookcall_monitoring_sees_every_hook_call(sqlite_url: str) -> None:
     try:
         handle = app.enqueue(sample_jobs.record, 3).submit()
         assert wait_for(lambda: handle.status().value == "SUCCEEDED", timeout=30)
+        assert wait_for(lambda: bool(metrics.samples), timeout=30), "sampled once at start"
     finally:
         worker.stop()
         app.close()
@@ -222,6 +237,16 @@ def wrapper_plugin(hook: str, style: str) -> object:
     if hook == "ratchet_job_event":  # pluggy passes the arguments the implementation names
 
         def impl(self: object, event: JobEvent) -> Generator[None, Any, Any]:
+            return (yield)
+
+    elif hook == "ratchet_metrics_observed":
+
+        def impl(self: object, measurements: Any) -> Generator[None, Any, Any]:
+            return (yield)
+
+    elif hook == "ratchet_metrics_sampled":
+
+        def impl(self: object, sample: Any) -> Generator[None, Any, Any]:
             return (yield)
 
     else:

@@ -3,16 +3,16 @@
 from __future__ import annotations
 
 import urllib.request
-import uuid
 from datetime import UTC, datetime
 
 import pytest
+import sample_jobs
 from prometheus_client import CollectorRegistry, generate_latest
 from prometheus_client.parser import text_string_to_metric_families
 
+from ratchet import Ratchet
 from ratchet import metrics as m
 from ratchet.domain.errors import ConfigurationError
-from ratchet.events import EventKind, JobEvent
 from ratchet.exporters.prometheus import RatchetCollector, serve
 from ratchet.metrics import Measurement, MetricsSample, MetricType
 
@@ -107,17 +107,32 @@ def test_a_sample_replaces_the_last_and_cluster_gauges_vanish_without_the_lease(
     )
 
 
-def test_breaker_states_and_cancellations_come_from_events() -> None:
-    collector = RatchetCollector()
+def test_cancellations_are_counted_only_with_job_events(sqlite_url: str) -> None:
+    app = Ratchet(sqlite_url, allowed_modules=["sample_jobs"])
+    quiet, counting = RatchetCollector().install(app), RatchetCollector()
+    assert not app.observed(), "the collector alone builds no job events"
+    counting.install(app, job_events=True)
+    assert app.observed()
+    app.cancel_job(app.enqueue(sample_jobs.noop).submit().id)
+    assert registry_with(counting).get_sample_value("ratchet_jobs_canceled_total") == 1
+    assert registry_with(quiet).get_sample_value("ratchet_jobs_canceled_total") is None
+    app.close()
+
+
+def test_breaker_states_are_sampled_from_the_resilience_strategy(sqlite_url: str) -> None:
+    app = Ratchet(sqlite_url, allowed_modules=["sample_jobs"])
+    collector = RatchetCollector().install(app)
     registry = registry_with(collector)
-    change = {"service": "mail", "old": "CLOSED", "new": "OPEN"}
-    collector.ratchet_job_event(JobEvent(EventKind.BREAKER_STATE_CHANGED, None, NOW, data=change))
-    collector.ratchet_job_event(JobEvent(EventKind.CANCELLED, uuid.uuid4(), NOW))
-    collector.ratchet_job_event(JobEvent(EventKind.COMPLETED, uuid.uuid4(), NOW))
+    app.configure_breaker("mail")
+    app.configure_breaker("billing")
+    app.open_breaker("mail")
+    worker = app.worker()
+    worker.sampler.run_once(worker)
     get = registry.get_sample_value
     assert get("ratchet_circuit_breaker_state", {"service": "mail", "state": "open"}) == 1
     assert get("ratchet_circuit_breaker_state", {"service": "mail", "state": "closed"}) == 0
-    assert get("ratchet_jobs_canceled_total") == 1
+    assert get("ratchet_circuit_breaker_state", {"service": "billing", "state": "closed"}) == 1
+    app.close()
 
 
 def test_every_catalogue_metric_is_exposed_with_its_type_and_help() -> None:

@@ -797,6 +797,15 @@ class BreakerRegistry(Protocol):
         """Read time from ``clock`` and report every state change to ``on_change``."""
 
 
+@runtime_checkable
+class BreakerStates(Protocol):
+    """Optional capability of a :class:`ResilienceStrategy`: the state of every breaker it has
+    (sampled for metrics)."""
+
+    def states(self) -> dict[str, BreakerState]:
+        """Each service's breaker state now."""
+
+
 class ExecutorProvider(Protocol):
     """Runs job attempts somewhere (threads, an event loop, processes)."""
 

@@ -18,10 +18,17 @@ from datetime import datetime, timedelta
 from typing import TYPE_CHECKING, TypeVar
 
 from ratchet import metrics as m
+from ratchet.domain.breaker import BreakerState
 from ratchet.domain.lifecycle import JobPriority
 from ratchet.domain.model import ClaimedJob, Outcome, OutcomeKind
 from ratchet.metrics import Measurement, MetricsSample
-from ratchet.ports import CountingCoordinator, PermitStore, QueueGaugeStore, RecurringStore
+from ratchet.ports import (
+    BreakerStates,
+    CountingCoordinator,
+    PermitStore,
+    QueueGaugeStore,
+    RecurringStore,
+)
 
 if TYPE_CHECKING:
     from ratchet.engine.host import WorkerHost
@@ -43,6 +50,9 @@ _COMPLETED = {
     OutcomeKind.DEAD: "dead_lettered",
     OutcomeKind.RESCHEDULE: "rescheduled",
 }
+_BREAKER_STATES = (BreakerState.CLOSED, BreakerState.OPEN, BreakerState.HALF_OPEN)
+_UNKNOWN = (m.OTHER, m.OTHER)
+"""The labels of an outcome whose claim this meter did not see (enabled in between)."""
 _REMEMBERED = 100_000
 """At most this many claimed jobs' labels wait for their outcome (a bound, not a policy)."""
 
@@ -72,17 +82,23 @@ class Meter:
             self.plugins.notify(OBSERVED, measurements=measurements)
 
     def polled(self, claimed: Sequence[ClaimedJob], seconds: float) -> None:
-        """A poll that took ``seconds`` claimed ``claimed`` (call only when :attr:`enabled`)."""
+        """A poll that took ``seconds`` claimed ``claimed`` (call only when :attr:`enabled`).
+
+        Counters are summed per label set before they are sent (a batch of one target is one
+        increment); histogram observations are sent one by one.
+        """
         out = [Measurement(m.STORE_OPERATION_SECONDS, ("acquire_work",), seconds)]
         jobs = self._jobs
         if len(jobs) + len(claimed) > _REMEMBERED:
             jobs.clear()  # outcomes never written (fenced before they ran): forget them all
+        started: dict[tuple[str, str], int] = {}
         for job in claimed:
             labels = (job.target, _PRIORITY.get(job.priority) or priority_label(job.priority))
             jobs[(job.job_id, job.epoch)] = labels
-            out.append(Measurement(m.JOBS_STARTED, labels, 1))
+            started[labels] = started.get(labels, 0) + 1
             waited = (job.claimed_at - job.scheduled_time).total_seconds()
             out.append(Measurement(m.SCHEDULE_TO_START, labels[1:], max(0.0, waited)))
+        out.extend(Measurement(m.JOBS_STARTED, labels, n) for labels, n in started.items())
         self.send(out)
 
     def written(
@@ -100,30 +116,30 @@ class Meter:
             Measurement(m.STORE_OPERATION_SECONDS, ("record_outcomes",), seconds),
         ]
         jobs = self._jobs
+        counts: dict[tuple[OutcomeKind, bool, str, str], int] = {}
         for o in outcomes:
             key = (o.job_id, o.epoch)
-            labels = jobs.pop(key, None)
+            target, priority = jobs.pop(key, _UNKNOWN)
             if o.job_id in fenced:
                 continue
-            target, priority = labels or (m.OTHER, m.OTHER)
-            tp = (target, priority)
             kind = o.kind
-            out.append(Measurement(m.JOBS_COMPLETED, (target, _COMPLETED[kind]), 1))
-            out.append(
-                Measurement(
-                    m.RUN_DURATION, (target,), (o.finished_at - o.started_at).total_seconds()
-                )
-            )
+            tally = (kind, key in timed_out, target, priority)
+            counts[tally] = counts.get(tally, 0) + 1
+            run = (o.finished_at - o.started_at).total_seconds()
+            out.append(Measurement(m.RUN_DURATION, (target,), run))
+        for (kind, timed, target, priority), n in counts.items():
+            tp = (target, priority)
+            out.append(Measurement(m.JOBS_COMPLETED, (target, _COMPLETED[kind]), n))
             if kind is OutcomeKind.SUCCEEDED:
-                out.append(Measurement(m.JOBS_SUCCEEDED, tp, 1))
+                out.append(Measurement(m.JOBS_SUCCEEDED, tp, n))
             elif kind is OutcomeKind.RESCHEDULE:
-                out.append(Measurement(m.JOBS_RESCHEDULED, tp, 1))
+                out.append(Measurement(m.JOBS_RESCHEDULED, tp, n))
             else:
-                out.append(Measurement(m.JOBS_FAILED, tp, 1))
-                if key in timed_out:
-                    out.append(Measurement(m.JOBS_TIMED_OUT, tp, 1))
+                out.append(Measurement(m.JOBS_FAILED, tp, n))
+                if timed:
+                    out.append(Measurement(m.JOBS_TIMED_OUT, tp, n))
                 metric = m.JOBS_RETRIED if kind is OutcomeKind.RETRY else m.JOBS_DEAD_LETTERED
-                out.append(Measurement(metric, tp, 1))
+                out.append(Measurement(metric, tp, n))
         self.send(out)
 
 
@@ -178,6 +194,14 @@ class MetricsSampler:
         published = _published(worker)
         if published is not None:
             out.append(Measurement(m.WAKEUPS_PUBLISHED, (), published))
+        resilience = worker.app.resilience
+        if isinstance(resilience, BreakerStates):
+            for service, state in sorted(resilience.states().items()):
+                if state is not BreakerState.DISABLED:
+                    out.extend(
+                        Measurement(m.BREAKER_STATE, (service, s.lower()), float(s == state))
+                        for s in _BREAKER_STATES
+                    )
         return out
 
     # ------------------------------------------------------------------ the cluster

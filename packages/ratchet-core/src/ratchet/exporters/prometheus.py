@@ -11,6 +11,7 @@ register it with an app (:meth:`RatchetCollector.install`) and with any registry
 from __future__ import annotations
 
 import threading
+from bisect import bisect_left
 from collections.abc import Iterable, Iterator, Sequence
 from typing import TYPE_CHECKING, Any
 
@@ -20,7 +21,6 @@ from ratchet.domain.breaker import BreakerState
 from ratchet.domain.errors import ConfigurationError
 from ratchet.events import EventKind, JobEvent
 from ratchet.metrics import (
-    BREAKER_STATE,
     CATALOGUE,
     JOBS_CANCELED,
     Measurement,
@@ -85,7 +85,7 @@ class RatchetCollector(Collector):
         self._histograms: dict[Metric, dict[Labels, _Histogram]] = {}
         self._local: dict[Metric, dict[Labels, float]] = {}
         self._cluster: dict[Metric, dict[Labels, float]] = {}
-        self._breakers: dict[str, str] = {}
+        self._events = _EventObserver(self)
         self._target_at = {
             metric: metric.labels.index("target")
             for metric in CATALOGUE
@@ -93,10 +93,18 @@ class RatchetCollector(Collector):
         }
 
     # ------------------------------------------------------------------ wiring
-    def install(self, app: Ratchet) -> RatchetCollector:
-        """Register this collector as a plugin of ``app`` (its workers then feed it)."""
-        if not app.plugins.pm.is_registered(self):
-            app.plugins.pm.register(self, name=f"ratchet-prometheus-{id(self)}")
+    def install(self, app: Ratchet, *, job_events: bool = False) -> RatchetCollector:
+        """Register this collector as a plugin of ``app`` (its workers then feed it).
+
+        :param job_events: also observe the app's job events, to count the jobs this process
+            canceled (``ratchet_jobs_canceled_total``). Off by default: an event observer makes
+            the worker build two events for every job, which costs more than all the rest.
+        """
+        pm = app.plugins.pm
+        if not pm.is_registered(self):
+            pm.register(self, name=f"ratchet-prometheus-{id(self)}")
+        if job_events and not pm.is_registered(self._events):
+            pm.register(self._events, name=f"ratchet-prometheus-events-{id(self)}")
         return self
 
     # ------------------------------------------------------------------ the hooks
@@ -112,11 +120,8 @@ class RatchetCollector(Collector):
                     series = self._histograms.setdefault(metric, {})
                     hist = series.get(labels)
                     if hist is None:
-                        hist = series[labels] = _Histogram(len(metric.buckets))
-                    for i, bound in enumerate(metric.buckets):
-                        if value <= bound:
-                            hist.counts[i] += 1
-                            break
+                        hist = series[labels] = _Histogram(len(metric.buckets) + 1)
+                    hist.counts[bisect_left(metric.buckets, value)] += 1  # last: above all
                     hist.count += 1
                     hist.sum += value
                 else:
@@ -135,16 +140,6 @@ class RatchetCollector(Collector):
             self._local = local
             self._cluster = cluster  # empty when another node samples the cluster
 
-    @hookimpl
-    def ratchet_job_event(self, event: JobEvent) -> None:
-        if event.kind is EventKind.CANCELLED:
-            with self._lock:
-                counters = self._counters.setdefault(JOBS_CANCELED, {})
-                counters[()] = counters.get((), 0.0) + 1
-        elif event.kind is EventKind.BREAKER_STATE_CHANGED:
-            with self._lock:
-                self._breakers[str(event.data["service"])] = str(event.data["new"]).lower()
-
     # ------------------------------------------------------------------ prometheus_client
     def describe(self) -> Iterator[PromMetric]:
         """The metric families, without samples (a registry checks names with it)."""
@@ -160,18 +155,13 @@ class RatchetCollector(Collector):
                 for k, v in self._histograms.items()
             }
             gauges = {**self._local, **self._cluster}
-            breakers = dict(self._breakers)
         for metric in CATALOGUE:
             family = _family(metric)
-            if metric is BREAKER_STATE:
-                for service, current in sorted(breakers.items()):
-                    for state in _BREAKER_STATES:
-                        family.add_metric([service, state], 1.0 if state == current else 0.0)
-            elif metric.type is MetricType.HISTOGRAM:
+            if metric.type is MetricType.HISTOGRAM:
                 for labels, (counts, count, total) in sorted(histograms.get(metric, {}).items()):
                     buckets: list[tuple[str, float]] = []
                     running = 0
-                    for bound, n in zip(metric.buckets, counts, strict=True):
+                    for bound, n in zip(metric.buckets, counts, strict=False):
                         running += n
                         buckets.append((_bound(bound), running))
                     buckets.append(("+Inf", count))
@@ -181,6 +171,18 @@ class RatchetCollector(Collector):
                 for labels, value in sorted(values.items()):
                     family.add_metric(list(labels), value)
             yield family
+
+
+class _EventObserver:
+    """Counts what only the job events tell (:meth:`RatchetCollector.install`, ``job_events``)."""
+
+    def __init__(self, collector: RatchetCollector) -> None:
+        self.collector = collector
+
+    @hookimpl
+    def ratchet_job_event(self, event: JobEvent) -> None:
+        if event.kind is EventKind.CANCELLED:
+            self.collector.ratchet_metrics_observed([Measurement(JOBS_CANCELED, (), 1)])
 
 
 def _family(metric: Metric) -> Any:
