@@ -166,3 +166,17 @@ def test_without_an_exporter_nothing_is_measured_or_sampled(sqlite_url: str) -> 
         "ratchet-metrics-sampler", "someone-else", now=app.now(), lease=timedelta(seconds=5)
     ), "a worker without an exporter never takes the sampling lease"
     app.close()
+
+
+def test_the_docs_table_lists_every_metric_with_its_type_and_labels() -> None:
+    page = Path(__file__).resolve().parents[2] / "docs" / "observability.md"
+    rows = re.findall(r"^\| `(ratchet_[a-z_]+)` \| (\w+) \| ([^|]+) \|", page.read_text(), re.M)
+    documented = {name: (kind, labels.strip()) for name, kind, labels in rows}
+    expected = {
+        metric.name: (
+            metric.type.value,
+            ", ".join(f"`{label}`" for label in metric.labels) or "none",
+        )
+        for metric in CATALOGUE
+    }
+    assert documented == expected
