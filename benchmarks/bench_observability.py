@@ -27,18 +27,16 @@ import statistics
 import sys
 import tempfile
 import threading
-import time
 import timeit
 import uuid
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
-from datetime import timedelta
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 import bench_jobs
-from bench_sqlite import BATCH_SIZE, CONCURRENCY
+from bench_sqlite import BATCH_SIZE, drain
 
 from ratchet import Ratchet
 
@@ -88,21 +86,10 @@ def process(url: str, n: int, setup: Callable[[Ratchet], Closer]) -> float:
     for chunk in range(0, n, 5000):
         app.submit_many(builders[chunk : chunk + 5000])
     close = setup(app)
-    worker = app.worker(
-        concurrency=CONCURRENCY,
-        batch_size=BATCH_SIZE,
-        min_delay=timedelta(milliseconds=20),
-        burst_delay=timedelta(milliseconds=5),
-    )
-    start = time.perf_counter()
-    worker.start()
-    ok = worker.wait_until(lambda: worker.stats.succeeded >= n, timeout=900)
-    elapsed = time.perf_counter() - start
-    worker.stop()
+    rate = drain(app, n, timeout=900)
     close()
-    assert ok and app.store.count_by_status().get("SUCCEEDED") == n
     app.close()
-    return n / elapsed
+    return rate
 
 
 @contextmanager
