@@ -25,13 +25,11 @@ if TYPE_CHECKING:
     from ratchet.domain.watcher import WatcherReport
     from ratchet.domain.workflow import FlowEffect, FlowResolver
     from ratchet.engine.context import ProgressReporter
-    from ratchet.engine.liveness import LivenessStats
-    from ratchet.engine.metrics import Meter
     from ratchet.engine.outages import OutageLog
     from ratchet.engine.running import Attempt
     from ratchet.engine.slots import SlotTable
     from ratchet.engine.start_check import StartCheck
-    from ratchet.engine.stats import WorkerStats
+    from ratchet.engine.stats import LivenessStats, WorkerStats
     from ratchet.events import JobEvent
     from ratchet.plugins import Plugins
     from ratchet.ports import (
@@ -181,6 +179,23 @@ class LivenessFace(Protocol):
     def watch_once(self) -> WatcherReport: ...
 
 
+class MeterFace(Protocol):
+    """The worker's meter (:mod:`ratchet.engine.metrics`), as the parts that measure see it."""
+
+    @property
+    def enabled(self) -> bool: ...
+
+    def polled(self, claimed: Sequence[ClaimedJob], seconds: float) -> None: ...
+
+    def written(
+        self,
+        outcomes: Sequence[Outcome],
+        fenced: set[uuid.UUID],
+        timed_out: set[tuple[uuid.UUID, int]],
+        seconds: float,
+    ) -> None: ...
+
+
 class WorkerHost(Protocol):
     """A worker (:class:`~ratchet.engine.worker.Worker`), as its parts see it (read-only but
     for ``node_id``, which changes when the node continues as a new incarnation)."""
@@ -230,7 +245,7 @@ class WorkerHost(Protocol):
     def liveness(self) -> LivenessFace: ...
 
     @property
-    def meter(self) -> Meter: ...
+    def meter(self) -> MeterFace: ...
 
     @property
     def draining(self) -> bool: ...
@@ -253,6 +268,7 @@ __all__ = [
     "CompleterFace",
     "Gate",
     "LivenessFace",
+    "MeterFace",
     "PeriodicTask",
     "ProducerFace",
     "RunnerFace",
