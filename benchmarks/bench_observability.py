@@ -27,6 +27,7 @@ import statistics
 import sys
 import tempfile
 import threading
+import time
 import timeit
 import uuid
 from collections.abc import Callable, Iterator
@@ -78,18 +79,22 @@ VARIANTS: dict[str, Callable[[Ratchet], Closer]] = {
 }
 
 
-def process(url: str, n: int, setup: Callable[[Ratchet], Closer]) -> float:
-    """Jobs per second of one in-process worker running ``n`` no-op jobs under ``setup``."""
+def process(url: str, n: int, setup: Callable[[Ratchet], Closer]) -> tuple[float, float]:
+    """Jobs per second of one in-process worker running ``n`` no-op jobs under ``setup``, and
+    the CPU time of this process per job (µs; every thread, the database client included), which
+    a loaded machine disturbs less than the wall time."""
     app = Ratchet(url, allowed_modules=["bench_jobs"])
     app.store.migrate()
     builders = [app.enqueue(bench_jobs.noop, i) for i in range(n)]
     for chunk in range(0, n, 5000):
         app.submit_many(builders[chunk : chunk + 5000])
     close = setup(app)
+    cpu = time.process_time()
     rate = drain(app, n, timeout=900)
+    cpu = (time.process_time() - cpu) / n * 1e6
     close()
     app.close()
-    return rate
+    return rate, cpu
 
 
 @contextmanager
@@ -126,29 +131,41 @@ def postgres_databases(url: str | None) -> Iterator[Callable[[], str]]:
 
 
 def compare(label: str, databases: Callable[[], str], n: int, runs: int) -> None:
-    results: dict[str, list[float]] = {name: [] for name in VARIANTS}
+    rates: dict[str, list[float]] = {name: [] for name in VARIANTS}
+    cpus: dict[str, list[float]] = {name: [] for name in VARIANTS}
     for round_ in range(runs):
         names = list(VARIANTS)
         if round_ % 2:  # alternate the order too, so neither always runs first
             names.reverse()
         for name in names:
-            results[name].append(process(databases(), n, VARIANTS[name]))
-    print(f"{label}: {n:,} no-op jobs, {runs} interleaved rounds")
-    for name, values in results.items():
+            rate, cpu = process(databases(), n, VARIANTS[name])
+            rates[name].append(rate)
+            cpus[name].append(cpu)
+    print(
+        f"{label}: {n:,} no-op jobs, {runs} interleaved rounds, load average {os.getloadavg()[0]:.1f}"
+    )
+    for name in VARIANTS:
         print(
-            f"  {name:<10} median {statistics.median(values):>8,.0f} jobs/s   runs: "
-            f"{', '.join(f'{v:,.0f}' for v in values)}"
+            f"  {name:<10} median {statistics.median(rates[name]):>8,.0f} jobs/s   runs: "
+            f"{', '.join(f'{v:,.0f}' for v in rates[name])}"
         )
-    off = results["off"]
-    for name, values in results.items():
+        print(
+            f"  {'':<10} CPU    {statistics.median(cpus[name]):>8,.1f} us/job   runs: "
+            f"{', '.join(f'{v:,.1f}' for v in cpus[name])}"
+        )
+    for name in VARIANTS:
         if name == "off":
             continue
-        ratios = [v / o for v, o in zip(values, off, strict=True)]
-        print(
-            f"  {name} / off: median {statistics.median(ratios):.3f}  "
-            f"(min {min(ratios):.3f}, max {max(ratios):.3f}; per round "
-            f"{', '.join(f'{r:.3f}' for r in ratios)})"
-        )
+        for what, values, base in (
+            ("throughput", rates[name], rates["off"]),
+            ("CPU per job", cpus[name], cpus["off"]),
+        ):
+            ratios = [v / o for v, o in zip(values, base, strict=True)]
+            print(
+                f"  {name} / off, {what}: median {statistics.median(ratios):.3f}  "
+                f"(min {min(ratios):.3f}, max {max(ratios):.3f}; per round "
+                f"{', '.join(f'{r:.3f}' for r in ratios)})"
+            )
 
 
 def idle_check_cost() -> None:

@@ -34,9 +34,13 @@ class MetricType(enum.StrEnum):
     """Observations counted into ``buckets`` (upper bounds, ascending)."""
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, eq=False)
 class Metric:
-    """One metric of the catalogue. Counter names end in ``_total``, durations in ``_seconds``."""
+    """One metric of the catalogue. Counter names end in ``_total``, durations in ``_seconds``.
+
+    Compared and hashed by identity (each is one object of :data:`CATALOGUE`): exporters key
+    their series by it on every measurement.
+    """
 
     name: str
     type: MetricType

@@ -51,6 +51,7 @@ _COMPLETED = {
     OutcomeKind.RESCHEDULE: "rescheduled",
 }
 _BREAKER_STATES = (BreakerState.CLOSED, BreakerState.OPEN, BreakerState.HALF_OPEN)
+_ALONE = {name: (name,) for name in _PRIORITY.values()}
 _UNKNOWN = (m.OTHER, m.OTHER)
 """The labels of an outcome whose claim this meter did not see (enabled in between)."""
 _REMEMBERED = 100_000
@@ -71,6 +72,8 @@ class Meter:
     def __init__(self, plugins: Plugins) -> None:
         self.plugins = plugins
         self._jobs: dict[tuple[uuid.UUID, int], tuple[str, str]] = {}
+        self._targets: dict[str, tuple[str]] = {}
+        """One ``(target,)`` label tuple per target (made once, not per job)."""
 
     @property
     def enabled(self) -> bool:
@@ -87,17 +90,20 @@ class Meter:
         Counters are summed per label set before they are sent (a batch of one target is one
         increment); histogram observations are sent one by one.
         """
+        new, waits = tuple.__new__, m.SCHEDULE_TO_START
         out = [Measurement(m.STORE_OPERATION_SECONDS, ("acquire_work",), seconds)]
         jobs = self._jobs
         if len(jobs) + len(claimed) > _REMEMBERED:
             jobs.clear()  # outcomes never written (fenced before they ran): forget them all
         started: dict[tuple[str, str], int] = {}
         for job in claimed:
-            labels = (job.target, _PRIORITY.get(job.priority) or priority_label(job.priority))
+            priority = _PRIORITY.get(job.priority) or priority_label(job.priority)
+            labels = (job.target, priority)
             jobs[(job.job_id, job.epoch)] = labels
             started[labels] = started.get(labels, 0) + 1
             waited = (job.claimed_at - job.scheduled_time).total_seconds()
-            out.append(Measurement(m.SCHEDULE_TO_START, labels[1:], max(0.0, waited)))
+            alone = _ALONE.get(priority) or (priority,)
+            out.append(new(Measurement, (waits, alone, waited if waited > 0 else 0.0)))
         out.extend(Measurement(m.JOBS_STARTED, labels, n) for labels, n in started.items())
         self.send(out)
 
@@ -110,23 +116,28 @@ class Meter:
     ) -> None:
         """An outcome write of ``outcomes`` took ``seconds`` and refused ``fenced``; the attempts
         in ``timed_out`` ran past their deadline (call only when :attr:`enabled`)."""
+        new, runs = tuple.__new__, m.RUN_DURATION
         out = [
             Measurement(m.OUTCOME_BATCH_SIZE, (), len(outcomes)),
             Measurement(m.OUTCOME_WRITE_SECONDS, (), seconds),
             Measurement(m.STORE_OPERATION_SECONDS, ("record_outcomes",), seconds),
         ]
-        jobs = self._jobs
+        jobs, targets = self._jobs, self._targets
         counts: dict[tuple[OutcomeKind, bool, str, str], int] = {}
         for o in outcomes:
             key = (o.job_id, o.epoch)
             target, priority = jobs.pop(key, _UNKNOWN)
-            if o.job_id in fenced:
+            if fenced and o.job_id in fenced:
                 continue
-            kind = o.kind
-            tally = (kind, key in timed_out, target, priority)
+            tally = (o.kind, bool(timed_out) and key in timed_out, target, priority)
             counts[tally] = counts.get(tally, 0) + 1
+            alone = targets.get(target)
+            if alone is None:
+                if len(targets) >= _REMEMBERED:
+                    targets.clear()
+                alone = targets[target] = (target,)
             run = (o.finished_at - o.started_at).total_seconds()
-            out.append(Measurement(m.RUN_DURATION, (target,), run))
+            out.append(new(Measurement, (runs, alone, run)))
         for (kind, timed, target, priority), n in counts.items():
             tp = (target, priority)
             out.append(Measurement(m.JOBS_COMPLETED, (target, _COMPLETED[kind]), n))

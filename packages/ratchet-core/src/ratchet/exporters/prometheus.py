@@ -52,6 +52,9 @@ if TYPE_CHECKING:
 
 hookimpl = pluggy.HookimplMarker("ratchet")
 
+_MEMO_LIMIT = 100_000
+"""Distinct label sets whose bounded form is remembered (a bound on memory, not on series)."""
+
 DEFAULT_ADDRESS = "127.0.0.1"
 """Where :func:`serve` listens unless told otherwise: loopback only."""
 
@@ -86,11 +89,14 @@ class RatchetCollector(Collector):
         self._local: dict[Metric, dict[Labels, float]] = {}
         self._cluster: dict[Metric, dict[Labels, float]] = {}
         self._events = _EventObserver(self)
+        self._bounded: dict[int, dict[Labels, Labels]] = {}
+        """Per position of the ``target`` label: label values as given -> as exported."""
         self._target_at = {
             metric: metric.labels.index("target")
             for metric in CATALOGUE
             if "target" in metric.labels
         }
+        self._bounded = {at: {} for at in set(self._target_at.values())}
 
     # ------------------------------------------------------------------ wiring
     def install(self, app: Ratchet, *, job_events: bool = False) -> RatchetCollector:
@@ -110,14 +116,24 @@ class RatchetCollector(Collector):
     # ------------------------------------------------------------------ the hooks
     @hookimpl
     def ratchet_metrics_observed(self, measurements: Sequence[Measurement]) -> None:
-        target_at = self._target_at
+        target_at, bounded = self._target_at, self._bounded
+        histogram = MetricType.HISTOGRAM
         with self._lock:
             for metric, labels, value in measurements:
                 at = target_at.get(metric)
                 if at is not None:
-                    labels = (*labels[:at], self.target_label(labels[at]), *labels[at + 1 :])
-                if metric.type is MetricType.HISTOGRAM:
-                    series = self._histograms.setdefault(metric, {})
+                    memo = bounded[at]
+                    given = labels
+                    labels = memo.get(given)  # type: ignore[assignment]
+                    if labels is None:
+                        if len(memo) >= _MEMO_LIMIT:
+                            memo.clear()
+                        target = self.target_label(given[at])
+                        labels = memo[given] = (*given[:at], target, *given[at + 1 :])
+                if metric.type is histogram:
+                    series = self._histograms.get(metric)
+                    if series is None:
+                        series = self._histograms[metric] = {}
                     hist = series.get(labels)
                     if hist is None:
                         hist = series[labels] = _Histogram(len(metric.buckets) + 1)
@@ -125,7 +141,9 @@ class RatchetCollector(Collector):
                     hist.count += 1
                     hist.sum += value
                 else:
-                    counters = self._counters.setdefault(metric, {})
+                    counters = self._counters.get(metric)
+                    if counters is None:
+                        counters = self._counters[metric] = {}
                     counters[labels] = counters.get(labels, 0.0) + value
 
     @hookimpl
