@@ -66,6 +66,14 @@ def process(workdir: str, n: int, run: int) -> float:
     builders = [app.enqueue(bench_jobs.noop, i) for i in range(n)]
     for chunk in range(0, n, 5000):
         app.submit_many(builders[chunk : chunk + 5000])
+    rate = drain(app, n)
+    app.close()
+    return rate
+
+
+def drain(app: Ratchet, n: int, timeout: float = 600) -> float:
+    """Jobs per second of one worker (the settings above) running the ``n`` jobs ``app``'s
+    database holds, all of which must succeed."""
     worker = app.worker(
         concurrency=CONCURRENCY,
         batch_size=BATCH_SIZE,
@@ -74,11 +82,10 @@ def process(workdir: str, n: int, run: int) -> float:
     )
     start = time.perf_counter()
     worker.start()
-    ok = worker.wait_until(lambda: worker.stats.succeeded >= n, timeout=600)
+    ok = worker.wait_until(lambda: worker.stats.succeeded >= n, timeout=timeout)
     elapsed = time.perf_counter() - start
     worker.stop()
     assert ok and app.store.count_by_status().get("SUCCEEDED") == n
-    app.close()
     return n / elapsed
 
 

@@ -5,16 +5,18 @@ from __future__ import annotations
 import logging
 import re
 import sys
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
 import pytest
 import sample_jobs
 
-from ratchet import EventKind, JobEvent, Ratchet, hookimpl
+from ratchet import EventKind, JobEvent, Ratchet, hookimpl, metrics
 from ratchet.adapters.class_policy import PackagePrefixClassPolicy
 from ratchet.config import RatchetConfig
 from ratchet.domain.errors import ConfigurationError, MissingClassPolicy, UnknownStoreError
+from ratchet.metrics import Measurement, MetricsSample
 from ratchet.plugins import Plugins, make_plugin_manager
 from ratchet.ports import CoordinatorContext
 
@@ -479,4 +481,59 @@ def test_hook_ratchet_worker_stopped(sqlite_url: str) -> None:
     worker.start()
     worker.stop()
     assert seen == [0], "called once, after deregistration"
+
+
+def test_hook_ratchet_metrics_observed(sqlite_url: str, caplog: pytest.LogCaptureFixture) -> None:
+    seen: list[Measurement] = []
+    calls: list[int] = []
+
+    class Plugin:
+        @hookimpl
+        def ratchet_metrics_observed(self, measurements: Sequence[Measurement]) -> None:
+            calls.append(len(measurements))
+            seen.extend(measurements)
+
+    class Broken:
+        @hookimpl
+        def ratchet_metrics_observed(self, measurements: Sequence[Measurement]) -> None:
+            raise RuntimeError("exporter bug")
+
+    app = Ratchet(
+        sqlite_url, allowed_modules=["sample_jobs"], plugins=make(Broken(), Plugin(), Broken())
+    )
+    with caplog.at_level(logging.ERROR, logger="ratchet.plugins"):
+        handle = app.enqueue(sample_jobs.record, 5).submit()
+        assert app.worker().run_due() == 1
+    assert handle.status().value == "SUCCEEDED", "a failing exporter changes nothing"
+    started = [x for x in seen if x.metric is metrics.JOBS_STARTED]
+    completed = [x for x in seen if x.metric is metrics.JOBS_COMPLETED]
+    assert started == [Measurement(metrics.JOBS_STARTED, ("sample_jobs:record", "normal"), 1)]
+    assert completed == [
+        Measurement(metrics.JOBS_COMPLETED, ("sample_jobs:record", "succeeded"), 1)
+    ]
+    failures = [r.getMessage() for r in caplog.records if "observer plugin" in r.getMessage()]
+    assert len(calls) == 3, "one batch per poll (two: the second finds nothing) and per write"
+    assert len(failures) == 2 * len(calls), "each broken exporter is logged for each batch"
+    app.close()
+
+
+def test_hook_ratchet_metrics_sampled(sqlite_url: str) -> None:
+    samples: list[MetricsSample] = []
+
+    class Plugin:
+        @hookimpl
+        def ratchet_metrics_sampled(self, sample: MetricsSample) -> None:
+            samples.append(sample)
+
+    app = Ratchet(sqlite_url, allowed_modules=["sample_jobs"], plugins=make(Plugin()))
+    app.enqueue(sample_jobs.record, 5).submit()
+    worker = app.worker(concurrency=3)
+    worker.sampler.run_once(worker)
+    [sample] = samples
+    assert sample.node_id == worker.node_id
+    local = {(x.metric.name, x.labels): x.value for x in sample.local}
+    assert local[("ratchet_worker_slots", ("free",))] == 3
+    assert sample.cluster is not None, "the only worker holds the sampling lease"
+    cluster = {(x.metric.name, x.labels): x.value for x in sample.cluster}
+    assert cluster[("ratchet_queue_depth", ("PENDING", "normal"))] == 1
     app.close()

@@ -42,6 +42,7 @@ LIFECYCLE_HOOKS = (
     "ratchet_worker_stopping",
     "ratchet_worker_stopped",
 )
+OBSERVER_HOOKS = ("ratchet_job_event", "ratchet_metrics_observed", "ratchet_metrics_sampled")
 
 
 def hook_names() -> set[str]:
@@ -50,10 +51,8 @@ def hook_names() -> set[str]:
 
 
 def test_the_hook_kinds_cover_every_hook() -> None:
-    assert {*REGISTRY_HOOKS, *PROVIDER_HOOKS, *LIFECYCLE_HOOKS, "ratchet_job_event"} == (
-        hook_names()
-    )
-    assert set(PER_PLUGIN_HOOKS) == {*REGISTRY_HOOKS, "ratchet_job_event", *LIFECYCLE_HOOKS[1:]}
+    assert {*REGISTRY_HOOKS, *PROVIDER_HOOKS, *LIFECYCLE_HOOKS, *OBSERVER_HOOKS} == hook_names()
+    assert set(PER_PLUGIN_HOOKS) == {*REGISTRY_HOOKS, *OBSERVER_HOOKS, *LIFECYCLE_HOOKS[1:]}
 
 
 def event(kind: EventKind = EventKind.STARTED) -> JobEvent:
@@ -67,6 +66,19 @@ class Observer:
     @hookimpl
     def ratchet_job_event(self, event: JobEvent) -> None:
         self.events.append(event)
+
+
+class MetricsObserver:
+    def __init__(self) -> None:
+        self.samples: list[object] = []
+
+    @hookimpl
+    def ratchet_metrics_observed(self, measurements: Any) -> None:
+        pass
+
+    @hookimpl
+    def ratchet_metrics_sampled(self, sample: Any) -> None:
+        self.samples.append(sample)
 
 
 class Call:
@@ -95,8 +107,8 @@ class Lifecycle:
 
 
 def test_hookcall_monitoring_sees_every_hook_call(sqlite_url: str) -> None:
-    observer = Observer()
-    pm = make_plugin_manager(load_entrypoints=False, extra=[observer, Lifecycle()])
+    observer, metrics = Observer(), MetricsObserver()
+    pm = make_plugin_manager(load_entrypoints=False, extra=[observer, metrics, Lifecycle()])
     calls: list[Call] = []
     results: list[tuple[str, object]] = []
 
@@ -113,6 +125,7 @@ def test_hookcall_monitoring_sees_every_hook_call(sqlite_url: str) -> None:
     try:
         handle = app.enqueue(sample_jobs.record, 3).submit()
         assert wait_for(lambda: handle.status().value == "SUCCEEDED", timeout=30)
+        assert wait_for(lambda: bool(metrics.samples), timeout=30), "sampled once at start"
     finally:
         worker.stop()
         app.close()
@@ -260,6 +273,16 @@ def wrapper_plugin(hook: str, style: str) -> object:
     elif hook.startswith("ratchet_worker_"):
 
         def impl(self: object, worker: Any) -> Generator[None, Any, Any]:
+            return (yield)
+
+    elif hook == "ratchet_metrics_observed":
+
+        def impl(self: object, measurements: Any) -> Generator[None, Any, Any]:
+            return (yield)
+
+    elif hook == "ratchet_metrics_sampled":
+
+        def impl(self: object, sample: Any) -> Generator[None, Any, Any]:
             return (yield)
 
     else:

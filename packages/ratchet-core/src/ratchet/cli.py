@@ -227,8 +227,26 @@ def main() -> None:
     "--max-takeovers", type=click.IntRange(min=0), help="Takeovers before retry or failure."
 )
 @click.option("--prefetch", type=click.IntRange(min=0), help="Jobs reserved beyond free slots.")
+@click.option(
+    "--metrics-port",
+    type=click.IntRange(0, 65535),
+    help="Serve Prometheus metrics on this port (needs ratchet-core[prometheus]).",
+)
+@click.option(
+    "--metrics-address",
+    default="127.0.0.1",
+    show_default=True,
+    help="Address the metrics endpoint binds to (0.0.0.0: every interface).",
+)
+@click.option("--metrics-interval", type=float, help="Seconds between gauge samples.")
 def worker(
-    app_spec: str, concurrency: int, batch_size: int, log_level: str, **delays: float | None
+    app_spec: str,
+    concurrency: int,
+    batch_size: int,
+    log_level: str,
+    metrics_port: int | None,
+    metrics_address: str,
+    **delays: float | None,
 ) -> None:
     """Run a worker for MODULE:APP until SIGTERM or SIGINT, then drain."""
     from ratchet.config import WorkerConfig
@@ -265,12 +283,20 @@ def worker(
         "running_stall": "running_stall",
         "timed_out_grace": "timed_out_grace",
         "takeover_window": "takeover_window",
+        "metrics_interval": "metrics_interval",
     }
     options: dict[str, Any] = {names[k]: _seconds(v) for k, v in delays.items() if v is not None}
     if soft_percent is not None:
         options["soft_timeout_percent"] = soft_percent
     options.update({k: v for k, v in counts.items() if v is not None})
     config = WorkerConfig(concurrency=concurrency, batch_size=batch_size, **options)
+    if metrics_port is not None:
+        from ratchet.exporters.prometheus import serve_app
+
+        server = serve_app(app, metrics_port, metrics_address)
+        logging.getLogger("ratchet.worker").info(
+            "serving metrics on http://%s:%d/metrics", metrics_address, server.port
+        )
     app.run_worker(config)
 
 

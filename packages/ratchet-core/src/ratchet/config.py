@@ -79,6 +79,9 @@ class WorkerConfig:
     orphan_scan_interval: timedelta = timedelta(seconds=60)
     summary_interval: timedelta = timedelta(seconds=60)
     """How often the worker logs what it did and what waits (zero: never)."""
+    metrics_interval: timedelta = timedelta(seconds=10)
+    """How often the worker samples its gauges for the metrics hooks (only while a plugin
+    implements ``ratchet_metrics_sampled``); the cluster's sampling lease lasts three times it."""
     recurring_interval: timedelta = timedelta(seconds=1)
     """How often the worker creates the due occurrences of recurring masters."""
     recurring_batch_limit: int = 20
@@ -129,6 +132,8 @@ class WorkerConfig:
         self.watcher_settings()  # validates the watcher's deadlines
         if self.prefetch < 0:
             raise ConfigurationError(f"prefetch must be >= 0, got {self.prefetch}")
+        if self.metrics_interval <= timedelta(0):
+            raise ConfigurationError("metrics_interval must be positive")
         if self.watcher_interval <= timedelta(0):
             raise ConfigurationError("watcher_interval must be positive")
         if self.orphan_grace < 3 * self.heartbeat_interval:

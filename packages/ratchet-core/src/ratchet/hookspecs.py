@@ -14,9 +14,12 @@ from typing import TYPE_CHECKING
 import pluggy
 
 if TYPE_CHECKING:
+    from collections.abc import Sequence
+
     from ratchet.config import RatchetConfig
     from ratchet.engine.worker import Worker
     from ratchet.events import JobEvent
+    from ratchet.metrics import Measurement, MetricsSample
     from ratchet.ports import (
         BeanResolver,
         ClassPolicy,
@@ -196,10 +199,36 @@ def ratchet_worker_stopping(worker: Worker) -> None:
 
 
 @hookspec
+def ratchet_metrics_observed(measurements: Sequence[Measurement]) -> None:
+    """Observe counter increments and histogram observations of a worker's parts.
+
+    :param measurements: :class:`~ratchet.metrics.Measurement` values, one batch per poll or
+        per outcome write; each names its :class:`~ratchet.metrics.Metric` (from
+        :data:`ratchet.metrics.CATALOGUE`), its label values and the amount or observation.
+
+    Called on the poller and writer threads, one plugin at a time; an exception raised here is
+    logged. Nothing is measured while no plugin implements this hook.
+    """
+
+
+@hookspec
 def ratchet_worker_stopped(worker: Worker) -> None:
     """A worker drained, handed its jobs back and deregistered its node.
 
     :param worker: the :class:`~ratchet.engine.worker.Worker`.
 
     Called one plugin at a time; an exception is logged.
+    """
+
+
+@hookspec
+def ratchet_metrics_sampled(sample: MetricsSample) -> None:
+    """Observe a worker's sampled gauges and running totals.
+
+    :param sample: a :class:`~ratchet.metrics.MetricsSample`: this worker's own values, and the
+        cluster-wide gauges when this worker holds the sampling lease (else ``cluster`` is None).
+
+    Called every ``WorkerConfig.metrics_interval`` on the maintenance thread, one plugin at a
+    time; an exception raised here is logged. A worker none of whose plugins implements this hook
+    samples nothing and never takes the lease.
     """

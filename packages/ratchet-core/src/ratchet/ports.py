@@ -487,6 +487,27 @@ class CancelRequest:
     requested_at: datetime
 
 
+@dataclass(frozen=True)
+class QueueGauges:
+    """What waits in the queue at one moment (:meth:`QueueGaugeStore.queue_gauges`)."""
+
+    depths: dict[tuple[str, int], int]
+    """Live jobs by (status, priority ordinal); only the pairs that have jobs."""
+    oldest_due: datetime | None
+    """The scheduled time of the oldest PENDING job due at the time asked (None: none is due)."""
+
+
+@runtime_checkable
+class QueueGaugeStore(Protocol):
+    """Optional store capability: the queue's gauges for metrics, in one cheap read.
+
+    Sampled by one node of the cluster at a time (``docs/observability.md``).
+    """
+
+    def queue_gauges(self, *, now: datetime) -> QueueGauges:
+        """Live jobs by status and priority, and the oldest PENDING job due at ``now``."""
+
+
 @runtime_checkable
 class CancellationStore(Protocol):
     """Optional: delivers ``cancel_job(id, interrupt=True)`` to the node running the job."""
@@ -630,6 +651,22 @@ class ClusterCoordinator(Protocol):
 
     def close(self) -> None:
         """Stop receiving and release connections. Idempotent."""
+
+
+class CoordinatorCounts(Protocol):
+    """The counters a :class:`CountingCoordinator` reports (metrics read ``published``)."""
+
+    @property
+    def published(self) -> int:
+        """Hints the broker accepted."""
+
+
+@runtime_checkable
+class CountingCoordinator(Protocol):
+    """Optional extra of a :class:`ClusterCoordinator`: it counts what it did."""
+
+    def stats(self) -> CoordinatorCounts:
+        """A snapshot of its counters."""
 
 
 class WakeupConnection(Protocol):
@@ -802,6 +839,15 @@ class BreakerRegistry(Protocol):
 
     def attach(self, clock: Clock, on_change: Callable[[Transition], None]) -> None:
         """Read time from ``clock`` and report every state change to ``on_change``."""
+
+
+@runtime_checkable
+class BreakerStates(Protocol):
+    """Optional capability of a :class:`ResilienceStrategy`: the state of every breaker it has
+    (sampled for metrics)."""
+
+    def states(self) -> dict[str, BreakerState]:
+        """Each service's breaker state now."""
 
 
 class ExecutorProvider(Protocol):

@@ -23,6 +23,7 @@ from ratchet.engine.gates import CircuitBreakerGate, PermitGate
 from ratchet.engine.host import AppHost, Gate, PeriodicTask, WorkerHost
 from ratchet.engine.liveness import Liveness, WatcherTask, watcher_store
 from ratchet.engine.maintenance import PermitJanitor
+from ratchet.engine.metrics import Meter, MetricsSampler
 from ratchet.engine.outages import OutageLog
 from ratchet.engine.producer import Producer
 from ratchet.engine.recurring import RecurringMaterializer, RecurringRegistrar
@@ -119,6 +120,8 @@ class WorkerUnderAssembly(WorkerHost, Protocol):
     producer: Producer
     watchdog: Watchdog
     liveness: Liveness
+    meter: Meter
+    sampler: MetricsSampler
 
 
 def assemble_worker(worker: WorkerUnderAssembly) -> None:
@@ -133,6 +136,7 @@ def assemble_worker(worker: WorkerUnderAssembly) -> None:
     worker.slots = SlotTable(config.concurrency)
     worker.start_check = StartCheck(lambda jobs: worker.store.owned_jobs(worker.node_id, jobs))
     worker.gates = worker_gates()
+    worker.meter = Meter(worker.app.plugins)
     worker.runner = AttemptRunner(worker)
     worker.completer = Completer(worker, config.completion_batch)
     worker.producer = Producer(worker)
@@ -144,6 +148,8 @@ def assemble_worker(worker: WorkerUnderAssembly) -> None:
     )
     worker.liveness = Liveness(worker, require_watcher_store(worker.store))
     worker.periodic = periodic_tasks(worker.store, config)
+    worker.sampler = MetricsSampler(config.metrics_interval)
+    worker.periodic.append(worker.sampler)
 
 
 def worker_gates() -> list[Gate]:

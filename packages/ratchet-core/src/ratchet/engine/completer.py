@@ -106,10 +106,14 @@ class Completer:
                     first[o.job_id] = o
             return self.record(list(first.values())) + self.record(rest)
         app = worker.app
+        started = time.perf_counter()
         written = worker.store.record_outcomes(
             worker.node_id, outcomes, now=app.now(), resolve=app.resolver
         )
         fenced = list(written.fenced)
+        if worker.meter.enabled:
+            timed_out = {(o.job_id, o.epoch) for o in outcomes} & self.timeouts.keys()
+            worker.meter.written(outcomes, set(fenced), timed_out, time.perf_counter() - started)
         self.report(outcomes, set(fenced), written.effects)
         return fenced
 

@@ -30,7 +30,7 @@ if TYPE_CHECKING:
     from ratchet.engine.security import Guard, Protection
     from ratchet.engine.slots import SlotTable
     from ratchet.engine.start_check import StartCheck
-    from ratchet.engine.stats import WorkerStats
+    from ratchet.engine.stats import LivenessStats, WorkerStats
     from ratchet.events import JobEvent
     from ratchet.plugins import Plugins
     from ratchet.ports import (
@@ -166,6 +166,9 @@ class WatchdogFace(Protocol):
 class LivenessFace(Protocol):
     """The node's liveness (:mod:`ratchet.engine.liveness`), as the other parts see it."""
 
+    @property
+    def stats(self) -> LivenessStats: ...
+
     def acquire(self, want: int) -> list[ClaimedJob]: ...
 
     def refill(self) -> None: ...
@@ -177,6 +180,23 @@ class LivenessFace(Protocol):
     ) -> Outcome | None: ...
 
     def watch_once(self) -> WatcherReport: ...
+
+
+class MeterFace(Protocol):
+    """The worker's meter (:mod:`ratchet.engine.metrics`), as the parts that measure see it."""
+
+    @property
+    def enabled(self) -> bool: ...
+
+    def polled(self, claimed: Sequence[ClaimedJob], seconds: float) -> None: ...
+
+    def written(
+        self,
+        outcomes: Sequence[Outcome],
+        fenced: set[uuid.UUID],
+        timed_out: set[tuple[uuid.UUID, int]],
+        seconds: float,
+    ) -> None: ...
 
 
 class WorkerHost(Protocol):
@@ -228,6 +248,9 @@ class WorkerHost(Protocol):
     def liveness(self) -> LivenessFace: ...
 
     @property
+    def meter(self) -> MeterFace: ...
+
+    @property
     def draining(self) -> bool: ...
 
     def wakeup(self) -> None: ...
@@ -248,6 +271,7 @@ __all__ = [
     "CompleterFace",
     "Gate",
     "LivenessFace",
+    "MeterFace",
     "PeriodicTask",
     "ProducerFace",
     "RunnerFace",

@@ -35,6 +35,7 @@ from ratchet.engine.completer import Completer
 from ratchet.engine.context import install_log_record_factory
 from ratchet.engine.host import Gate, PeriodicTask
 from ratchet.engine.liveness import Liveness, new_node_id
+from ratchet.engine.metrics import Meter, MetricsSampler
 from ratchet.engine.outages import OutageLog
 from ratchet.engine.producer import Producer
 from ratchet.engine.slots import SlotTable
@@ -75,6 +76,10 @@ class Worker:
         """Every attempt confirms the job is still this node's right before it starts."""
         self.gates: list[Gate]
         """Checked in order before every attempt."""
+        self.meter: Meter
+        """Measurements for the metrics hooks (nothing while no plugin implements them)."""
+        self.sampler: MetricsSampler
+        """Samples the gauges for the metrics hooks (one of the periodic tasks)."""
         self.runner: AttemptRunner
         self.completer: Completer
         self.producer: Producer
@@ -188,6 +193,7 @@ class Worker:
         self.completer.stop(deadline)
         if self._maintenance is not None:
             self._maintenance.join(timeout=max(1.0, deadline - time.monotonic()))
+        self.sampler.stop(self)
         try:
             self.liveness.hand_back()
         except StoreUnavailable:
@@ -217,6 +223,7 @@ class Worker:
 
     # ------------------------------------------------------------------ the parts' public faces
     def _on_hint(self, hint: WakeupHint) -> None:
+        self.stats.wakeups_received += 1
         self.wakeup()
 
     def wakeup(self) -> None:

@@ -67,6 +67,7 @@ from ratchet.sql.hotpaths import (
     plan_outcomes,
 )
 from ratchet.sql.key_usage import EncryptionKeyStoreMixin
+from ratchet.sql.metrics_store import QueueGaugeStoreMixin
 from ratchet.sql.permits import PermitStoreMixin
 from ratchet.sql.pool import ping_when_idle
 from ratchet.sql.recurring_store import RecurringStoreMixin
@@ -110,6 +111,7 @@ def describe_location(url: str) -> str:
 
 class SqlStore(
     EncryptionKeyStoreMixin,
+    QueueGaugeStoreMixin,
     PermitStoreMixin,
     CancellationStoreMixin,
     WorkflowStoreMixin,

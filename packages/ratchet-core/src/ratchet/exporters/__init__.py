@@ -1,0 +1,1 @@
+"""Exporters of the metrics port (:mod:`ratchet.metrics`); each is imported only when used."""
