@@ -33,6 +33,7 @@ from ratchet.engine.security import Guard, Protection, as_principal, current_pri
 from ratchet.engine.watchdog import cancellation_store
 from ratchet.engine.worker import Worker
 from ratchet.engine.workflows import apply_effects, batch_of, deliver_signal
+from ratchet.engine.retention import RetentionMixin
 from ratchet.events import EventKind, JobEvent
 from ratchet.ids import uuid7
 from ratchet.plugins import Plugins, make_plugin_manager
@@ -57,7 +58,7 @@ log = logging.getLogger("ratchet")
 EventListener = Callable[[JobEvent], None]
 
 
-class Ratchet(LimitsApi, RecurringMixin):
+class Ratchet(LimitsApi, RecurringMixin, RetentionMixin):
     """A scheduler bound to one database.
 
     :param url: SQLAlchemy URL of the store (``sqlite:///jobs.db``, ``postgresql+psycopg://...``).

@@ -70,6 +70,7 @@ from ratchet.sql.key_usage import EncryptionKeyStoreMixin
 from ratchet.sql.permits import PermitStoreMixin
 from ratchet.sql.pool import ping_when_idle
 from ratchet.sql.recurring_store import RecurringStoreMixin
+from ratchet.sql.retention_store import RetentionStoreMixin
 from ratchet.sql.watcher_store import CHUNK, WatcherStoreMixin
 from ratchet.sql.workflow_store import REFUSE_ALL, WorkflowStoreMixin
 
@@ -115,6 +116,7 @@ class SqlStore(
     WorkflowStoreMixin,
     RecurringStoreMixin,
     WatcherStoreMixin,
+    RetentionStoreMixin,
 ):
     """A :class:`~ratchet.ports.Store` over SQLAlchemy Core."""
 
