@@ -173,9 +173,7 @@ class RetentionStoreContract:
         )
         assert doc["idempotency_key"] == job.idempotency_key
         assert doc["archived_at"] == clock.now() and doc["archived_by"] == NODE
-        assert [(a["attempt"], a["outcome"]) for a in doc["attempt_history"]] == [
-            (1, "SUCCEEDED")
-        ]
+        assert [(a["attempt"], a["outcome"]) for a in doc["attempt_history"]] == [(1, "SUCCEEDED")]
 
     def test_a_chain_head_stays_while_its_later_steps_exist(
         self, store: Any, retention: RetentionStore, clock: FakeClock
@@ -298,6 +296,7 @@ class RetentionStoreContract:
         assert [j.job_id for j in first] == [failed[4].job_id, failed[3].job_id]
         assert {j.status for j in first} == {JobStatus.FAILED}
         last = first[-1]
+        assert last.terminated_at is not None
         rest = retention.list_dead_letters(
             everything, limit=10, after=PageCursor(last.terminated_at, last.job_id)
         )
@@ -333,7 +332,9 @@ class RetentionStoreContract:
             retention.replay_dead_letters(DeadLetterFilter(), 0, now=clock.now())
         with pytest.raises(InvalidJobOptions):
             retention.replay_dead_letters(DeadLetterFilter(), 1001, now=clock.now())
-        assert retention.replay_dead_letters(DeadLetterFilter(tag="replay"), 2, now=clock.now()) == 2
+        assert (
+            retention.replay_dead_letters(DeadLetterFilter(tag="replay"), 2, now=clock.now()) == 2
+        )
         statuses = [store.get_job(j.job_id).status for j in tagged]
         assert statuses.count(JobStatus.PENDING) == 2 and statuses.count(JobStatus.FAILED) == 1
         assert all(store.get_job(j.job_id).status is JobStatus.FAILED for j in other)

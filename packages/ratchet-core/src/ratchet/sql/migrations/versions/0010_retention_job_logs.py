@@ -7,7 +7,7 @@ depend on (a job with dependants stays while they exist) and idempotency keys by
 operator's tombstone purge). The hot queue table is not touched.
 
 Revision ID: 0010
-Revises: 0001
+Revises: 0005 (it indexes ``scheduler_job.depends_on``, which the workflows revision adds)
 Create Date: 2026-12-01
 """
 
@@ -19,9 +19,9 @@ from alembic import op
 from ratchet.sql.types import UTCMicros, UUIDType
 
 revision = "0010"
-down_revision = "0001"
-branch_labels = ("retention",)
-depends_on = "0005"  # scheduler_job.depends_on comes with the workflows
+down_revision = "0005"
+branch_labels = None
+depends_on = None
 
 
 def upgrade() -> None:
