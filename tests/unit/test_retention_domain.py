@@ -11,7 +11,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from ratchet.domain.errors import ConfigurationError, InvalidJobOptions
-from ratchet.domain.joblog import JobLogBuffer, LogLevel, bound_message
+from ratchet.domain.joblog import LogLevel, bound_message
 from ratchet.domain.lifecycle import JobStatus
 from ratchet.domain.retention import (
     DeadLetterFilter,
@@ -25,6 +25,7 @@ from ratchet.domain.retention import (
     next_run,
 )
 from ratchet.domain.text import is_storable_text
+from ratchet.engine.joblogger import JobLogBuffer
 
 T0 = datetime(2026, 5, 4, 13, 7, 0, tzinfo=UTC)
 instants = st.datetimes(
@@ -148,7 +149,7 @@ def test_a_malformed_cursor_is_refused(token: str) -> None:
 
 @pytest.mark.parametrize("limit", [0, 1001, -3, True])
 def test_a_replay_takes_one_to_a_thousand(limit: int) -> None:
-    with pytest.raises(InvalidJobOptions, match="1..1000"):
+    with pytest.raises(InvalidJobOptions, match=r"1\.\.1000"):
         check_replay_limit(limit)
     assert check_replay_limit(1) == 1 and check_replay_limit(1000) == 1000
 

@@ -23,7 +23,6 @@ from typing import TYPE_CHECKING, Any, cast
 from ratchet.domain.authorization import AuthorizationRequest, JobAction
 from ratchet.domain.breaker import CircuitOpenError
 from ratchet.domain.errors import FencedOut, JobTimeoutError, StoreUnavailable
-from ratchet.domain.joblog import JobLogBuffer
 from ratchet.domain.model import ClaimedJob, Outcome, OutcomeKind
 from ratchet.domain.retry import decide_retry
 from ratchet.domain.text import describe_error, describe_traceback
@@ -32,7 +31,7 @@ from ratchet.engine.gates import breaker_service, reschedule
 from ratchet.engine.host import Gate
 from ratchet.engine.running import Attempt, seconds_text
 from ratchet.engine.watchdog import cancellation_store
-from ratchet.engine.joblogger import JobLogger, store_job_log
+from ratchet.engine.joblogger import JobLogBuffer, JobLogger, store_job_log
 from ratchet.engine.workflows import signal_reader
 from ratchet.ports import ExecutorProvider, InterruptibleExecutor, JobCall
 from ratchet.serialization import decode_payload, encode_result

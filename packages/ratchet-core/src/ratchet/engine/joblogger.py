@@ -1,5 +1,10 @@
 """``context.logger()``: the logger a job writes its own log with (docs/retention.md, job logs).
 
+:class:`JobLogBuffer` keeps an attempt's lines in memory within its
+:class:`~ratchet.domain.retention.JobLogLimits`. Every line is storable text on every database;
+a line past a limit is counted, never kept, so a job that logs without end costs a counter, not
+memory or a slower outcome write.
+
 Lines go to the attempt's bounded :class:`~ratchet.domain.joblog.JobLogBuffer`, stored when the
 attempt ends (:func:`store_job_log`), and to Python's ``logging`` as ``ratchet.job`` records. A
 line never raises into the job and never delays its outcome: formatting errors become the line,
@@ -9,12 +14,15 @@ a full buffer counts the line instead of keeping it, and a failed store write is
 from __future__ import annotations
 
 import logging
+import threading
 import traceback
+import uuid
 from collections.abc import Callable
 from datetime import datetime
 from typing import TYPE_CHECKING, Any
 
-from ratchet.domain.joblog import JobLogBuffer, LogLevel
+from ratchet.domain.joblog import JobLogLine, LogLevel, bound_message
+from ratchet.domain.retention import JobLogLimits
 
 if TYPE_CHECKING:
     from ratchet.ports import Store
@@ -30,6 +38,75 @@ def _render(msg: object, args: tuple[Any, ...]) -> str:
         return text % args if args else text
     except Exception as exc:
         return f"<unformattable log message {msg!r:.200}: {type(exc).__name__}>"
+
+
+class JobLogBuffer:
+    """The lines of one attempt, within its limits. Thread-safe (a job may log from threads)."""
+
+    def __init__(self, job_id: uuid.UUID, epoch: int, attempt: int, limits: JobLogLimits) -> None:
+        self.job_id = job_id
+        self.epoch = epoch
+        self.attempt = attempt
+        self.limits = limits
+        self._lines: list[JobLogLine] = []
+        self._chars = 0
+        self._dropped = 0
+        self._closed = False
+        self._lock = threading.Lock()
+
+    @property
+    def dropped(self) -> int:
+        """Lines refused so far (a limit was reached, or the attempt had ended)."""
+        return self._dropped
+
+    def add(self, level: LogLevel, message: object, at: datetime) -> bool:
+        """Keep one line written at ``at``; False if a limit (or the attempt's end) refused it."""
+        if self._closed or len(self._lines) >= self.limits.max_lines - 1:
+            # The last place is kept for the line that reports what was dropped.
+            with self._lock:
+                self._dropped += 1
+            return False
+        try:
+            raw = message if isinstance(message, str) else str(message)
+        except Exception as exc:  # a job's object may break its own __str__
+            raw = f"<message unavailable: its __str__ raised {type(exc).__name__}>"
+        text = bound_message(raw, self.limits)
+        with self._lock:
+            if (
+                self._closed
+                or len(self._lines) >= self.limits.max_lines - 1
+                or self._chars + len(text) > self.limits.max_chars - 200
+            ):
+                self._dropped += 1
+                return False
+            line = JobLogLine(
+                self.job_id, self.epoch, len(self._lines), self.attempt, at, level, text
+            )
+            self._lines.append(line)
+            self._chars += len(text)
+            return True
+
+    def close(self, at: datetime) -> list[JobLogLine]:
+        """End the attempt's log and return its lines (with a closing line saying how many were
+        dropped, if any). Later :meth:`add` calls are refused."""
+        with self._lock:
+            self._closed = True
+            lines = list(self._lines)
+            if self._dropped:
+                lines.append(
+                    JobLogLine(
+                        self.job_id,
+                        self.epoch,
+                        len(lines),
+                        self.attempt,
+                        at,
+                        LogLevel.WARN,
+                        f"{self._dropped} more line(s) not stored: the attempt reached its job "
+                        f"log limits ({self.limits.max_lines} lines, "
+                        f"{self.limits.max_chars} characters)",
+                    )
+                )
+            return lines
 
 
 class JobLogger:
