@@ -32,12 +32,13 @@ job_log = logging.getLogger("ratchet.job")
 
 
 def _render(msg: object, args: tuple[Any, ...]) -> str:
-    """``msg % args`` as ``logging`` renders it; a broken format yields a line that says so."""
+    """``msg % args`` as ``logging`` renders it; a message that cannot be rendered yields a
+    line that says why (never an exception)."""
     try:
         text = msg if isinstance(msg, str) else str(msg)
         return text % args if args else text
     except Exception as exc:
-        return f"<unformattable log message {msg!r:.200}: {type(exc).__name__}>"
+        return f"<unformattable log message of type {type(msg).__name__}: {type(exc).__name__}>"
 
 
 class JobLogBuffer:
