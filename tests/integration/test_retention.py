@@ -195,7 +195,8 @@ def test_tombstones_stay_until_an_operator_purges_them(app: Ratchet, clock: Fake
 # ---------------------------------------------------------------------------- the DLQ
 def dead_letters(app: Ratchet, n: int) -> list[Any]:
     handles = [
-        app.enqueue(retention_jobs.fails_after_logging).with_max_retries(0).submit() for _ in range(n)
+        app.enqueue(retention_jobs.fails_after_logging).with_max_retries(0).submit()
+        for _ in range(n)
     ]
     run_due(app)
     return handles
