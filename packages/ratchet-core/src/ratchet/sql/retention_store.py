@@ -126,7 +126,7 @@ class RetentionStoreMixin:
     # ------------------------------------------------------------------ removal
     def _removable(self, conditions: Sequence[Any], limit: int) -> Select[Any]:
         stmt = (
-            select(J.c.job_id)
+            select(J.c.job_id, J.c.job_type, J.c.has_dependents)
             .where(*conditions, _no_living_lineage())
             .order_by(J.c.terminated_at, J.c.job_id)
             .limit(limit)
@@ -136,24 +136,30 @@ class RetentionStoreMixin:
     def _remove(
         self,
         conn: Connection,
-        ids: list[uuid.UUID],
+        rows: Sequence[Row[Any]],
         status: str,
         *,
         archive: bool,
         now: datetime,
         node_id: str,
     ) -> int:
-        """Delete the jobs ``ids`` (ended with ``status``) and all that is theirs."""
+        """Delete the jobs of ``rows`` (picked by :meth:`_removable`) and all that is theirs."""
         removed = 0
-        for chunk in iter_chunks(ids, ID_CHUNK):
+        for chunk in iter_chunks(list(rows), ID_CHUNK):
+            ids = [r.job_id for r in chunk]
             if archive:
-                self._archive(conn, list(chunk), now, node_id)
+                self._archive(conn, ids, now, node_id)
             for table in (TAGS, EXE, LOG, CANCEL, PERMIT):
-                conn.execute(delete(table).where(table.c.job_id.in_(chunk)))
-            conn.execute(delete(WF).where(WF.c.parent_job_id.in_(chunk)))
-            conn.execute(delete(BATCH).where(BATCH.c.batch_id.in_(chunk)))
+                conn.execute(delete(table).where(table.c.job_id.in_(ids)))
+            # Only flow jobs own branch conditions and batch rows.
+            parents = [r.job_id for r in chunk if r.has_dependents]
+            if parents:
+                conn.execute(delete(WF).where(WF.c.parent_job_id.in_(parents)))
+            batches = [r.job_id for r in chunk if r.job_type == JobType.BATCH_PARENT.value]
+            if batches:
+                conn.execute(delete(BATCH).where(BATCH.c.batch_id.in_(batches)))
             removed += conn.execute(
-                delete(J).where(J.c.job_id.in_(chunk), J.c.terminal_status == status)
+                delete(J).where(J.c.job_id.in_(ids), J.c.terminal_status == status)
             ).rowcount
         return removed
 
@@ -225,10 +231,10 @@ class RetentionStoreMixin:
         conditions = [J.c.terminal_status == status.value, J.c.terminated_at < before]
 
         def work(conn: Connection) -> int:
-            ids = list(conn.execute(self._removable(conditions, limit)).scalars())
-            if not ids:
+            rows = conn.execute(self._removable(conditions, limit)).all()
+            if not rows:
                 return 0
-            return self._remove(conn, ids, status.value, archive=archive, now=now, node_id=node_id)
+            return self._remove(conn, rows, status.value, archive=archive, now=now, node_id=node_id)
 
         return self._run(work)
 
@@ -339,10 +345,10 @@ class RetentionStoreMixin:
         conditions = _dead_letter_conditions(flt)
 
         def work(conn: Connection) -> int:
-            ids = list(conn.execute(self._removable(conditions, limit)).scalars())
-            if not ids:
+            rows = conn.execute(self._removable(conditions, limit)).all()
+            if not rows:
                 return 0
-            return self._remove(conn, ids, FAILED, archive=False, now=now, node_id="")
+            return self._remove(conn, rows, FAILED, archive=False, now=now, node_id="")
 
         return self._run(work)
 
