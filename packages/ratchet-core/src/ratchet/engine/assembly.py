@@ -27,6 +27,7 @@ from ratchet.engine.outages import OutageLog
 from ratchet.engine.producer import Producer
 from ratchet.engine.recurring import RecurringMaterializer, RecurringRegistrar
 from ratchet.engine.security import Guard, Protection
+from ratchet.engine.retention import retention_tasks
 from ratchet.engine.slots import SlotTable
 from ratchet.engine.start_check import StartCheck
 from ratchet.engine.summary import WorkSummary
@@ -144,6 +145,7 @@ def assemble_worker(worker: WorkerUnderAssembly) -> None:
     )
     worker.liveness = Liveness(worker, require_watcher_store(worker.store))
     worker.periodic = periodic_tasks(worker.store, config)
+    worker.periodic.extend(retention_tasks(worker.app))  # scheduled, one node at a time
 
 
 def worker_gates() -> list[Gate]:

@@ -29,9 +29,9 @@ from ratchet.domain.text import describe_error, describe_traceback
 from ratchet.engine.context import JobContext, bound, stopped_on_request
 from ratchet.engine.gates import breaker_service, reschedule
 from ratchet.engine.host import Gate
+from ratchet.engine.joblogger import JobLogBuffer, JobLogger, store_job_log
 from ratchet.engine.running import Attempt, seconds_text
 from ratchet.engine.watchdog import cancellation_store
-from ratchet.engine.joblogger import JobLogBuffer, JobLogger, store_job_log
 from ratchet.engine.workflows import signal_reader
 from ratchet.ports import ExecutorProvider, InterruptibleExecutor, JobCall
 from ratchet.serialization import decode_payload, encode_result

@@ -39,8 +39,7 @@ from ratchet.events import EventKind, JobEvent
 from ratchet.ports import JobLogStore, RetentionStore, WakeupHint
 
 if TYPE_CHECKING:
-    from ratchet.engine.app import Ratchet
-    from ratchet.engine.worker import Worker
+    from ratchet.engine.host import AppHost, WorkerHost
 
 log = logging.getLogger("ratchet.retention")
 
@@ -52,7 +51,7 @@ ADMIN_NODE = "operator"
 StopCheck = Callable[[], bool]
 
 
-def retention_store(app: Ratchet) -> RetentionStore:
+def retention_store(app: AppHost) -> RetentionStore:
     """The app's store as a :class:`RetentionStore`.
 
     :raises ConfigurationError: the store has no retention support.
@@ -104,7 +103,7 @@ def drain_batches(
 class RetentionApi:
     """``app.retention``: run retention now, purge tombstones, read the archive and job logs."""
 
-    def __init__(self, app: Ratchet) -> None:
+    def __init__(self, app: AppHost) -> None:
         self._app = app
 
     @property
@@ -222,7 +221,7 @@ class DeadLetter:
 class DeadLetterQueue:
     """``app.dlq``: the FAILED jobs. List, show, replay, purge."""
 
-    def __init__(self, app: Ratchet) -> None:
+    def __init__(self, app: AppHost) -> None:
         self._app = app
 
     def list(
@@ -310,7 +309,7 @@ class DeadLetterQueue:
         return self.purge(DeadLetterFilter(failed_before=before), **kwargs)
 
 
-CleanupAction = Callable[["Worker", StopCheck, StopCheck], object]
+CleanupAction = Callable[["WorkerHost", StopCheck, StopCheck], object]
 """``(worker, should_stop, renew)``: one run of a scheduled clean-up."""
 
 
@@ -344,7 +343,7 @@ class ScheduledCleanup:
         self.thread: threading.Thread | None = None
         self._warned = False
 
-    def run_once(self, worker: Worker) -> None:
+    def run_once(self, worker: WorkerHost) -> None:
         now = worker.app.now()
         if self.next_fire is None:
             self.next_fire = next_run(self.schedule, self.zone, now)
@@ -369,7 +368,7 @@ class ScheduledCleanup:
         if self.thread is not None:
             self.thread.join(timeout)
 
-    def _run(self, worker: Worker, store: RetentionStore) -> None:
+    def _run(self, worker: WorkerHost, store: RetentionStore) -> None:
         node = worker.node_id
         lost = False
 
@@ -401,14 +400,16 @@ class ScheduledCleanup:
             log.debug("%s: lease not kept (%s)", self.name, exc)
 
 
-def retention_tasks(app: Ratchet) -> list[ScheduledCleanup]:
+def retention_tasks(app: AppHost) -> list[ScheduledCleanup]:
     """The scheduled clean-ups a worker of ``app`` runs (none when disabled)."""
     settings = app.config.retention
     tasks = []
     if settings.enabled:
 
-        def prune(worker: Worker, should_stop: StopCheck, renew: StopCheck) -> object:
-            return app.retention.run(node_id=worker.node_id, should_stop=should_stop, renew=renew)
+        def prune(worker: WorkerHost, should_stop: StopCheck, renew: StopCheck) -> object:
+            return RetentionApi(app).run(
+                node_id=worker.node_id, should_stop=should_stop, renew=renew
+            )
 
         tasks.append(
             ScheduledCleanup(
@@ -423,8 +424,8 @@ def retention_tasks(app: Ratchet) -> list[ScheduledCleanup]:
     if settings.dlq_purge_enabled and settings.dlq_purge_days is not None:
         days = settings.dlq_purge_days
 
-        def purge(worker: Worker, should_stop: StopCheck, renew: StopCheck) -> object:
-            return app.dlq.purge_older_than(days, should_stop=should_stop, renew=renew)
+        def purge(worker: WorkerHost, should_stop: StopCheck, renew: StopCheck) -> object:
+            return DeadLetterQueue(app).purge_older_than(days, should_stop=should_stop, renew=renew)
 
         tasks.append(
             ScheduledCleanup(
@@ -440,7 +441,7 @@ def retention_tasks(app: Ratchet) -> list[ScheduledCleanup]:
 
 
 class RetentionMixin:
-    """``app.retention`` and ``app.dlq`` (needs ``store``, ``config``, ``coordinator``)."""
+    """``app.retention`` and ``app.dlq`` of :class:`~ratchet.Ratchet`."""
 
     @property
     def retention(self) -> RetentionApi:
@@ -451,7 +452,3 @@ class RetentionMixin:
     def dlq(self) -> DeadLetterQueue:
         """The dead-letter queue (FAILED jobs)."""
         return DeadLetterQueue(self)  # type: ignore[arg-type]
-
-    def _install_retention(self, worker: Worker) -> None:
-        """Give a new worker its scheduled clean-ups (called by ``app.worker()``)."""
-        worker.periodic.extend(retention_tasks(self))  # type: ignore[arg-type]
