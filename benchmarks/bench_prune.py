@@ -124,9 +124,13 @@ def sizes(url: str) -> dict[str, tuple[int, int]]:
 
 
 def _worker_child(url: str, stop: Any, ready: Any, out: Any) -> None:
-    """Claim 50, record them SUCCEEDED, repeat until ``stop``; report each claim as
-    ``(monotonic start, milliseconds, jobs)``."""
-    from ratchet.domain.model import Outcome, OutcomeKind
+    """Submit 50 jobs, claim 50, record them SUCCEEDED, repeat until ``stop`` (the queue stays
+    fed however long the prune takes); report each claim as ``(monotonic start, milliseconds,
+    jobs)``."""
+    from ratchet.domain.lifecycle import JobPriority
+    from ratchet.domain.model import NewJob, Outcome, OutcomeKind
+    from ratchet.domain.options import BackoffPolicy
+    from ratchet.ids import uuid7
     from ratchet_postgres import PostgresStore
 
     store = PostgresStore(url)
@@ -134,6 +138,23 @@ def _worker_child(url: str, stop: Any, ready: Any, out: Any) -> None:
     claims: list[tuple[float, float, int]] = []
     while not stop.is_set():
         now = datetime.now(UTC)
+        fresh = [
+            NewJob(
+                job_id=uuid7(),
+                target="bench_jobs:noop",
+                payload='{"args":[],"kwargs":{}}',
+                priority=JobPriority.NORMAL,
+                max_retries=0,
+                backoff=BackoffPolicy.NONE,
+                backoff_delay=timedelta(0),
+                timeout=None,
+                scheduled_time=now,
+                created_at=now,
+                idempotency_key=uuid.uuid4().hex,
+            )
+            for _ in range(50)
+        ]
+        store.insert_jobs(fresh, now=now)
         started = time.monotonic()
         claimed = store.claim("bench-worker", 50, now=now, boost_interval=boost)
         claims.append((started, (time.monotonic() - started) * 1000, len(claimed)))
@@ -219,12 +240,24 @@ def _mb(n: int) -> str:
     return f"{n / 1_048_576:,.1f}"
 
 
+def print_sizes(by_stage: dict[str, dict[str, tuple[int, int]]]) -> None:
+    """A table of MB (heap + indexes) per table and stage."""
+    print("  sizes, MB (table + indexes):")
+    print(f"  {'table':<28}" + "".join(f"{stage:>22}" for stage in by_stage))
+    for table in TABLES:
+        cells = "".join(
+            f"{_mb(by_stage[stage][table][0]) + ' + ' + _mb(by_stage[stage][table][1]):>22}"
+            for stage in by_stage
+        )
+        print(f"  {table:<28}{cells}", flush=True)
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--url", help="an existing server (SQLAlchemy URL; needs CREATEDB)")
     parser.add_argument("--runs", type=int, default=3)
     parser.add_argument("--rows", type=int, default=1_000_000, help="ended jobs to prune")
-    parser.add_argument("--pending", type=int, default=400_000, help="backlog for the worker")
+    parser.add_argument("--pending", type=int, default=10_000, help="jobs waiting at the start")
     parser.add_argument("--baseline", type=float, default=30.0, help="seconds without pruning")
     args = parser.parse_args(argv)
 
@@ -246,6 +279,7 @@ def main(argv: list[str] | None = None) -> int:
         for i in range(args.runs):
             result = one_run(url, args.rows, args.pending, args.baseline)
             results.append(result)
+            print_sizes(result["sizes"])
             b, p = result["base"], result["prune"]
             print(
                 f"run {i + 1}: removed {result['removed']:,} in {result['prune_s']:.1f} s "
@@ -259,15 +293,6 @@ def main(argv: list[str] | None = None) -> int:
     finally:
         if server is not None:
             server.stop()
-    print("\nsizes of the last run (MB, table + indexes):")
-    last = results[-1]["sizes"]
-    print(f"  {'table':<28}" + "".join(f"{stage:>22}" for stage in last))
-    for table in TABLES:
-        cells = "".join(
-            f"{_mb(last[stage][table][0]) + ' + ' + _mb(last[stage][table][1]):>22}"
-            for stage in last
-        )
-        print(f"  {table:<28}{cells}")
 
     def ratios(key: str) -> list[float]:
         return [r["prune"][key] / r["base"][key] for r in results]
