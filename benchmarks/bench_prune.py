@@ -45,24 +45,14 @@ def _libpq(url: str) -> str:
 @contextmanager
 def database(server_url: str) -> Iterator[str]:
     """A fresh, migrated database on the server (dropped afterwards)."""
-    import psycopg
-    from sqlalchemy.engine import make_url
+    from bench_postgres import Bench
 
-    from ratchet_postgres import PostgresStore
-
-    admin_url = make_url(server_url).set(database="postgres").render_as_string(False)
-    admin = psycopg.connect(_libpq(admin_url), autocommit=True)
-    name = f"bench_prune_{uuid.uuid4().hex[:8]}"
-    admin.execute(f"CREATE DATABASE {name}")
-    url = make_url(server_url).set(database=name).render_as_string(False)
-    store = PostgresStore(url)
-    store.migrate()
-    store.close()
+    bench = Bench(server_url)
     try:
-        yield url
+        with bench.database() as url:
+            yield url
     finally:
-        admin.execute(f"DROP DATABASE {name} WITH (FORCE)")
-        admin.close()
+        bench.admin.close()
 
 
 def seed(url: str, ended: int, pending: int) -> None:
@@ -185,7 +175,9 @@ def window(claims: list[tuple[float, float, int]], start: float, end: float) -> 
     }
 
 
-def one_run(server_url: str, rows: int, pending: int, baseline: float) -> dict[str, Any]:
+def one_run(
+    server_url: str, rows: int, pending: int, baseline: float, pause: float
+) -> dict[str, Any]:
     from ratchet import Ratchet, RetentionSettings
 
     with database(server_url) as url:
@@ -202,7 +194,8 @@ def one_run(server_url: str, rows: int, pending: int, baseline: float) -> dict[s
         t_base = time.monotonic()
         time.sleep(baseline)
         t_prune = time.monotonic()
-        app = Ratchet(url, allow_empty_class_policy=True, retention=RetentionSettings())
+        settings = RetentionSettings(pause_between_batches=timedelta(milliseconds=pause))
+        app = Ratchet(url, allow_empty_class_policy=True, retention=settings)
         report = app.retention.run()
         t_end = time.monotonic()
         stop.set()
@@ -259,6 +252,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--rows", type=int, default=1_000_000, help="ended jobs to prune")
     parser.add_argument("--pending", type=int, default=10_000, help="jobs waiting at the start")
     parser.add_argument("--baseline", type=float, default=30.0, help="seconds without pruning")
+    parser.add_argument(
+        "--pause", type=float, default=20.0, help="ms between removal batches (the default 20)"
+    )
     args = parser.parse_args(argv)
 
     server = None
@@ -277,7 +273,7 @@ def main(argv: list[str] | None = None) -> int:
     results = []
     try:
         for i in range(args.runs):
-            result = one_run(url, args.rows, args.pending, args.baseline)
+            result = one_run(url, args.rows, args.pending, args.baseline, args.pause)
             results.append(result)
             print_sizes(result["sizes"])
             b, p = result["base"], result["prune"]

@@ -7,7 +7,9 @@ from __future__ import annotations
 import logging
 import uuid
 from collections.abc import Callable, Iterator
+from contextlib import ExitStack
 from datetime import UTC, datetime, timedelta
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -27,6 +29,7 @@ from ratchet.engine.retention import DLQ_PURGE_LOCK, RETENTION_LOCK, ScheduledCl
 from ratchet.engine.worker import Worker
 from ratchet.ports import JobLogStore, RetentionStore
 from ratchet.testing import FakeClock
+from ratchet.testing.jobs import make_test_app
 
 T0 = datetime(2026, 3, 2, 12, 0, 0, tzinfo=UTC)
 DAY = timedelta(days=1)
@@ -43,18 +46,12 @@ def clock() -> FakeClock:
 
 
 @pytest.fixture
-def make_app(sqlite_url: str, clock: FakeClock) -> Iterator[Callable[..., Ratchet]]:
-    apps: list[Ratchet] = []
-
-    def make(**kwargs: Any) -> Ratchet:
-        kwargs.setdefault("allowed_modules", ["retention_jobs"])
-        app = Ratchet(sqlite_url, clock=clock, **kwargs)
-        apps.append(app)
-        return app
-
-    yield make
-    for app in apps:
-        app.close()
+def make_app(tmp_path: Path, clock: FakeClock) -> Iterator[Callable[..., Ratchet]]:
+    """Apps (nodes) on one SQLite file, sharing the FakeClock; closed at the end."""
+    with ExitStack() as apps:
+        yield lambda **options: apps.enter_context(
+            make_test_app(["retention_jobs"], tmp_path, clock=clock, **options)
+        )
 
 
 @pytest.fixture
