@@ -21,6 +21,8 @@ from ratchet.domain.quartz import CronExpression, InvalidCronExpression
 #: purged on their own schedule).
 RETAINED_STATUSES = (JobStatus.SUCCEEDED, JobStatus.CANCELED)
 
+_EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
+
 #: The largest replay of dead letters in one all-or-nothing transaction.
 MAX_REPLAY = 1000
 
@@ -242,7 +244,7 @@ class PageCursor:
 
     def encode(self) -> str:
         """The cursor as an opaque token for a command line or an HTTP query."""
-        micros = int(self.ended_at.timestamp() * 1_000_000)
+        micros = (self.ended_at - _EPOCH) // timedelta(microseconds=1)  # exact, no float
         return f"{micros}_{self.job_id.hex}"
 
     @classmethod
@@ -255,7 +257,7 @@ class PageCursor:
         try:
             if not sep or not micros.isdigit():
                 raise ValueError(token)
-            when = datetime.fromtimestamp(int(micros) / 1_000_000, UTC)
+            when = _EPOCH + timedelta(microseconds=int(micros))
             return cls(when, uuid.UUID(hex=hexid))
         except (ValueError, OverflowError, OSError):
             raise InvalidJobOptions(
