@@ -29,8 +29,8 @@ from ratchet.engine.batches import BatchBuilder, StreamingBatchBuilder
 from ratchet.engine.builder import JobBuilder, JobHandle
 from ratchet.engine.limits_api import LimitsApi
 from ratchet.engine.recurring import RecurringMixin
-from ratchet.engine.security import Guard, Protection, as_principal, current_principal
 from ratchet.engine.retention import RetentionMixin
+from ratchet.engine.security import Guard, Protection, as_principal, current_principal
 from ratchet.engine.watchdog import cancellation_store
 from ratchet.engine.worker import Worker
 from ratchet.engine.workflows import apply_effects, batch_of, deliver_signal

@@ -26,8 +26,8 @@ from ratchet.engine.maintenance import PermitJanitor
 from ratchet.engine.outages import OutageLog
 from ratchet.engine.producer import Producer
 from ratchet.engine.recurring import RecurringMaterializer, RecurringRegistrar
-from ratchet.engine.security import Guard, Protection
 from ratchet.engine.retention import retention_tasks
+from ratchet.engine.security import Guard, Protection
 from ratchet.engine.slots import SlotTable
 from ratchet.engine.start_check import StartCheck
 from ratchet.engine.summary import WorkSummary

@@ -76,7 +76,7 @@ job = Table(
     Index("idx_job_recurring_master", "recurring_master_id"),
     Index("idx_job_batch", "batch_id"),
     Index("idx_job_encryption_key_id", "encryption_key_id"),
-    Index("idx_job_depends_on", "depends_on"),  # migration 0010 (retention)
+    Index("idx_job_depends_on", "depends_on"),  # migration 0011 (retention)
 )
 
 job_queue = Table(
@@ -124,7 +124,7 @@ idempotency_key = Table(
     Column("idempotency_key", String(64), primary_key=True),
     Column("job_id", UUIDType(), nullable=False),
     Column("created_at", UTCMicros(), nullable=False),
-    Index("idx_idempotency_created", "created_at"),  # migration 0010 (retention)
+    Index("idx_idempotency_created", "created_at"),  # migration 0011 (retention)
 )
 
 job_execution = Table(
@@ -293,7 +293,7 @@ cancel_request = Table(
 ``node_id`` must stop. The job itself is already CANCELED; the owner takes the row within one
 poll and sets the attempt's cancellation request."""
 
-# -- job logs and the job archive (migration 0010, branch "retention") --------------------------
+# -- job logs and the job archive (migration 0011, after the workflows revision 0005) --------------------------
 
 job_log = Table(
     "scheduler_job_log",

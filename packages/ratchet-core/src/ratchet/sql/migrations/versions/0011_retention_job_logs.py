@@ -6,7 +6,7 @@ archival is on. Two indexes make the removal cheap on big tables: dependants by 
 depend on (a job with dependants stays while they exist) and idempotency keys by age (for the
 operator's tombstone purge). The hot queue table is not touched.
 
-Revision ID: 0010
+Revision ID: 0011
 Revises: 0005 (it indexes ``scheduler_job.depends_on``, which the workflows revision adds)
 Create Date: 2026-12-01
 """
@@ -18,7 +18,7 @@ from alembic import op
 
 from ratchet.sql.types import UTCMicros, UUIDType
 
-revision = "0010"
+revision = "0011"
 down_revision = "0005"
 branch_labels = None
 depends_on = None
