@@ -55,6 +55,7 @@ from ratchet.domain.options import BackoffPolicy, JobOptions
 from ratchet.domain.quartz import InvalidCronExpression, UnknownTimeZone
 from ratchet.domain.recurring import RecurringRecord, RecurringStatus
 from ratchet.domain.resources import ResourceLimit
+from ratchet.domain.retention import DeadLetterFilter, JobLogLimits, RetentionSettings
 from ratchet.domain.retry import DoNotRetry, RetryPolicy, do_not_retry
 from ratchet.domain.workflow import (
     BatchContext,
@@ -126,6 +127,7 @@ __all__ = [
     "ClassPolicyViolation",
     "ConditionType",
     "ConfigurationError",
+    "DeadLetterFilter",
     "DoNotRetry",
     "DuplicateBusinessKeyError",
     "DuplicateIdempotencyKeyError",
@@ -145,6 +147,7 @@ __all__ = [
     "JobFailedError",
     "JobFilter",
     "JobHandle",
+    "JobLogLimits",
     "JobNotFound",
     "JobOptions",
     "JobPriority",
@@ -170,6 +173,7 @@ __all__ = [
     "RecurringStatus",
     "ResourceLimit",
     "ResultTooLargeError",
+    "RetentionSettings",
     "RetryPolicy",
     "SchemaNotReady",
     "SignalDecision",

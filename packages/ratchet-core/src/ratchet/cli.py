@@ -14,6 +14,8 @@ from typing import Any
 
 import click
 
+from ratchet.cli_retention import log_document
+from ratchet.cli_retention import register as register_retention_commands
 from ratchet.domain.errors import ConfigurationError, RatchetError
 from ratchet.domain.lifecycle import JobStatus
 from ratchet.domain.model import AttemptRecord, JobFilter, JobRecord
@@ -491,6 +493,7 @@ def jobs_show(url: str | None, app_spec: str | None, job_id: str, show_traceback
     doc = job_document(rec)
     doc["epoch"] = rec.epoch  # the listing does not read it for ended jobs
     doc["attempt_history"] = [attempt_document(a) for a in history]
+    doc["logs"] = [log_document(line) for line in app.retention.job_logs(rec.job_id)]
     click.echo(json.dumps(doc, indent=2))
 
 
@@ -558,6 +561,7 @@ def cron_next(expression: str, zone: str, after: str | None, count: int) -> None
 
 
 main.add_command(keys)
+register_retention_commands(main)
 
 if __name__ == "__main__":  # pragma: no cover
     main()

@@ -11,6 +11,7 @@ from ratchet.domain.breaker import check_profile_name, resolve_profiles
 from ratchet.domain.errors import ConfigurationError
 from ratchet.domain.priority import DEFAULT_BOOST_INTERVAL
 from ratchet.domain.resources import parse_resource_limits
+from ratchet.domain.retention import RetentionSettings
 from ratchet.domain.text import is_storable_text
 from ratchet.domain.timeouts import TimeoutSettings
 from ratchet.domain.watcher import WatcherSettings
@@ -39,6 +40,8 @@ class RatchetConfig:
     """The profile of targets without ``@circuit_breaker(profile=...)``."""
     resource_limits: Mapping[str, Any] = field(default_factory=dict)
     """``{name: (max_concurrent, retry_delay)}`` stored when the app starts (docs/resource-limits.md)."""
+    retention: RetentionSettings = field(default_factory=RetentionSettings)
+    """Retention of ended jobs, dead letters and job logs (docs/retention.md)."""
 
     def __post_init__(self) -> None:
         if isinstance(self.allowed_modules, str):
@@ -63,6 +66,10 @@ class RatchetConfig:
         resolve_profiles(self.breaker_profiles)
         check_profile_name(self.default_breaker_profile)
         parse_resource_limits(self.resource_limits)
+        if not isinstance(self.retention, RetentionSettings):
+            raise ConfigurationError(
+                f"retention must be a ratchet.RetentionSettings, got {type(self.retention).__name__}"
+            )
 
 
 @dataclass

@@ -18,7 +18,8 @@ from typing import Any, Protocol, TypeVar, runtime_checkable
 from ratchet.domain.authorization import AuthorizationRequest
 from ratchet.domain.breaker import BreakerSpec, BreakerState, Transition
 from ratchet.domain.flows import BatchSpec, BranchSpec, FlowJob
-from ratchet.domain.lifecycle import JobPriority
+from ratchet.domain.joblog import JobLogLine
+from ratchet.domain.lifecycle import JobPriority, JobStatus
 from ratchet.domain.model import (
     AttemptRecord,
     ClaimedJob,
@@ -38,6 +39,7 @@ from ratchet.domain.recurring import (
     SyncReport,
 )
 from ratchet.domain.resources import PermitDecision, PermitRecord, ResourceLimit
+from ratchet.domain.retention import DeadLetterFilter, PageCursor
 from ratchet.domain.retry import RetryPolicy
 from ratchet.domain.watcher import (
     AcquiredWork,
@@ -356,6 +358,82 @@ class RecurringStore(Protocol):
 
     def release_lock(self, name: str, owner: str) -> bool:
         """Give the lease back (False if ``owner`` did not hold it)."""
+
+
+@runtime_checkable
+class RetentionStore(Protocol):
+    """Optional: removal of ended jobs (with their history), the archive, idempotency
+    tombstones, and the dead-letter queue (docs/retention.md).
+
+    Every removal is one short transaction over at most ``limit`` jobs that skips rows another
+    transaction holds, so it never makes a claim or an outcome write wait. A job goes with its
+    attempt history, tags and log lines; a job that another stored job still refers to (a batch
+    parent with children, a job with dependants or branches) stays until they are gone.
+    """
+
+    def prune_jobs(
+        self,
+        status: JobStatus,
+        before: datetime,
+        *,
+        limit: int,
+        archive: bool,
+        now: datetime,
+        node_id: str,
+    ) -> int:
+        """Remove (after copying them to the archive when ``archive``) up to ``limit`` jobs that
+        ended with ``status`` before ``before``, oldest first; return how many."""
+
+    def count_prunable(self, status: JobStatus, before: datetime) -> int:
+        """How many jobs :meth:`prune_jobs` would remove now, all batches together."""
+
+    def archived_job(self, job_id: uuid.UUID) -> dict[str, Any] | None:
+        """The archive row of a removed job (its fields, attempt history as a list), or None."""
+
+    def purge_tombstones(self, before: datetime, *, limit: int) -> int:
+        """Delete up to ``limit`` idempotency keys created before ``before`` whose job is not
+        live; return how many (those keys can then be used again)."""
+
+    def count_tombstones(self, before: datetime) -> int:
+        """How many keys :meth:`purge_tombstones` would delete."""
+
+    def list_dead_letters(
+        self, flt: DeadLetterFilter, *, limit: int, after: PageCursor | None = None
+    ) -> list[JobRecord]:
+        """FAILED jobs matching ``flt``, most recently failed first, continuing after ``after``."""
+
+    def count_dead_letters(self, flt: DeadLetterFilter) -> int:
+        """How many FAILED jobs match ``flt``."""
+
+    def replay_dead_letters(self, flt: DeadLetterFilter, limit: int, *, now: datetime) -> int:
+        """Move up to ``limit`` (1..1000) matching FAILED jobs back to PENDING with their attempts
+        reset, all or nothing (as :meth:`Store.retry_jobs`); return how many."""
+
+    def purge_dead_letters(self, flt: DeadLetterFilter, *, limit: int, now: datetime) -> int:
+        """Remove up to ``limit`` matching FAILED jobs (as :meth:`prune_jobs` removes); return how
+        many."""
+
+    def try_lock(self, name: str, owner: str, *, now: datetime, lease: timedelta) -> bool:
+        """Take or renew the cluster lease ``name`` (as :meth:`RecurringStore.try_lock`)."""
+
+    def release_lock(self, name: str, owner: str) -> bool:
+        """Give the lease back (False if ``owner`` did not hold it)."""
+
+
+@runtime_checkable
+class JobLogStore(Protocol):
+    """Optional: the lines jobs write through ``context.logger()``, per attempt."""
+
+    def append_job_logs(self, lines: Sequence[JobLogLine]) -> int:
+        """Store ``lines`` (storable text, bounded by the caller) in one transaction; a line
+        already stored (same job, epoch and position) is left as it is. Returns how many were
+        new."""
+
+    def job_logs(self, job_id: uuid.UUID, *, limit: int = 10_000) -> list[JobLogLine]:
+        """A job's lines, oldest attempt first, in the order written."""
+
+    def purge_job_logs(self, before: datetime, *, limit: int) -> int:
+        """Delete up to ``limit`` lines written before ``before``; return how many."""
 
 
 @runtime_checkable

@@ -29,6 +29,7 @@ from ratchet.engine.batches import BatchBuilder, StreamingBatchBuilder
 from ratchet.engine.builder import JobBuilder, JobHandle
 from ratchet.engine.limits_api import LimitsApi
 from ratchet.engine.recurring import RecurringMixin
+from ratchet.engine.retention import RetentionMixin
 from ratchet.engine.security import Guard, Protection, as_principal, current_principal
 from ratchet.engine.watchdog import cancellation_store
 from ratchet.engine.worker import Worker
@@ -57,7 +58,7 @@ log = logging.getLogger("ratchet")
 EventListener = Callable[[JobEvent], None]
 
 
-class Ratchet(LimitsApi, RecurringMixin):
+class Ratchet(LimitsApi, RecurringMixin, RetentionMixin):
     """A scheduler bound to one database.
 
     :param url: SQLAlchemy URL of the store (``sqlite:///jobs.db``, ``postgresql+psycopg://...``).

@@ -27,6 +27,7 @@ from ratchet.engine.metrics import Meter, MetricsSampler
 from ratchet.engine.outages import OutageLog
 from ratchet.engine.producer import Producer
 from ratchet.engine.recurring import RecurringMaterializer, RecurringRegistrar
+from ratchet.engine.retention import retention_tasks
 from ratchet.engine.security import Guard, Protection
 from ratchet.engine.slots import SlotTable
 from ratchet.engine.start_check import StartCheck
@@ -150,6 +151,7 @@ def assemble_worker(worker: WorkerUnderAssembly) -> None:
     worker.periodic = periodic_tasks(worker.store, config)
     worker.sampler = MetricsSampler(config.metrics_interval)
     worker.periodic.append(worker.sampler)
+    worker.periodic.extend(retention_tasks(worker.app))  # scheduled, one node at a time
 
 
 def worker_gates() -> list[Gate]:

@@ -29,6 +29,7 @@ from ratchet.domain.text import describe_error, describe_traceback
 from ratchet.engine.context import JobContext, bound, stopped_on_request
 from ratchet.engine.gates import breaker_service, reschedule
 from ratchet.engine.host import Gate
+from ratchet.engine.joblogger import JobLogBuffer, JobLogger, store_job_log
 from ratchet.engine.running import Attempt, seconds_text
 from ratchet.engine.watchdog import cancellation_store
 from ratchet.engine.workflows import signal_reader
@@ -169,10 +170,13 @@ class AttemptRunner:
         worker = self.worker
         attempt = worker.watchdog.begin(job, worker.app.now())
         worker.slots.began(attempt)
+        limits = worker.app.config.retention.job_logs
+        lines = JobLogBuffer(job.job_id, job.epoch, job.attempt, limits)
         try:
-            outcome = self._attempt(job, attempt)
+            outcome = self._attempt(job, attempt, lines)
         finally:
             self._end_attempt(attempt)
+            store_job_log(worker.store, lines, worker.app.now())
         # Fenced out, or handed back by the drain: not written.
         outcome = worker.liveness.finish(job, attempt, outcome)
         if not attempt.finish():
@@ -181,7 +185,9 @@ class AttemptRunner:
             return None
         return outcome
 
-    def _attempt(self, job: ClaimedJob, attempt: Attempt) -> Outcome | None:
+    def _attempt(
+        self, job: ClaimedJob, attempt: Attempt, lines: JobLogBuffer | None = None
+    ) -> Outcome | None:
         worker = self.worker
         app = worker.app
         started = attempt.plan.started
@@ -197,6 +203,7 @@ class AttemptRunner:
             progress=worker.liveness.channel(job),
             signals=self._signals,
             caller_principal=job.caller_principal,
+            job_log=JobLogger(lines, app.now) if lines is not None else None,
         )
         with bound(ctx):
             passed: list[Gate] = []

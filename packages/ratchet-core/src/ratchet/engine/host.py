@@ -19,7 +19,7 @@ if TYPE_CHECKING:
     from datetime import timedelta
 
     from ratchet.config import RatchetConfig, WorkerConfig
-    from ratchet.domain.model import ClaimedJob, JobRecord, Outcome
+    from ratchet.domain.model import AttemptRecord, ClaimedJob, JobRecord, Outcome
     from ratchet.domain.resources import ResourceLimit
     from ratchet.domain.retry import RetryPolicy
     from ratchet.domain.watcher import WatcherReport
@@ -78,6 +78,10 @@ class AppHost(Protocol):
     def get_job(self, job_id: uuid.UUID) -> JobRecord | None: ...
 
     def cancel_job(self, job_id: uuid.UUID, *, interrupt: bool = False) -> bool: ...
+
+    def retry_job(self, job_id: uuid.UUID) -> bool: ...
+
+    def attempts(self, job_id: uuid.UUID) -> list[AttemptRecord]: ...
 
     def deliver_signal(self, target: uuid.UUID | str, payload: Any = None) -> int: ...
 

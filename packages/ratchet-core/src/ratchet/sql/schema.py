@@ -76,6 +76,7 @@ job = Table(
     Index("idx_job_recurring_master", "recurring_master_id"),
     Index("idx_job_batch", "batch_id"),
     Index("idx_job_encryption_key_id", "encryption_key_id"),
+    Index("idx_job_depends_on", "depends_on"),  # migration 0011 (retention)
 )
 
 job_queue = Table(
@@ -123,6 +124,7 @@ idempotency_key = Table(
     Column("idempotency_key", String(64), primary_key=True),
     Column("job_id", UUIDType(), nullable=False),
     Column("created_at", UTCMicros(), nullable=False),
+    Index("idx_idempotency_created", "created_at"),  # migration 0011 (retention)
 )
 
 job_execution = Table(
@@ -290,3 +292,54 @@ cancel_request = Table(
 """``cancel_job(id, interrupt=True)`` on a RUNNING job: the attempt ``(job_id, epoch)`` on
 ``node_id`` must stop. The job itself is already CANCELED; the owner takes the row within one
 poll and sets the attempt's cancellation request."""
+
+# -- job logs and the job archive (migration 0011, after the workflows revision 0005) --------------------------
+
+job_log = Table(
+    "scheduler_job_log",
+    metadata,
+    Column("job_id", UUIDType(), primary_key=True),
+    Column("epoch", Integer, primary_key=True),
+    Column("seq", Integer, primary_key=True),
+    Column("attempt_no", Integer, nullable=False),
+    Column("logged_at", UTCMicros(), nullable=False),
+    Column("level", String(8), nullable=False),
+    Column("message", Text, nullable=False),
+    Index("idx_job_log_logged_at", "logged_at"),
+)
+"""One row per line a job wrote through ``context.logger()``: ``(job_id, epoch)`` is the
+attempt, ``seq`` the line's position in it. Removed with the job, or after ``job_log_days``."""
+
+job_archive = Table(
+    "scheduler_job_archive",
+    metadata,
+    Column("job_id", UUIDType(), primary_key=True),
+    Column("final_status", String(16), nullable=False),
+    Column("target", String(512), nullable=False),
+    Column("payload", Text, nullable=False),
+    Column("result", Text, nullable=True),
+    Column("final_error", Text, nullable=True),
+    Column("priority", SmallInteger, nullable=False),
+    Column("attempts", Integer, nullable=False),
+    Column("max_retries", Integer, nullable=False),
+    Column("tags", Text, nullable=True),
+    Column("params", Text, nullable=True),
+    Column("idempotency_key", String(64), nullable=False),
+    Column("business_key", String(255), nullable=True),
+    Column("executor", String(64), nullable=True),
+    Column("job_type", String(16), nullable=True),
+    Column("batch_id", UUIDType(), nullable=True),
+    Column("chain_id", UUIDType(), nullable=True),
+    Column("depends_on", UUIDType(), nullable=True),
+    Column("recurring_master_id", UUIDType(), nullable=True),
+    Column("superseded_by", UUIDType(), nullable=True),
+    Column("created_at", UTCMicros(), nullable=False),
+    Column("terminated_at", UTCMicros(), nullable=True),
+    Column("archived_at", UTCMicros(), nullable=False),
+    Column("archived_by", String(128), nullable=False),
+    Column("attempt_history", Text, nullable=True),
+    Index("idx_job_archive_status", "final_status", "terminated_at"),
+    Index("idx_job_archive_archived_at", "archived_at"),
+)
+"""Removed jobs, when archival is on: the definition, the outcome and the attempt history (a
+JSON array). Log lines are not archived (their own retention is shorter)."""

@@ -71,6 +71,7 @@ from ratchet.sql.metrics_store import QueueGaugeStoreMixin
 from ratchet.sql.permits import PermitStoreMixin
 from ratchet.sql.pool import ping_when_idle
 from ratchet.sql.recurring_store import RecurringStoreMixin
+from ratchet.sql.retention_store import RetentionStoreMixin
 from ratchet.sql.watcher_store import CHUNK, WatcherStoreMixin
 from ratchet.sql.workflow_store import REFUSE_ALL, WorkflowStoreMixin
 
@@ -117,6 +118,7 @@ class SqlStore(
     WorkflowStoreMixin,
     RecurringStoreMixin,
     WatcherStoreMixin,
+    RetentionStoreMixin,
 ):
     """A :class:`~ratchet.ports.Store` over SQLAlchemy Core."""
 
