@@ -24,6 +24,7 @@ from ratchet.domain.workflow import BatchContext, FlowResolver
 from ratchet.engine.assembly import assemble_app
 from ratchet.engine.batches import BatchBuilder, StreamingBatchBuilder
 from ratchet.engine.builder import JobBuilder, JobHandle
+from ratchet.engine.jobs_api import Jobs
 from ratchet.engine.limits_api import LimitsApi
 from ratchet.engine.recurring import RecurringMixin
 from ratchet.engine.watchdog import cancellation_store
@@ -110,6 +111,8 @@ class Ratchet(LimitsApi, RecurringMixin):
             store_options=store_options,
             auto_migrate=auto_migrate,
         )
+        self.jobs = Jobs(self)
+        """The query API: keyset pages of jobs, a job's history, counts, queue health."""
 
     # -- ids, time, events -------------------------------------------------------------------
     def new_id(self) -> uuid.UUID:

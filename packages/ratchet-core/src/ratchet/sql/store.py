@@ -66,6 +66,7 @@ from ratchet.sql.hotpaths import (
 )
 from ratchet.sql.permits import PermitStoreMixin
 from ratchet.sql.pool import ping_when_idle
+from ratchet.sql.query_store import QueryStoreMixin
 from ratchet.sql.recurring_store import RecurringStoreMixin
 from ratchet.sql.watcher_store import CHUNK, WatcherStoreMixin
 from ratchet.sql.workflow_store import REFUSE_ALL, WorkflowStoreMixin
@@ -106,6 +107,7 @@ def describe_location(url: str) -> str:
 
 
 class SqlStore(
+    QueryStoreMixin,
     PermitStoreMixin,
     CancellationStoreMixin,
     WorkflowStoreMixin,
