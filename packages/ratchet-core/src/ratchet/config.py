@@ -11,6 +11,7 @@ from ratchet.domain.breaker import check_profile_name, resolve_profiles
 from ratchet.domain.errors import ConfigurationError
 from ratchet.domain.priority import DEFAULT_BOOST_INTERVAL
 from ratchet.domain.resources import parse_resource_limits
+from ratchet.domain.sanitize import DEFAULT_SECRET_KEYS, SanitizePolicy
 from ratchet.domain.text import is_storable_text
 from ratchet.domain.timeouts import TimeoutSettings
 from ratchet.domain.watcher import WatcherSettings
@@ -39,6 +40,18 @@ class RatchetConfig:
     """The profile of targets without ``@circuit_breaker(profile=...)``."""
     resource_limits: Mapping[str, Any] = field(default_factory=dict)
     """``{name: (max_concurrent, retry_delay)}`` stored when the app starts (docs/resource-limits.md)."""
+    sanitize_keys: tuple[str, ...] = DEFAULT_SECRET_KEYS
+    """Key names whose values the built-in error sanitiser redacts (``password=...``)."""
+    sanitize_urls: bool = True
+    """Redact the user and password of URLs in errors and tracebacks."""
+    sanitize_emails: bool = True
+    """Redact e-mail addresses in errors and tracebacks."""
+
+    def sanitize_policy(self) -> SanitizePolicy:
+        """The built-in error sanitiser's policy from these settings."""
+        return SanitizePolicy(
+            keys=tuple(self.sanitize_keys), urls=self.sanitize_urls, emails=self.sanitize_emails
+        )
 
     def __post_init__(self) -> None:
         if isinstance(self.allowed_modules, str):
@@ -63,6 +76,9 @@ class RatchetConfig:
         resolve_profiles(self.breaker_profiles)
         check_profile_name(self.default_breaker_profile)
         parse_resource_limits(self.resource_limits)
+        if isinstance(self.sanitize_keys, str):
+            self.sanitize_keys = (self.sanitize_keys,)
+        self.sanitize_policy()  # validates the sanitiser's settings
 
 
 @dataclass

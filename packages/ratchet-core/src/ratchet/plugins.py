@@ -48,6 +48,7 @@ DEFAULT_PLUGINS = (
     "ratchet.adapters.class_policy",
     "ratchet.adapters.beans",
     "ratchet.adapters.resilience",
+    "ratchet.adapters.sanitizer",
 )
 
 #: Hooks called one plugin at a time: the registry hooks, so that each registration is recorded
@@ -232,6 +233,14 @@ class Plugins:
                 "no plugin supplies a resilience strategy (ratchet_resilience_strategy)"
             )
         return strategy
+
+    def sanitize_error(self, text: str, kind: str, config: RatchetConfig) -> str:
+        """``text`` (an error ``"message"`` or a ``"traceback"``) as the winning sanitiser
+        returns it; unchanged if no plugin answers (the built-in one was disabled)."""
+        cleaned: str | None = self.pm.hook.ratchet_sanitize_error(
+            text=text, kind=kind, config=config
+        )
+        return text if cleaned is None else cleaned
 
     def has_observers(self) -> bool:
         """Whether any plugin implements the event hook now (so building events is worth it)."""

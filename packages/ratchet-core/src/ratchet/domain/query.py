@@ -88,8 +88,9 @@ class JobQuery:
             (self.finished_after, self.finished_before),
         ):
             if low is not None and high is not None and low >= high:
-                raise InvalidQuery(f"empty time range: {low.isoformat()} is not before "
-                                   f"{high.isoformat()}")
+                raise InvalidQuery(
+                    f"empty time range: {low.isoformat()} is not before {high.isoformat()}"
+                )
         for name in ("recurring_master_id", "batch_id", "workflow_id"):
             value = getattr(self, name)
             if value is not None and not isinstance(value, uuid.UUID):

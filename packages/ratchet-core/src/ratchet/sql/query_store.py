@@ -189,9 +189,7 @@ def _page(
         if status is not None:
             stmt = stmt.where(J.c.terminal_status == status.value, Q.c.job_id.is_(None))
     if query.tag is not None and key is not TAGS.c.job_id:
-        stmt = stmt.where(
-            J.c.job_id.in_(select(TAGS.c.job_id).where(TAGS.c.tag == query.tag))
-        )
+        stmt = stmt.where(J.c.job_id.in_(select(TAGS.c.job_id).where(TAGS.c.tag == query.tag)))
     stmt = stmt.where(*_predicates(query))
     if after is not None:
         stmt = stmt.where(key < after)
@@ -221,4 +219,3 @@ def _predicates(query: JobQuery) -> list[Any]:
         w = query.workflow_id
         conditions.append(or_(J.c.job_id == w, J.c.chain_id == w, J.c.depends_on == w))
     return conditions
-

@@ -85,7 +85,9 @@ job = Table(
     Index("idx_job_status_page", "terminal_status", "job_id", **_not_null("terminal_status")),
     Index("idx_job_target_page", "target", "job_id"),
     Index("idx_job_business_key_page", "business_key", "job_id", **_not_null("business_key")),
-    Index("idx_job_master_page", "recurring_master_id", "job_id", **_not_null("recurring_master_id")),
+    Index(
+        "idx_job_master_page", "recurring_master_id", "job_id", **_not_null("recurring_master_id")
+    ),
     Index("idx_job_batch_page", "batch_id", "job_id", **_not_null("batch_id")),
     Index("idx_job_chain", "chain_id", **_not_null("chain_id")),
     Index("idx_job_depends_on", "depends_on", **_not_null("depends_on")),

@@ -9,7 +9,7 @@ indexes on the recurring master, the batch and the tag are replaced by their ``(
 job_id)`` forms, which serve every lookup the old ones did.
 
 Revision ID: 0010
-Revises: 0001
+Revises: 0005, 0006
 Create Date: 2026-12-01
 """
 
@@ -19,9 +19,10 @@ import sqlalchemy as sa
 from alembic import op
 
 revision = "0010"
-down_revision = "0001"
-branch_labels = ("query",)
-depends_on = ("0005", "0006")
+# It indexes columns that the batch (0005) and recurring (0006) revisions add.
+down_revision = ("0005", "0006")
+branch_labels = None
+depends_on = None
 
 #: (name, table, columns, partial: only rows where the first column is not NULL)
 INDEXES = (
