@@ -42,9 +42,10 @@ DEFAULT_SECRET_KEYS: tuple[str, ...] = (
 )
 
 _KEY_CHARS = r"[A-Za-z0-9_.\-]"
-# scheme://userinfo@ : the userinfo (up to the authority's last @) goes, the host stays.
-_URL_USERINFO = re.compile(r"(?P<scheme>\b[A-Za-z][A-Za-z0-9+.\-]*://)[^/\s?#@]*(?:@[^/\s?#@]*)*@")
-_BEARER = re.compile(r"(?i)\b(?P<kind>bearer|basic|token)(?P<sp>\s+)[A-Za-z0-9._~+/=\-]{6,}")
+# scheme://userinfo@ : everything up to the last @ of the URL goes (a password may hold an
+# unescaped "/" or "@"), the host stays. Errs on the side of redacting too much.
+_URL_USERINFO = re.compile(r"(?P<scheme>\b[A-Za-z][A-Za-z0-9+.\-]*://)[^\s'\"<>]*@")
+_BEARER = re.compile(r"\b(?P<kind>[Bb]earer|BEARER|Basic)(?P<sp>\s+)[^\s'\"<>,;]+")
 _EMAIL = re.compile(r"[A-Za-z0-9._%+\-]+@[A-Za-z0-9\-]+(?:\.[A-Za-z0-9\-]+)*\.[A-Za-z]{2,}")
 _PREFIX = re.compile(r"(?:[A-Za-z_]\w*\.)*[A-Z]\w*: ")
 _KEY_CHARS_RE = re.compile(r"[A-Za-z0-9_\-]+")
