@@ -16,7 +16,7 @@ import click
 
 from ratchet.domain.errors import ConfigurationError, RatchetError
 from ratchet.domain.lifecycle import JobStatus
-from ratchet.domain.model import AttemptRecord, JobFilter, JobRecord
+from ratchet.domain.model import AttemptRecord, JobRecord
 
 URL_ENV = "RATCHET_URL"
 
@@ -160,9 +160,11 @@ def _admin_app(url: str | None, app_spec: str | None, *, must_exist: bool = True
 
     if app_spec:
         return load_app(app_spec)
-    url = url or os.environ.get(URL_ENV)
+    url = url or configured_url()
     if not url:
-        raise click.UsageError(f"give --url (or set {URL_ENV}) or --app module:app")
+        raise click.UsageError(
+            f"give --url (or set {URL_ENV}, or url in the config file) or --app module:app"
+        )
     path = _sqlite_path(url)
     if must_exist and path is not None and not path.exists():
         raise ConfigurationError(
@@ -170,6 +172,15 @@ def _admin_app(url: str | None, app_spec: str | None, *, must_exist: bool = True
             f"working directory); check --url, or create it with `ratchet db upgrade --url {url}`"
         )
     return Ratchet(url, allow_empty_class_policy=True, auto_migrate=False)
+
+
+def configured_url() -> str | None:
+    """The store URL of ``RATCHET_URL`` or the config file (None: neither sets one)."""
+    from ratchet.settings import load_settings
+
+    settings = load_settings()
+    entry = next(e for e in settings.entries if e.name == "url")
+    return None if entry.source == "default" else str(entry.value)
 
 
 def _seconds(value: float | None) -> timedelta | None:
@@ -184,8 +195,10 @@ def main() -> None:
 
 @main.command()
 @click.argument("app_spec", metavar="MODULE:APP")
-@click.option("--concurrency", "-c", type=click.IntRange(min=1), default=10, show_default=True)
-@click.option("--batch-size", type=click.IntRange(min=1), default=50, show_default=True)
+@click.option("--concurrency", "-c", type=click.IntRange(min=1), help="Job slots (default 10).")
+@click.option(
+    "--batch-size", type=click.IntRange(min=1), help="Most jobs claimed per poll (default 50)."
+)
 @click.option(
     "--log-level",
     type=click.Choice(["DEBUG", "INFO", "WARNING", "ERROR"], case_sensitive=False),
@@ -227,10 +240,16 @@ def main() -> None:
 )
 @click.option("--prefetch", type=click.IntRange(min=0), help="Jobs reserved beyond free slots.")
 def worker(
-    app_spec: str, concurrency: int, batch_size: int, log_level: str, **delays: float | None
+    app_spec: str,
+    concurrency: int | None,
+    batch_size: int | None,
+    log_level: str,
+    **delays: float | None,
 ) -> None:
-    """Run a worker for MODULE:APP until SIGTERM or SIGINT, then drain."""
-    from ratchet.config import WorkerConfig
+    """Run a worker for MODULE:APP until SIGTERM or SIGINT, then drain.
+
+    Settings not given as options come from RATCHET_* variables, then the config file."""
+    from ratchet.settings import worker_config_from_env
 
     handler = logging.StreamHandler()
     handler.setFormatter(
@@ -269,7 +288,7 @@ def worker(
     if soft_percent is not None:
         options["soft_timeout_percent"] = soft_percent
     options.update({k: v for k, v in counts.items() if v is not None})
-    config = WorkerConfig(concurrency=concurrency, batch_size=batch_size, **options)
+    config = worker_config_from_env(concurrency=concurrency, batch_size=batch_size, **options)
     app.run_worker(config)
 
 
@@ -307,42 +326,109 @@ def jobs() -> None:
 
 _url_option = click.option("--url", help=f"Database URL (or ${URL_ENV}).")
 _app_option = click.option("--app", "app_spec", help="MODULE:APP instead of --url.")
+_json_option = click.option("--json", "as_json", is_flag=True, help="Print JSON.")
+
+
+def _done(as_json: bool, action: str, ident: str) -> None:
+    """Report an operator action that succeeded: ``{"id": ..., "action": ...}`` or a line."""
+    if as_json:
+        click.echo(json.dumps({"id": ident, "action": action}))
+    else:
+        click.echo(f"{action} {ident}")
+
+
+def _instant(
+    ctx: click.Context | None, param: click.Parameter | None, value: str | None
+) -> datetime | None:
+    """An ISO-8601 option as an aware datetime (without an offset: UTC)."""
+    if value is None:
+        return None
+    try:
+        when = datetime.fromisoformat(value.strip())
+    except ValueError:
+        raise click.BadParameter(
+            f"{value!r} is not an ISO-8601 date-time (e.g. 2026-03-01T12:00:00+00:00)"
+        ) from None
+    return when if when.tzinfo is not None else when.replace(tzinfo=UTC)
+
+
+def _uuid_option(
+    ctx: click.Context | None, param: click.Parameter | None, value: str | None
+) -> uuid.UUID | None:
+    if value is None:
+        return None
+    try:
+        return uuid.UUID(value)
+    except ValueError:
+        raise click.BadParameter(f"{value!r} is not an id (a UUID)") from None
 
 
 @jobs.command("list")
 @_url_option
 @_app_option
-@click.option("--status", type=click.Choice([s.value for s in JobStatus], case_sensitive=False))
+@click.option(
+    "--status",
+    "statuses",
+    multiple=True,
+    type=click.Choice([s.value for s in JobStatus], case_sensitive=False),
+    help="Only jobs in this status (repeat for several).",
+)
 @click.option("--tag", help="Only jobs carrying this tag.")
-@click.option("--limit", type=click.IntRange(1, 10_000), default=50, show_default=True)
+@click.option("--target", help="Only jobs of this target (module:function).")
+@click.option("--business-key", help="Only jobs with this business key.")
+@click.option("--created-after", callback=_instant, help="ISO-8601; created at or after.")
+@click.option("--created-before", callback=_instant, help="ISO-8601; created before.")
+@click.option("--finished-after", callback=_instant, help="ISO-8601; ended at or after.")
+@click.option("--finished-before", callback=_instant, help="ISO-8601; ended before.")
+@click.option("--recurring", callback=_uuid_option, help="Occurrences of this recurring master.")
+@click.option("--batch", callback=_uuid_option, help="Children of this batch.")
+@click.option("--workflow", callback=_uuid_option, help="Jobs of the flow started by this job.")
+@click.option("--cursor", help="Continue after the page that printed this cursor.")
+@click.option("--limit", type=click.IntRange(1, 1000), default=50, show_default=True)
 @click.option(
     "--json",
     "as_json",
     is_flag=True,
-    help="Print a JSON array of the jobs (the fields of `jobs show`).",
+    help='Print {"jobs": [...], "next_cursor": ...} (jobs with the fields of `jobs show`).',
 )
 def jobs_list(
     url: str | None,
     app_spec: str | None,
-    status: str | None,
-    tag: str | None,
+    statuses: tuple[str, ...],
+    cursor: str | None,
     limit: int,
     as_json: bool,
+    **filters: Any,
 ) -> None:
-    """List jobs, newest first."""
+    """List jobs, newest first, one page at a time."""
+    from ratchet.domain.query import JobQuery
+
+    query = JobQuery(
+        statuses=tuple(JobStatus(s.upper()) for s in statuses),
+        tag=filters["tag"],
+        target=filters["target"],
+        business_key=filters["business_key"],
+        created_after=filters["created_after"],
+        created_before=filters["created_before"],
+        finished_after=filters["finished_after"],
+        finished_before=filters["finished_before"],
+        recurring_master_id=filters["recurring"],
+        batch_id=filters["batch"],
+        workflow_id=filters["workflow"],
+    )
     app = _admin_app(url, app_spec)
-    flt = JobFilter(statuses=(JobStatus(status.upper()),) if status else (), tag=tag)
-    records = app.list_jobs(flt, limit)
+    page = app.jobs.list(query, cursor=cursor, limit=limit)
     if as_json:
-        click.echo(json.dumps([job_document(rec) for rec in records], indent=2))
+        docs = [job_document(rec) for rec in page]
+        click.echo(json.dumps({"jobs": docs, "next_cursor": page.next_cursor}, indent=2))
         return
-    if not records:
-        wanted = [f"status {status.upper()}"] if status else []
-        wanted += [f"tag {tag!r}"] if tag else []
+    if not page.items:
+        wanted = [f"status {' or '.join(s.upper() for s in statuses)}"] if statuses else []
+        wanted += [f"{k.replace('_', ' ')} {v!r}" for k, v in filters.items() if v is not None]
         click.echo(f"no jobs match {' and '.join(wanted)}" if wanted else "no jobs")
         return
     click.echo(_LIST_FORMAT.format("JOB ID", "STATUS", "PRIORITY", "ATTEMPTS", "CREATED", "TARGET"))
-    for rec in records:
+    for rec in page:
         click.echo(
             _LIST_FORMAT.format(
                 str(rec.job_id),
@@ -353,6 +439,8 @@ def jobs_list(
                 rec.target,
             )
         )
+    if page.next_cursor is not None:
+        click.echo(f"more: --cursor {page.next_cursor}")
 
 
 _LIST_FORMAT = "{:<36}  {:<9}  {:<8}  {:>8}  {:<25}  {}"
@@ -441,18 +529,24 @@ def _job_id(text: str) -> uuid.UUID:
     "--traceback",
     "show_traceback",
     is_flag=True,
-    help="Print the traceback of the job's newest failed attempt as text instead of the JSON.",
+    help="Print only the traceback of the job's newest failed attempt.",
 )
-def jobs_show(url: str | None, app_spec: str | None, job_id: str, show_traceback: bool) -> None:
-    """Show one job and its attempt history as JSON (or its newest traceback)."""
+@click.option("--json", "as_json", is_flag=True, help="Print the job and its attempts as JSON.")
+def jobs_show(
+    url: str | None, app_spec: str | None, job_id: str, show_traceback: bool, as_json: bool
+) -> None:
+    """Show one job and its attempts: outcome, error and traceback of each."""
+    from ratchet.domain.errors import JobNotFound
+
     ident = _job_id(job_id)
     app = _admin_app(url, app_spec)
-    rec = app.get_job(ident)
-    if rec is None:
-        raise click.ClickException(f"no job {job_id}")
-    history = app.attempts(rec.job_id)
+    try:
+        history = app.jobs.history(ident)
+    except JobNotFound:
+        raise click.ClickException(f"no job {job_id}") from None
+    rec = history.job
     if show_traceback:
-        failed = [a for a in history if a.traceback]
+        failed = [a for a in history.attempts if a.traceback]
         if not failed:
             raise click.ClickException(f"job {job_id} has no failed attempt with a traceback")
         newest = failed[-1]
@@ -461,8 +555,13 @@ def jobs_show(url: str | None, app_spec: str | None, job_id: str, show_traceback
         return
     doc = job_document(rec)
     doc["epoch"] = rec.epoch  # the listing does not read it for ended jobs
-    doc["attempt_history"] = [attempt_document(a) for a in history]
-    click.echo(json.dumps(doc, indent=2))
+    doc["attempt_history"] = [attempt_document(a) for a in history.attempts]
+    if as_json:
+        click.echo(json.dumps(doc, indent=2))
+        return
+    from ratchet.cli_format import print_job
+
+    print_job(doc)
 
 
 @jobs.command("cancel")
@@ -474,26 +573,30 @@ def jobs_show(url: str | None, app_spec: str | None, job_id: str, show_traceback
     is_flag=True,
     help="Also ask a running job to stop at its next safe point (its worker picks this up).",
 )
-def jobs_cancel(url: str | None, app_spec: str | None, job_id: str, interrupt: bool) -> None:
+@_json_option
+def jobs_cancel(
+    url: str | None, app_spec: str | None, job_id: str, interrupt: bool, as_json: bool
+) -> None:
     """Cancel a live job."""
     ident = _job_id(job_id)
     app = _admin_app(url, app_spec)
     if not app.cancel_job(ident, interrupt=interrupt):
         raise click.ClickException(f"job {job_id} does not exist or is already finished")
-    click.echo(f"canceled {job_id}")
+    _done(as_json, "canceled", job_id)
 
 
 @jobs.command("retry")
 @_url_option
 @_app_option
 @click.argument("job_id")
-def jobs_retry(url: str | None, app_spec: str | None, job_id: str) -> None:
+@_json_option
+def jobs_retry(url: str | None, app_spec: str | None, job_id: str, as_json: bool) -> None:
     """Move a dead-lettered (FAILED) job back to PENDING."""
     ident = _job_id(job_id)
     app = _admin_app(url, app_spec)
     if not app.retry_job(ident):
         raise click.ClickException(f"job {job_id} is not in the dead-letter queue")
-    click.echo(f"retrying {job_id}")
+    _done(as_json, "retrying", job_id)
 
 
 @main.command()
@@ -527,6 +630,12 @@ def cron_next(expression: str, zone: str, after: str | None, count: int) -> None
     for line in cron_next_lines(expression, zone, after, count, datetime.now(UTC)):
         click.echo(line)
 
+
+# The operator commands live in their own modules and register themselves on these groups.
+from ratchet import cli_ops, cli_recurring  # noqa: E402
+
+cli_ops.register(main, jobs, db)
+cli_recurring.register(main)
 
 if __name__ == "__main__":  # pragma: no cover
     main()
