@@ -27,6 +27,10 @@ class _Group(click.Group):
     def invoke(self, ctx: click.Context) -> Any:
         try:
             return super().invoke(ctx)
+        except click.UsageError as exc:  # a bad option or argument of a subcommand
+            hint = f" (see `{exc.ctx.command_path} --help`)" if exc.ctx is not None else ""
+            click.echo(f"error: {_one_line(exc.format_message())}{hint}", err=True)
+            ctx.exit(2)
         except (RatchetError, ValueError) as exc:
             click.echo(f"error: {_one_line(str(exc))}", err=True)
             ctx.exit(2)
@@ -171,7 +175,11 @@ def _admin_app(url: str | None, app_spec: str | None, *, must_exist: bool = True
             f"there is no SQLite database at {path.resolve()} (a relative path is read from the "
             f"working directory); check --url, or create it with `ratchet db upgrade --url {url}`"
         )
-    return Ratchet(url, allow_empty_class_policy=True, auto_migrate=False)
+    app = Ratchet(url, allow_empty_class_policy=True, auto_migrate=False)
+    ctx = click.get_current_context(silent=True)
+    if ctx is not None:
+        ctx.call_on_close(app.close)  # its connections go when the command ends
+    return app
 
 
 def configured_url() -> str | None:
