@@ -14,6 +14,7 @@ or the file and key. See docs/configuration.md.
 from __future__ import annotations
 
 import json
+import math
 import os
 import re
 import tomllib
@@ -42,7 +43,7 @@ CONNECTION_SETTINGS: tuple[tuple[str, Any, Any, str], ...] = (
 #: Fields that only code can set (objects, not values).
 CODE_ONLY = frozenset({"extra"})
 
-_DURATION = re.compile(r"^\s*(\d+(?:\.\d*)?|\.\d+)\s*(ms|s|m|h|d)?\s*$")
+_DURATION = re.compile(r"^\s*((?:\d+(?:\.\d*)?|\.\d+)(?:[eE][+-]?\d+)?)\s*(ms|s|m|h|d)?\s*$")
 _UNITS = {"ms": 0.001, "s": 1.0, "m": 60.0, "h": 3600.0, "d": 86400.0, None: 1.0}
 _SECRET_WORDS = ("password", "secret", "token", "credential", "api_key", "apikey")
 
@@ -129,7 +130,7 @@ def parse_value(kind: Any, raw: Any, where: str) -> Any:
             if not isinstance(value, dict):
                 raise ValueError
             return value
-    except (ValueError, TypeError, json.JSONDecodeError):
+    except (ValueError, TypeError, OverflowError, json.JSONDecodeError):
         raise ConfigurationError(f"{where}: {raw!r} is not {_describe(kind)}") from None
     raise ConfigurationError(f"{where}: settings of type {kind} cannot be read from text")
 
@@ -167,7 +168,7 @@ def _parse_duration(raw: Any) -> timedelta:
         if match is None:
             raise ValueError
         seconds = float(match.group(1)) * _UNITS[match.group(2)]
-    if seconds < 0:
+    if not math.isfinite(seconds) or seconds < 0:
         raise ValueError
     return timedelta(seconds=seconds)
 
