@@ -75,7 +75,7 @@ def _fields() -> list[tuple[str, str, Any, Any, str]]:
         for f in fields(cls):
             if f.name in CODE_ONLY:
                 continue
-            default = f.default if f.default is not MISSING else f.default_factory()  # type: ignore[misc]
+            default = f.default if f.default is not MISSING else f.default_factory()  # type: ignore[operator]
             out.append((f.name, scope, hints[f.name], default, docs.get(f.name, "")))
     return out
 
@@ -125,7 +125,7 @@ def parse_value(kind: Any, raw: Any, where: str) -> Any:
         if origin is tuple:
             items = raw.split(",") if isinstance(raw, str) else list(raw)
             return tuple(str(i).strip() for i in items if str(i).strip())
-        if origin in (Mapping, dict) or kind is dict or origin is typing.Mapping:  # type: ignore[comparison-overlap]
+        if origin in (Mapping, dict) or kind is dict:
             value = json.loads(raw) if isinstance(raw, str) else raw
             if not isinstance(value, dict):
                 raise ValueError

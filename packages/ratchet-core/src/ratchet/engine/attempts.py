@@ -26,8 +26,8 @@ from ratchet.domain.retry import decide_retry
 from ratchet.engine.context import JobContext, bound, stopped_on_request
 from ratchet.engine.gates import breaker_service, reschedule
 from ratchet.engine.host import Gate
-from ratchet.engine.sanitizing import sanitized_error, sanitized_traceback
 from ratchet.engine.running import Attempt, seconds_text
+from ratchet.engine.sanitizing import sanitized_error, sanitized_traceback
 from ratchet.engine.watchdog import cancellation_store
 from ratchet.engine.workflows import signal_reader
 from ratchet.ports import ExecutorProvider, InterruptibleExecutor, JobCall

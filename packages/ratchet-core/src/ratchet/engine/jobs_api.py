@@ -7,6 +7,7 @@ frozen value of :mod:`ratchet.domain`.
 
 from __future__ import annotations
 
+import builtins
 import uuid
 from collections.abc import Iterator
 from dataclasses import fields
@@ -71,7 +72,7 @@ class Jobs:
 
     @property
     def _store(self) -> QueryStore:
-        store = self._app.store.capability(QueryStore)
+        store = self._app.store.capability(QueryStore)  # type: ignore[type-abstract]
         if store is None:
             raise ConfigurationError(
                 f"the {type(self._app.store).__name__} store cannot answer queries (it has no "
@@ -149,7 +150,7 @@ class Jobs:
             raise InvalidQuery(f"window must be positive, got {window}")
         return self._store.queue_health(now=self._app.now(), window=window)
 
-    def dependants(self, job_id: uuid.UUID, *, limit: int = MAX_PAGE) -> list[JobRecord]:
+    def dependants(self, job_id: uuid.UUID, *, limit: int = MAX_PAGE) -> builtins.list[JobRecord]:
         """The jobs of a workflow that wait on ``job_id`` (its chain steps and branches, and
         theirs), nearest first.
 
@@ -165,7 +166,7 @@ class Jobs:
         """One page of a batch's children, newest first (as :meth:`list`)."""
         return self.list(JobQuery(batch_id=batch_id), cursor=cursor, limit=limit)
 
-    def running(self, *, limit: int = MAX_PAGE) -> list[RunningJob]:
+    def running(self, *, limit: int = MAX_PAGE) -> builtins.list[RunningJob]:
         """The jobs nodes hold now (RUNNING, or reserved as QUEUED), by node."""
         check_limit(limit)
         return self._store.running_jobs(limit=limit)

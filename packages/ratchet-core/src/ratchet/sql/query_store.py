@@ -13,7 +13,7 @@ from __future__ import annotations
 import heapq
 import uuid
 from datetime import datetime, timedelta
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, TypeVar
 
 from sqlalchemy import Select, and_, func, or_, select
 from sqlalchemy.engine import Connection
@@ -24,7 +24,11 @@ from ratchet.domain.query import JobQuery, QueueHealth, RunningJob
 from ratchet.sql import schema
 
 if TYPE_CHECKING:
-    from ratchet.sql.store import SqlStore
+    from collections.abc import Callable
+
+    from sqlalchemy.engine import Engine, Row
+
+T = TypeVar("T")
 
 Q = schema.job_queue
 J = schema.job
@@ -37,8 +41,17 @@ MAX_DEPTH = 100
 class QueryStoreMixin:
     """:class:`~ratchet.ports.QueryStore` for :class:`~ratchet.sql.store.SqlStore`."""
 
+    if TYPE_CHECKING:
+        read_engine: Engine
+
+        def _run(self, work: Callable[[Connection], T], *, write: bool = True) -> T: ...
+
+        def _record_cols(self) -> list[Any]: ...
+
+        def _to_record(self, r: Row[Any], last_epoch: int | None = None) -> JobRecord: ...
+
     def query_jobs(
-        self: SqlStore, query: JobQuery, *, after: uuid.UUID | None, limit: int
+        self, query: JobQuery, *, after: uuid.UUID | None, limit: int
     ) -> list[JobRecord]:
         """At most ``limit`` jobs matching ``query``, job id descending, ids below ``after``."""
 
@@ -54,7 +67,7 @@ class QueryStoreMixin:
 
         return self._run(work, write=False)
 
-    def dependants(self: SqlStore, job_id: uuid.UUID, *, limit: int) -> list[JobRecord]:
+    def dependants(self, job_id: uuid.UUID, *, limit: int) -> list[JobRecord]:
         """Jobs depending on ``job_id``, then on those, breadth first, at most ``limit``."""
 
         def work(conn: Connection) -> list[JobRecord]:
@@ -78,13 +91,15 @@ class QueryStoreMixin:
 
         return self._run(work, write=False)
 
-    def queue_health(self: SqlStore, *, now: datetime, window: timedelta) -> QueueHealth:
+    def queue_health(self, *, now: datetime, window: timedelta) -> QueueHealth:
         """The queue's counts at ``now``; ended-job counts over ``window`` before it."""
         since = now - window
         pending = JobStatus.PENDING.value
 
         def work(conn: Connection) -> QueueHealth:
-            live = dict(conn.execute(select(Q.c.status, func.count()).group_by(Q.c.status)).all())
+            live: dict[str, int] = dict(
+                conn.execute(select(Q.c.status, func.count()).group_by(Q.c.status)).all()
+            )
             # Per priority level, so that each is a range scan of the claim index.
             due = 0
             oldest: datetime | None = None
@@ -110,7 +125,7 @@ class QueryStoreMixin:
             failed = conn.execute(
                 select(func.count()).where(J.c.terminal_status == JobStatus.FAILED.value)
             ).scalar_one()
-            by_node = dict(
+            by_node: dict[str, int] = dict(
                 conn.execute(
                     select(Q.c.picked_by, func.count())
                     .where(Q.c.status == JobStatus.RUNNING.value, Q.c.picked_by.is_not(None))
@@ -132,7 +147,7 @@ class QueryStoreMixin:
 
         return self._run(work, write=False)
 
-    def running_jobs(self: SqlStore, *, limit: int) -> list[RunningJob]:
+    def running_jobs(self, *, limit: int) -> list[RunningJob]:
         """Jobs nodes hold now (RUNNING, QUEUED), by node then id, at most ``limit``."""
         held = (JobStatus.RUNNING.value, JobStatus.QUEUED.value)
 
@@ -152,13 +167,13 @@ class QueryStoreMixin:
         return self._run(work, write=False)
 
 
-def _joined(store: SqlStore) -> Select[Any]:
+def _joined(store: QueryStoreMixin) -> Select[Any]:
     """The record columns over the job table with its queue row, if it has one."""
     return select(*store._record_cols()).select_from(J.outerjoin(Q, Q.c.job_id == J.c.job_id))
 
 
 def _page(
-    store: SqlStore,
+    store: QueryStoreMixin,
     query: JobQuery,
     after: uuid.UUID | None,
     limit: int,

@@ -93,7 +93,9 @@ class QueryStoreContract:
         """Jobs in six statuses: PENDING, RUNNING, PAUSED, SUCCEEDED, FAILED, CANCELED."""
         jobs = self.insert(store, clock, 12)
         claimed = {c.job_id: c for c in self.claim(store, clock, 6)}
-        done, dead, running = [], [], []
+        done: list[ClaimedJob] = []
+        dead: list[ClaimedJob] = []
+        running: list[ClaimedJob] = []
         for i, job in enumerate(j for j in jobs if j.job_id in claimed):
             (done, dead, running)[i % 3].append(claimed[job.job_id])
         self.finish(store, clock, done, OutcomeKind.SUCCEEDED)
