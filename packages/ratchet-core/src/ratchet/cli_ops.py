@@ -17,29 +17,29 @@ def register(main: click.Group, jobs: click.Group, db: click.Group) -> None:
     """Add the operator commands to the ``ratchet`` group and its ``jobs`` and ``db`` groups."""
     from ratchet.cli import _admin_app, _app_option, _done, _job_id, _json_option, _url_option
 
-    @jobs.command("pause")
-    @_url_option
-    @_app_option
-    @click.argument("job_id")
-    @_json_option
-    def jobs_pause(url: str | None, app_spec: str | None, job_id: str, as_json: bool) -> None:
-        """Hold a PENDING (or reserved) job until it is resumed."""
-        app = _admin_app(url, app_spec)
-        if not app.pause_job(_job_id(job_id)):
-            raise click.ClickException(f"job {job_id} does not exist or cannot be paused now")
-        _done(as_json, "paused", job_id)
+    def job_action(name: str, past: str, refused: str, doc: str) -> None:
+        """Add ``jobs NAME JOB_ID``, which calls ``app.NAME_job(id)``."""
 
-    @jobs.command("resume")
-    @_url_option
-    @_app_option
-    @click.argument("job_id")
-    @_json_option
-    def jobs_resume(url: str | None, app_spec: str | None, job_id: str, as_json: bool) -> None:
-        """Let a PAUSED job run again."""
-        app = _admin_app(url, app_spec)
-        if not app.resume_job(_job_id(job_id)):
-            raise click.ClickException(f"job {job_id} does not exist or is not paused")
-        _done(as_json, "resumed", job_id)
+        @jobs.command(name, help=doc)
+        @_url_option
+        @_app_option
+        @click.argument("job_id")
+        @_json_option
+        def command(url: str | None, app_spec: str | None, job_id: str, as_json: bool) -> None:
+            app = _admin_app(url, app_spec)
+            if not getattr(app, f"{name}_job")(_job_id(job_id)):
+                raise click.ClickException(f"job {job_id} {refused}")
+            _done(as_json, past, job_id)
+
+    job_action(
+        "pause",
+        "paused",
+        "does not exist or cannot be paused now",
+        "Hold a PENDING (or reserved) job until it is resumed.",
+    )
+    job_action(
+        "resume", "resumed", "does not exist or is not paused", "Let a PAUSED job run again."
+    )
 
     @main.command("nodes")
     @_url_option
