@@ -290,6 +290,13 @@ def test_admin_commands_take_the_url_from_the_environment(fleet: Fleet) -> None:
     assert result.exit_code == 0 and json.loads(result.stdout)["failed"] == 1
 
 
+def test_usage_mistakes_are_one_line_and_a_bare_group_shows_its_help() -> None:
+    assert "range 1<=x<=1000" in one_line_error(run("jobs", "list", "--limit", "0"))
+    assert "No such command 'nosuch'" in one_line_error(run("jobs", "nosuch"))
+    bare = run("recurring")
+    assert "Usage:" in bare.output and "error:" not in bare.output and "next" in bare.output
+
+
 def test_unreachable_and_bad_urls_are_one_line() -> None:
     assert "provides a store" in one_line_error(run("stats", "--url", "nosuchdb://x/y"))
     refused = run("nodes", "--url", "postgresql+psycopg://u:secret@127.0.0.1:9/db")

@@ -21,6 +21,10 @@ from ratchet.domain.model import AttemptRecord, JobRecord
 URL_ENV = "RATCHET_URL"
 
 
+#: What click raises to show a group's help when its command is missing (click >= 8.2).
+_NO_ARGS_IS_HELP: Any = getattr(click.exceptions, "NoArgsIsHelpError", ())
+
+
 class _Group(click.Group):
     """Turns Ratchet's typed errors and database errors into one clear line and exit code 2."""
 
@@ -28,6 +32,8 @@ class _Group(click.Group):
         try:
             return super().invoke(ctx)
         except click.UsageError as exc:  # a bad option or argument of a subcommand
+            if isinstance(exc, _NO_ARGS_IS_HELP):  # a group without its command: its help
+                raise
             hint = f" (see `{exc.ctx.command_path} --help`)" if exc.ctx is not None else ""
             click.echo(f"error: {_one_line(exc.format_message())}{hint}", err=True)
             ctx.exit(2)
