@@ -81,7 +81,10 @@ job = Table(
     Column("checkpoint_epoch", Integer, nullable=True),
     Column("checkpoint_at", UTCMicros(), nullable=True),
     Index("idx_job_terminal", "terminal_status", "terminated_at"),
+    Index("idx_job_recurring_master", "recurring_master_id"),
+    Index("idx_job_batch", "batch_id"),
     # migration 0010 (query): keyset pages per filter; partial where most rows are NULL
+    # (the master and batch pages are not made on MySQL, whose indexes end with the key)
     Index("idx_job_status_page", "terminal_status", "job_id", **_not_null("terminal_status")),
     Index("idx_job_target_page", "target", "job_id"),
     Index("idx_job_business_key_page", "business_key", "job_id", **_not_null("business_key")),

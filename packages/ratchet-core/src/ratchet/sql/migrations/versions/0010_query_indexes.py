@@ -4,9 +4,11 @@ Pages are keyset pages in job id order, so each filter the API offers gets an in
 with ``job_id``: the filtered column first, then the id to continue after. Columns that are NULL
 for most jobs (terminal status while a job lives, business key, recurring master, batch, chain,
 dependency) get partial indexes ``WHERE column IS NOT NULL`` where the database has them
-(PostgreSQL, SQLite), so submitting a plain job maintains none of them. The single-column
-indexes on the recurring master, the batch and the tag are replaced by their ``(column,
-job_id)`` forms, which serve every lookup the old ones did.
+(PostgreSQL, SQLite), so submitting a plain job maintains none of them. The tag index is
+replaced by its ``(tag, job_id)`` form, which serves every lookup the old one did. On MySQL a
+secondary index already ends with the primary key, so the single-column indexes on the
+recurring master and the batch (revisions 0005, 0006) serve the pages as they are and no second
+one is made there.
 
 Revision ID: 0010
 Revises: 0005, 0006
@@ -38,15 +40,19 @@ INDEXES = (
 )
 
 #: (name, table, columns) of the indexes the ``(column, job_id)`` forms replace.
-REPLACED = (
-    ("idx_job_recurring_master", "scheduler_job", ["recurring_master_id"]),
-    ("idx_job_batch", "scheduler_job", ["batch_id"]),
-    ("idx_job_tag_tag", "scheduler_job_tag", ["tag"]),
-)
+REPLACED = (("idx_job_tag_tag", "scheduler_job_tag", ["tag"]),)
+
+#: Indexes MySQL does not need: its single-column ones already end with ``job_id``.
+NOT_ON_MYSQL = frozenset({"idx_job_master_page", "idx_job_batch_page"})
+
+
+def _indexes() -> list[tuple[str, str, list[str], bool]]:
+    mysql = op.get_context().dialect.name in ("mysql", "mariadb")
+    return [ix for ix in INDEXES if not (mysql and ix[0] in NOT_ON_MYSQL)]
 
 
 def upgrade() -> None:
-    for name, table, columns, partial in INDEXES:
+    for name, table, columns, partial in _indexes():
         where = sa.text(f"{columns[0]} IS NOT NULL") if partial else None
         op.create_index(name, table, columns, postgresql_where=where, sqlite_where=where)
     for name, table, _ in REPLACED:
@@ -56,5 +62,5 @@ def upgrade() -> None:
 def downgrade() -> None:
     for name, table, columns in REPLACED:
         op.create_index(name, table, columns)
-    for name, table, _, _ in INDEXES:
+    for name, table, _, _ in _indexes():
         op.drop_index(name, table_name=table)
