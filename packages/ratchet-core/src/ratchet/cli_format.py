@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 from collections.abc import Sequence
 from typing import Any
 
@@ -47,6 +48,7 @@ def print_job(doc: dict[str, Any]) -> None:
         ("tags", ", ".join(doc["tags"]) or None),
         ("business key", doc["business_key"]),
         ("recurring master", doc["recurring_master_id"]),
+        ("result", None if doc["result"] is None else json.dumps(doc["result"])),
         ("last error", doc["last_error"]),
     ]
     width = max(len(name) for name, _ in fields)
