@@ -1,7 +1,7 @@
 """The reads of the query API (:class:`~ratchet.ports.QueryStore`) for the SQL store.
 
 Every listing is a keyset scan in job id order (newest first) driven by one index that ends
-with ``job_id`` (migration 0010): a status filter reads ``(status, job_id)`` of the queue table
+with ``job_id`` (migration 0011): a status filter reads ``(status, job_id)`` of the queue table
 for live statuses and ``(terminal_status, job_id)`` of the job table for ended ones, one short
 query per status, merged here; a tag reads ``(tag, job_id)``; otherwise the job table's primary
 key, with the other filters as predicates (each has its own ``(column, job_id)`` index the

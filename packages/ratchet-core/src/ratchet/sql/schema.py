@@ -83,7 +83,7 @@ job = Table(
     Index("idx_job_terminal", "terminal_status", "terminated_at"),
     Index("idx_job_recurring_master", "recurring_master_id"),
     Index("idx_job_batch", "batch_id"),
-    # migration 0010 (query): keyset pages per filter; partial where most rows are NULL
+    # migration 0011 (query): keyset pages per filter; partial where most rows are NULL
     # (the master and batch pages are not made on MySQL, whose indexes end with the key)
     Index("idx_job_status_page", "terminal_status", "job_id", **_not_null("terminal_status")),
     Index("idx_job_target_page", "target", "job_id"),
@@ -125,7 +125,7 @@ job_queue = Table(
     Index("idx_queue_waiting_for", "waiting_for"),
     Index("idx_queue_signal_key", "signal_key", "status"),
     Index("idx_queue_signal_deadline", "signal_deadline"),
-    Index("idx_queue_status_page", "status", "job_id"),  # migration 0010
+    Index("idx_queue_status_page", "status", "job_id"),  # migration 0011
 )
 
 job_tag = Table(
@@ -133,7 +133,7 @@ job_tag = Table(
     metadata,
     Column("job_id", UUIDType(), ForeignKey("scheduler_job.job_id"), primary_key=True),
     Column("tag", String(64), primary_key=True),
-    Index("idx_job_tag_page", "tag", "job_id"),  # migration 0010
+    Index("idx_job_tag_page", "tag", "job_id"),  # migration 0011
 )
 
 idempotency_key = Table(

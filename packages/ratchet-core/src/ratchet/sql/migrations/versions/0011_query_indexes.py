@@ -10,7 +10,7 @@ secondary index already ends with the primary key, so the single-column indexes 
 recurring master and the batch (revisions 0005, 0006) serve the pages as they are and no second
 one is made there.
 
-Revision ID: 0010
+Revision ID: 0011
 Revises: 0005, 0006
 Create Date: 2026-12-01
 """
@@ -20,7 +20,7 @@ from __future__ import annotations
 import sqlalchemy as sa
 from alembic import op
 
-revision = "0010"
+revision = "0011"
 # It indexes columns that the batch (0005) and recurring (0006) revisions add.
 down_revision = ("0005", "0006")
 branch_labels = None
