@@ -252,6 +252,28 @@ def test_hook_ratchet_job_event(sqlite_url: str, caplog: pytest.LogCaptureFixtur
     app.close()
 
 
+def test_hook_ratchet_sanitize_error(sqlite_url: str) -> None:
+    calls: list[tuple[str, str]] = []
+
+    class Plugin:
+        @hookimpl
+        def ratchet_sanitize_error(self, text: str, kind: str, config: Any) -> str | None:
+            calls.append((kind, text))
+            return None if kind == "traceback" else "redacted by plugin"
+
+    app = Ratchet(sqlite_url, allowed_modules=["sample_jobs"], plugins=make(Plugin()))
+    handle = app.enqueue(sample_jobs.fail_always, "password=hunter2").with_max_retries(0).submit()
+    app.worker().run_due()
+    [attempt] = app.attempts(handle.id)
+    assert attempt.error == "redacted by plugin"
+    assert attempt.traceback is not None and "password=***" in attempt.traceback, (
+        "a None answer falls through to the built-in sanitiser"
+    )
+    assert [k for k, _ in calls] == ["message", "traceback"]
+    assert "hunter2" in calls[0][1], "the plugin saw the raw text"
+    app.close()
+
+
 def test_builtin_policy_never_matches_across_a_dot() -> None:
     policy = PackagePrefixClassPolicy(["myapp"])
     assert policy.is_allowed("myapp", "f") and policy.is_allowed("myapp.jobs", "f")

@@ -43,6 +43,8 @@ LIFECYCLE_HOOKS = (
     "ratchet_worker_stopped",
 )
 OBSERVER_HOOKS = ("ratchet_job_event", "ratchet_metrics_observed", "ratchet_metrics_sampled")
+#: Called for each piece of text to transform (first non-None answer wins).
+TEXT_HOOKS = ("ratchet_sanitize_error",)
 
 
 def hook_names() -> set[str]:
@@ -51,7 +53,13 @@ def hook_names() -> set[str]:
 
 
 def test_the_hook_kinds_cover_every_hook() -> None:
-    assert {*REGISTRY_HOOKS, *PROVIDER_HOOKS, *LIFECYCLE_HOOKS, *OBSERVER_HOOKS} == hook_names()
+    assert {
+        *REGISTRY_HOOKS,
+        *PROVIDER_HOOKS,
+        *LIFECYCLE_HOOKS,
+        *OBSERVER_HOOKS,
+        *TEXT_HOOKS,
+    } == hook_names()
     assert set(PER_PLUGIN_HOOKS) == {*REGISTRY_HOOKS, *OBSERVER_HOOKS, *LIFECYCLE_HOOKS[1:]}
 
 
@@ -124,7 +132,9 @@ def test_hookcall_monitoring_sees_every_hook_call(sqlite_url: str) -> None:
     worker.start()
     try:
         handle = app.enqueue(sample_jobs.record, 3).submit()
+        failing = app.enqueue(sample_jobs.fail_always, "x").with_max_retries(0).submit()
         assert wait_for(lambda: handle.status().value == "SUCCEEDED", timeout=30)
+        assert wait_for(lambda: failing.status().value == "FAILED", timeout=30)
         assert wait_for(lambda: bool(metrics.samples), timeout=30), "sampled once at start"
     finally:
         worker.stop()
@@ -140,6 +150,9 @@ def test_hookcall_monitoring_sees_every_hook_call(sqlite_url: str) -> None:
         [made] = [c for c in calls if c.name == name]
         assert made.kwargs == {"config": app.config}
     assert ("ratchet_class_policy", app.class_policy) in results
+    sanitized = [c.kwargs for c in calls if c.name == "ratchet_sanitize_error"]
+    assert [k["kind"] for k in sanitized] == ["message", "traceback"], "once each per failure"
+    assert all(k["config"] is app.config for k in sanitized)
     traced = [c.kwargs["event"] for c in calls if c.name == "ratchet_job_event"]
     # (threads may interleave between the monitor and the observer: compare as multisets)
     assert sorted(map(id, traced)) == sorted(map(id, observer.events)), (

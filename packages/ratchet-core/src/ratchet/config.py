@@ -12,6 +12,7 @@ from ratchet.domain.errors import ConfigurationError
 from ratchet.domain.priority import DEFAULT_BOOST_INTERVAL
 from ratchet.domain.resources import parse_resource_limits
 from ratchet.domain.retention import RetentionSettings
+from ratchet.domain.sanitize import DEFAULT_SECRET_KEYS, SanitizePolicy
 from ratchet.domain.text import is_storable_text
 from ratchet.domain.timeouts import TimeoutSettings
 from ratchet.domain.watcher import WatcherSettings
@@ -42,6 +43,18 @@ class RatchetConfig:
     """``{name: (max_concurrent, retry_delay)}`` stored when the app starts (docs/resource-limits.md)."""
     retention: RetentionSettings = field(default_factory=RetentionSettings)
     """Retention of ended jobs, dead letters and job logs (docs/retention.md)."""
+    sanitize_keys: tuple[str, ...] = DEFAULT_SECRET_KEYS
+    """Key names whose values the built-in error sanitiser redacts (``password=...``)."""
+    sanitize_urls: bool = True
+    """Redact the user and password of URLs in errors and tracebacks."""
+    sanitize_emails: bool = True
+    """Redact e-mail addresses in errors and tracebacks."""
+
+    def sanitize_policy(self) -> SanitizePolicy:
+        """The built-in error sanitiser's policy from these settings."""
+        return SanitizePolicy(
+            keys=tuple(self.sanitize_keys), urls=self.sanitize_urls, emails=self.sanitize_emails
+        )
 
     def __post_init__(self) -> None:
         if isinstance(self.allowed_modules, str):
@@ -70,6 +83,9 @@ class RatchetConfig:
             raise ConfigurationError(
                 f"retention must be a ratchet.RetentionSettings, got {type(self.retention).__name__}"
             )
+        if isinstance(self.sanitize_keys, str):
+            self.sanitize_keys = (self.sanitize_keys,)
+        self.sanitize_policy()  # validates the sanitiser's settings
 
 
 @dataclass

@@ -232,3 +232,23 @@ def ratchet_metrics_sampled(sample: MetricsSample) -> None:
     time; an exception raised here is logged. A worker none of whose plugins implements this hook
     samples nothing and never takes the lease.
     """
+
+
+@hookspec(firstresult=True)
+def ratchet_sanitize_error(text: str, kind: str, config: RatchetConfig) -> str | None:
+    """Return ``text`` with its secrets removed, before it is stored, emitted or logged.
+
+    Stops at first non-None result.
+
+    :param text: an error description (``module.Class: message``) or a traceback.
+    :param kind: ``"message"`` or ``"traceback"``.
+    :param config: the :class:`~ratchet.config.RatchetConfig` of the app (the built-in
+        implementation reads its ``sanitize_*`` settings).
+    :returns: the text to keep, or None to let the next plugin answer. The built-in
+        implementation (``trylast``) redacts credentials in URLs, secret ``key=value`` pairs and
+        e-mail addresses, keeps the exception class and bounds the length
+        (:func:`ratchet.domain.sanitize.sanitize_text`); a plugin may call that function and
+        redact more.
+
+    Called by the worker for every failed attempt's error and traceback, once each.
+    """

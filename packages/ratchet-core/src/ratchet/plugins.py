@@ -51,6 +51,7 @@ DEFAULT_PLUGINS = (
     "ratchet.adapters.beans",
     "ratchet.adapters.resilience",
     "ratchet.adapters.security",
+    "ratchet.adapters.sanitizer",
 )
 
 #: Hooks called one plugin at a time: the registry hooks, so that each registration is recorded
@@ -296,6 +297,14 @@ class Plugins:
         """Whether any plugin implements the observer hook ``hook_name`` now (so building what
         it would be told is worth it)."""
         return bool(getattr(self.pm.hook, hook_name).get_hookimpls())
+
+    def sanitize_error(self, text: str, kind: str, config: RatchetConfig) -> str:
+        """``text`` (an error ``"message"`` or a ``"traceback"``) as the winning sanitiser
+        returns it; unchanged if no plugin answers (the built-in one was disabled)."""
+        cleaned: str | None = self.pm.hook.ratchet_sanitize_error(
+            text=text, kind=kind, config=config
+        )
+        return text if cleaned is None else cleaned
 
     def emit(self, event: JobEvent) -> None:
         """Deliver an event to every observer plugin, one plugin at a time; an observer's error

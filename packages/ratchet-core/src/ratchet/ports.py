@@ -31,6 +31,7 @@ from ratchet.domain.model import (
     Outcome,
     OutcomeWrite,
 )
+from ratchet.domain.query import JobQuery, QueueHealth, RunningJob
 from ratchet.domain.recurring import (
     FirePlan,
     MaterializedFire,
@@ -434,6 +435,30 @@ class JobLogStore(Protocol):
 
     def purge_job_logs(self, before: datetime, *, limit: int) -> int:
         """Delete up to ``limit`` lines written before ``before``; return how many."""
+
+
+@runtime_checkable
+class QueryStore(Protocol):
+    """Optional store capability: the reads of the query API (``app.jobs``), built for tables
+    of millions of jobs: every listing is a keyset range scan (no OFFSET), newest job first."""
+
+    def query_jobs(
+        self, query: JobQuery, *, after: uuid.UUID | None, limit: int
+    ) -> list[JobRecord]:
+        """At most ``limit`` jobs matching ``query``, job id descending, each id below
+        ``after`` (None: from the newest)."""
+
+    def dependants(self, job_id: uuid.UUID, *, limit: int) -> list[JobRecord]:
+        """The jobs that wait for ``job_id`` to end (chain steps and branches), and theirs in
+        turn, nearest first; at most ``limit``."""
+
+    def queue_health(self, *, now: datetime, window: timedelta) -> QueueHealth:
+        """Counts by live status, the dead-letter count, what is due at ``now`` and how long
+        the oldest due job has waited, the jobs ended within ``window`` before ``now``, and
+        the running jobs per node."""
+
+    def running_jobs(self, *, limit: int) -> list[RunningJob]:
+        """Jobs held by nodes now (RUNNING or QUEUED), by node, at most ``limit``."""
 
 
 @runtime_checkable

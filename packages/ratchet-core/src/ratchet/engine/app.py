@@ -27,6 +27,7 @@ from ratchet.domain.workflow import BatchContext, FlowResolver
 from ratchet.engine.assembly import assemble_app
 from ratchet.engine.batches import BatchBuilder, StreamingBatchBuilder
 from ratchet.engine.builder import JobBuilder, JobHandle
+from ratchet.engine.jobs_api import Jobs
 from ratchet.engine.limits_api import LimitsApi
 from ratchet.engine.recurring import RecurringMixin
 from ratchet.engine.retention import RetentionMixin
@@ -134,6 +135,8 @@ class Ratchet(LimitsApi, RecurringMixin, RetentionMixin):
             key_provider=key_provider,
             masking=masking,
         )
+        self.jobs = Jobs(self)
+        """The query API: keyset pages of jobs, a job's history, counts, queue health."""
 
     # -- ids, time, events -------------------------------------------------------------------
     def new_id(self) -> uuid.UUID:

@@ -25,12 +25,12 @@ from ratchet.domain.breaker import CircuitOpenError
 from ratchet.domain.errors import FencedOut, JobTimeoutError, StoreUnavailable
 from ratchet.domain.model import ClaimedJob, Outcome, OutcomeKind
 from ratchet.domain.retry import decide_retry
-from ratchet.domain.text import describe_error, describe_traceback
 from ratchet.engine.context import JobContext, bound, stopped_on_request
 from ratchet.engine.gates import breaker_service, reschedule
 from ratchet.engine.host import Gate
 from ratchet.engine.joblogger import JobLogBuffer, JobLogger, store_job_log
 from ratchet.engine.running import Attempt, seconds_text
+from ratchet.engine.sanitizing import sanitized_error, sanitized_traceback
 from ratchet.engine.watchdog import cancellation_store
 from ratchet.engine.workflows import signal_reader
 from ratchet.ports import ExecutorProvider, InterruptibleExecutor, JobCall
@@ -212,7 +212,7 @@ class AttemptRunner:
             except StoreUnavailable as exc:
                 finished = app.now()
                 return reschedule(
-                    job, started, finished, finished, f"not started: {describe_error(exc)}"
+                    job, started, finished, finished, f"not started: {sanitized_error(app, exc)}"
                 )
             if not owned:
                 log.info("job %s was canceled or taken before it started; not run", job.job_id)
@@ -340,7 +340,8 @@ class AttemptRunner:
             backoff_base=job.backoff_delay,
             policy=self.worker.app.retry_policy,
         )
-        error = describe_error(exc)
+        app = self.worker.app
+        error = sanitized_error(app, exc)
         log.log(
             logging.DEBUG if late else logging.WARNING,
             "job %s attempt %d %s: %s (%s)",
@@ -361,7 +362,7 @@ class AttemptRunner:
             error=error,
             retry_at=decision.retry_at,
             flow_effects=job.flow_effects,
-            traceback=None if late else describe_traceback(exc),
+            traceback=None if late else sanitized_traceback(app, exc),
         )
 
     # ------------------------------------------------------------------ timeouts and cancellation

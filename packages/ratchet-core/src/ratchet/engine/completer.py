@@ -23,6 +23,7 @@ from ratchet.domain.errors import OutcomeNotStorable, StoreUnavailable
 from ratchet.domain.model import Outcome, OutcomeKind
 from ratchet.domain.text import describe_error
 from ratchet.domain.workflow import FlowEffect
+from ratchet.engine.sanitizing import sanitized_error
 from ratchet.engine.workflows import after_flow_write
 from ratchet.events import EventKind, JobEvent
 
@@ -155,7 +156,7 @@ class Completer:
             "writing %d outcome(s) failed (%s); writing them one at a time to isolate the "
             "outcome the store refuses",
             len(batch),
-            describe_error(error),
+            sanitized_error(worker.app, error),
         )
         for index, outcome in enumerate(batch):
             try:
@@ -177,7 +178,7 @@ class Completer:
                     "job %s: the store refused even the failure that replaced its outcome (%s); "
                     "the job stays RUNNING here until the watcher recovers it",
                     outcome.job_id,
-                    describe_error(exc),
+                    sanitized_error(worker.app, exc),
                 )
         return []
 
@@ -187,7 +188,7 @@ class Completer:
         worker.stats.store_errors += 1
         error = OutcomeNotStorable(
             f"the {outcome.kind.value} outcome of attempt {outcome.attempt} could not be "
-            f"stored ({describe_error(exc)}); the job was failed instead"
+            f"stored ({sanitized_error(worker.app, exc)}); the job was failed instead"
         )
         log.error("job %s: %s", outcome.job_id, error)
         return Outcome(

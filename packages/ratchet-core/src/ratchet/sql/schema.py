@@ -8,6 +8,8 @@ jobs" needs no partial index on any database.
 
 from __future__ import annotations
 
+from typing import Any
+
 from sqlalchemy import (
     BigInteger,
     Boolean,
@@ -21,11 +23,20 @@ from sqlalchemy import (
     Table,
     Text,
     UniqueConstraint,
+    text,
 )
 
 from ratchet.sql.types import UTCMicros, UUIDType
 
 metadata = MetaData()
+
+
+def _not_null(column: str) -> dict[str, Any]:
+    """The options of a partial index over the rows where ``column`` is set (PostgreSQL,
+    SQLite; MySQL has no partial indexes and indexes every row)."""
+    where = text(f"{column} IS NOT NULL")
+    return {"postgresql_where": where, "sqlite_where": where}
+
 
 job = Table(
     "scheduler_job",
@@ -77,6 +88,16 @@ job = Table(
     Index("idx_job_batch", "batch_id"),
     Index("idx_job_encryption_key_id", "encryption_key_id"),
     Index("idx_job_depends_on", "depends_on"),  # migration 0011 (retention)
+    # migration 0012 (query): keyset pages per filter; partial where most rows are NULL
+    # (the master and batch pages are not made on MySQL, whose indexes end with the key)
+    Index("idx_job_status_page", "terminal_status", "job_id", **_not_null("terminal_status")),
+    Index("idx_job_target_page", "target", "job_id"),
+    Index("idx_job_business_key_page", "business_key", "job_id", **_not_null("business_key")),
+    Index(
+        "idx_job_master_page", "recurring_master_id", "job_id", **_not_null("recurring_master_id")
+    ),
+    Index("idx_job_batch_page", "batch_id", "job_id", **_not_null("batch_id")),
+    Index("idx_job_chain", "chain_id", **_not_null("chain_id")),
 )
 
 job_queue = Table(
@@ -108,6 +129,7 @@ job_queue = Table(
     Index("idx_queue_waiting_for", "waiting_for"),
     Index("idx_queue_signal_key", "signal_key", "status"),
     Index("idx_queue_signal_deadline", "signal_deadline"),
+    Index("idx_queue_status_page", "status", "job_id"),  # migration 0011
 )
 
 job_tag = Table(
@@ -115,7 +137,7 @@ job_tag = Table(
     metadata,
     Column("job_id", UUIDType(), ForeignKey("scheduler_job.job_id"), primary_key=True),
     Column("tag", String(64), primary_key=True),
-    Index("idx_job_tag_tag", "tag"),
+    Index("idx_job_tag_page", "tag", "job_id"),  # migration 0011
 )
 
 idempotency_key = Table(

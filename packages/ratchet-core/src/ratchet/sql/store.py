@@ -70,6 +70,7 @@ from ratchet.sql.key_usage import EncryptionKeyStoreMixin
 from ratchet.sql.metrics_store import QueueGaugeStoreMixin
 from ratchet.sql.permits import PermitStoreMixin
 from ratchet.sql.pool import ping_when_idle
+from ratchet.sql.query_store import QueryStoreMixin
 from ratchet.sql.recurring_store import RecurringStoreMixin
 from ratchet.sql.retention_store import RetentionStoreMixin
 from ratchet.sql.watcher_store import CHUNK, WatcherStoreMixin
@@ -113,6 +114,7 @@ def describe_location(url: str) -> str:
 class SqlStore(
     EncryptionKeyStoreMixin,
     QueueGaugeStoreMixin,
+    QueryStoreMixin,
     PermitStoreMixin,
     CancellationStoreMixin,
     WorkflowStoreMixin,
