@@ -489,7 +489,7 @@ def test_cli_jobs_commands(app: Ratchet, sqlite_url: str) -> None:
 
     listed = run("jobs", "list", "--status", "failed")
     assert str(handle.id) in listed.stdout and "FAILED" in listed.stdout
-    shown = run("jobs", "show", str(handle.id))
+    shown = run("jobs", "show", "--json", str(handle.id))
     assert '"attempt_history"' in shown.stdout and "RuntimeError: x" in shown.stdout
     assert run("jobs", "retry", str(handle.id)).returncode == 0
     assert handle.status() is JobStatus.PENDING

@@ -238,12 +238,13 @@ def test_jobs_list_says_when_nothing_matches(jobs_db: tuple[str, dict[str, UUID]
     url, _ = jobs_db
     result = run("jobs", "list", "--url", url, "--status", "paused", "--tag", "eu")
     assert (result.exit_code, result.stdout) == (0, "no jobs match status PAUSED and tag 'eu'\n")
-    assert run("jobs", "list", "--url", url, "--status", "paused", "--json").stdout == "[]\n"
+    listed = json.loads(run("jobs", "list", "--url", url, "--status", "paused", "--json").stdout)
+    assert listed == {"jobs": [], "next_cursor": None}
 
 
-def test_jobs_show_is_plain_json(jobs_db: tuple[str, dict[str, UUID]]) -> None:
+def test_jobs_show_json_is_plain_json(jobs_db: tuple[str, dict[str, UUID]]) -> None:
     url, ids = jobs_db
-    pending = json.loads(run("jobs", "show", "--url", url, str(ids["pending"])).stdout)
+    pending = json.loads(run("jobs", "show", "--json", "--url", url, str(ids["pending"])).stdout)
     assert pending["payload"] == {"args": [{"n": [1, 2]}], "kwargs": {}}
     assert pending["tags"] == ["billing", "eu"]
     assert pending["timeout_seconds"] == 90.0
@@ -252,7 +253,7 @@ def test_jobs_show_is_plain_json(jobs_db: tuple[str, dict[str, UUID]]) -> None:
     for key in ("created_at", "scheduled_time"):
         assert datetime.fromisoformat(pending[key]).utcoffset() == timedelta(0), key
 
-    flaky = json.loads(run("jobs", "show", "--url", url, str(ids["flaky"])).stdout)
+    flaky = json.loads(run("jobs", "show", "--json", "--url", url, str(ids["flaky"])).stdout)
     assert flaky["result"] == 3  # a JSON value, not JSON inside a string
     assert (flaky["attempts"], flaky["failed_attempts"]) == (3, 2)
     history = flaky["attempt_history"]
@@ -262,7 +263,7 @@ def test_jobs_show_is_plain_json(jobs_db: tuple[str, dict[str, UUID]]) -> None:
         assert datetime.fromisoformat(attempt["started_at"]).utcoffset() == timedelta(0)
         assert isinstance(attempt["duration_seconds"], float)
 
-    dead = json.loads(run("jobs", "show", "--url", url, str(ids["dead"])).stdout)
+    dead = json.loads(run("jobs", "show", "--json", "--url", url, str(ids["dead"])).stdout)
     assert (dead["status"], dead["attempts"], len(dead["attempt_history"])) == ("FAILED", 2, 2)
     assert dead["last_error"] == "RuntimeError: boom"
 
@@ -271,7 +272,7 @@ def test_jobs_show_prints_where_a_failed_attempt_raised(
     jobs_db: tuple[str, dict[str, UUID]],
 ) -> None:
     url, ids = jobs_db
-    dead = json.loads(run("jobs", "show", "--url", url, str(ids["dead"])).stdout)
+    dead = json.loads(run("jobs", "show", "--json", "--url", url, str(ids["dead"])).stdout)
     for attempt in dead["attempt_history"]:
         assert "in fail_always" in attempt["traceback"]
         assert attempt["traceback"].rstrip().endswith("RuntimeError: boom")
@@ -288,10 +289,10 @@ def test_jobs_show_prints_where_a_failed_attempt_raised(
 
 def test_jobs_list_json_has_the_fields_of_show(jobs_db: tuple[str, dict[str, UUID]]) -> None:
     url, ids = jobs_db
-    listed = json.loads(run("jobs", "list", "--url", url, "--json").stdout)
-    shown = json.loads(run("jobs", "show", "--url", url, str(ids["flaky"])).stdout)
+    listed = json.loads(run("jobs", "list", "--url", url, "--json").stdout)["jobs"]
+    shown = json.loads(run("jobs", "show", "--json", "--url", url, str(ids["flaky"])).stdout)
     [flaky] = [doc for doc in listed if doc["id"] == str(ids["flaky"])]
-    del shown["attempt_history"], shown["epoch"]
+    del shown["attempt_history"], shown["epoch"], shown["logs"]
     assert flaky == shown
 
 
@@ -305,6 +306,6 @@ def test_the_demo_counts_attempts_as_the_cli_does(tmp_path: Path) -> None:
     demo_rows = {line[:20].strip(): line[20:].split()[:2] for line in out.getvalue().splitlines()}
     assert demo_rows["flaky (retried)"] == ["SUCCEEDED", "3"]
     assert demo_rows["broken (DLQ)"] == ["FAILED", "2"]
-    listed = json.loads(run("jobs", "list", "--url", f"sqlite:///{db}", "--json").stdout)
+    listed = json.loads(run("jobs", "list", "--url", f"sqlite:///{db}", "--json").stdout)["jobs"]
     attempts = {doc["target"].split(":")[1]: doc["attempts"] for doc in listed}
     assert (attempts["flaky_charge"], attempts["broken_import"]) == (3, 2)

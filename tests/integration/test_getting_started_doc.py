@@ -72,4 +72,4 @@ def test_the_sqlite_walkthrough_runs_as_written(tmp_path: Path) -> None:
     assert (failed.returncode, failed.stdout) == (0, "no jobs match status FAILED\n")
     job_id = next(line.split()[0] for line in listed.stdout.splitlines() if "SUCCEEDED" in line)
     shown = ratchet(commands[2].rsplit(" ", 1)[0] + " " + job_id, tmp_path)
-    assert shown.returncode == 0 and '"result": "welcomed 42"' in shown.stdout
+    assert shown.returncode == 0 and re.search(r'^result +"welcomed 42"$', shown.stdout, re.M)

@@ -5,7 +5,7 @@ from __future__ import annotations
 import logging
 import re
 import sys
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
@@ -13,10 +13,11 @@ from typing import Any
 import pytest
 import sample_jobs
 
-from ratchet import EventKind, JobEvent, Ratchet, hookimpl
+from ratchet import EventKind, JobEvent, Ratchet, hookimpl, metrics
 from ratchet.adapters.class_policy import PackagePrefixClassPolicy
 from ratchet.config import RatchetConfig
 from ratchet.domain.errors import ConfigurationError, MissingClassPolicy, UnknownStoreError
+from ratchet.metrics import Measurement, MetricsSample
 from ratchet.plugins import Plugins, make_plugin_manager
 from ratchet.ports import CoordinatorContext
 
@@ -346,6 +347,27 @@ def test_a_trace_context_no_store_can_hold_is_refused_before_anything_is_stored(
     with pytest.raises(ConfigurationError, match="gave a trace context a job cannot store"):
         app.enqueue(sample_jobs.record, 1).submit()
     assert app.list_jobs() == []
+
+
+def test_hook_ratchet_sanitize_error(sqlite_url: str) -> None:
+    calls: list[tuple[str, str]] = []
+
+    class Plugin:
+        @hookimpl
+        def ratchet_sanitize_error(self, text: str, kind: str, config: Any) -> str | None:
+            calls.append((kind, text))
+            return None if kind == "traceback" else "redacted by plugin"
+
+    app = Ratchet(sqlite_url, allowed_modules=["sample_jobs"], plugins=make(Plugin()))
+    handle = app.enqueue(sample_jobs.fail_always, "password=hunter2").with_max_retries(0).submit()
+    app.worker().run_due()
+    [attempt] = app.attempts(handle.id)
+    assert attempt.error == "redacted by plugin"
+    assert attempt.traceback is not None and "password=***" in attempt.traceback, (
+        "a None answer falls through to the built-in sanitiser"
+    )
+    assert [k for k, _ in calls] == ["message", "traceback"]
+    assert "hunter2" in calls[0][1], "the plugin saw the raw text"
     app.close()
 
 
@@ -360,3 +382,277 @@ def test_describe_lists_builtins() -> None:
     names = {i.name for i in infos}
     assert "ratchet.adapters.sqlite" in names
     assert any("ratchet_register_stores" in i.hooks for i in infos)
+
+
+# -- security hooks (docs/security.md) ------------------------------------------------------------
+def test_hook_ratchet_authorization_policy(sqlite_url: str) -> None:
+    from ratchet.domain.authorization import OwnerOnly, PermitAll
+    from ratchet.domain.errors import NotAuthorized
+
+    policy = OwnerOnly()
+
+    class Plugin:
+        @hookimpl
+        def ratchet_authorization_policy(self, config: RatchetConfig) -> Any:
+            return policy
+
+    app = Ratchet(sqlite_url, allowed_modules=["sample_jobs"], plugins=make(Plugin()))
+    assert app.guard.policy is policy
+    with app.as_principal("alice"):
+        handle = app.enqueue(sample_jobs.noop).submit()
+    with app.as_principal("bob"), pytest.raises(NotAuthorized):
+        app.cancel_job(handle.id)
+    app.close()
+    explicit = PermitAll()
+    app = Ratchet(
+        sqlite_url, allowed_modules=["sample_jobs"], plugins=make(Plugin()), authorization=explicit
+    )
+    assert app.guard.policy is explicit, "the app's argument wins"
+    app.close()
+
+
+def test_hook_ratchet_key_provider(sqlite_url: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    from ratchet.domain.envelope import is_envelope
+    from ratchet.encryption import StaticKeyProvider, generate_key
+
+    provider = StaticKeyProvider({"vault-1": generate_key()}, "vault-1")
+
+    class Plugin:
+        @hookimpl
+        def ratchet_key_provider(self, config: RatchetConfig) -> Any:
+            return provider
+
+    monkeypatch.setenv("RATCHET_ENCRYPTION_KEYS", f"env={generate_key()}")
+    app = Ratchet(sqlite_url, allowed_modules=["sample_jobs"], plugins=make(Plugin()))
+    handle = app.enqueue(sample_jobs.record, 5).submit()
+    stored = app.store.get_job(handle.id)
+    assert is_envelope(stored.payload) and stored.encryption_key_id == "vault-1"
+    app.close()
+    monkeypatch.delenv("RATCHET_ENCRYPTION_KEYS")
+    app = Ratchet(sqlite_url, allowed_modules=["sample_jobs"], plugins=make())
+    assert app.protection.cipher is None, "no provider: stored in plain JSON"
+    app.close()
+
+
+# -- node identity and worker lifecycle (docs/hooks.md) ------------------------------------------
+def test_hook_ratchet_node_name(sqlite_url: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    class StatefulSet:
+        @hookimpl
+        def ratchet_node_name(self, config: RatchetConfig) -> str | None:
+            import os
+
+            return os.environ.get("HOSTNAME")
+
+    monkeypatch.setenv("HOSTNAME", "jobs-2")
+    app = Ratchet(sqlite_url, allowed_modules=["sample_jobs"], plugins=make(StatefulSet()))
+    assert app.config.node_name == "jobs-2"
+    worker = app.worker(heartbeat_interval=__import__("datetime").timedelta(seconds=1))
+    worker.start()
+    try:
+        names = {n.node_name for n in app.store.list_nodes()}
+        assert names == {"jobs-2"}
+        assert worker.node_id.startswith("jobs-2")
+    finally:
+        worker.stop()
+        app.close()
+    configured = Ratchet(
+        sqlite_url, allowed_modules=["sample_jobs"], plugins=make(StatefulSet()), node_name="n1"
+    )
+    assert configured.config.node_name == "n1", "a configured name wins"
+    configured.close()
+    monkeypatch.setenv("HOSTNAME", "")
+
+    class Bad:
+        @hookimpl
+        def ratchet_node_name(self, config: RatchetConfig) -> str:
+            return "x" * 61
+
+    with pytest.raises(ConfigurationError, match="cannot name a node"):
+        Ratchet(sqlite_url, allowed_modules=["sample_jobs"], plugins=make(Bad()))
+
+
+class LifecycleRecorder:
+    """Records the lifecycle hooks in order; raises in the ones named in ``fail``."""
+
+    def __init__(self, calls: list[str], name: str, fail: tuple[str, ...] = ()) -> None:
+        self.calls, self.name, self.fail = calls, name, fail
+
+    def _record(self, hook: str, worker: Any) -> None:
+        registered = bool(worker.store.list_nodes())
+        self.calls.append(f"{self.name}:{hook}:{'registered' if registered else 'absent'}")
+        if hook in self.fail:
+            raise RuntimeError(f"{self.name} fails in {hook}")
+
+    @hookimpl
+    def ratchet_worker_starting(self, worker: Any) -> None:
+        self._record("starting", worker)
+
+    @hookimpl
+    def ratchet_worker_started(self, worker: Any) -> None:
+        self._record("started", worker)
+
+    @hookimpl
+    def ratchet_worker_stopping(self, worker: Any) -> None:
+        self._record("stopping", worker)
+
+    @hookimpl
+    def ratchet_worker_stopped(self, worker: Any) -> None:
+        self._record("stopped", worker)
+
+
+def lifecycle_app(sqlite_url: str, *plugins: object) -> Ratchet:
+    return Ratchet(sqlite_url, allowed_modules=["sample_jobs"], plugins=make(*plugins))
+
+
+def test_hook_ratchet_worker_starting(sqlite_url: str) -> None:
+    calls: list[str] = []
+    app = lifecycle_app(sqlite_url, LifecycleRecorder(calls, "a"))
+    handle = app.enqueue(sample_jobs.record, 1).submit()
+    worker = app.worker()
+    worker.start()
+    assert worker.wait_until(lambda: handle.status().value == "SUCCEEDED", 30)
+    worker.stop()
+    worker.stop()  # a second stop calls no hook again
+    assert calls == [
+        "a:starting:absent",
+        "a:started:registered",
+        "a:stopping:registered",
+        "a:stopped:absent",
+    ]
+    app.close()
+
+
+def test_a_failing_starting_hook_keeps_the_worker_from_starting(sqlite_url: str) -> None:
+    from ratchet.domain.errors import LifecycleHookError
+
+    calls: list[str] = []
+    # called last registered first: "b" fails, so "a" is never called
+    app = lifecycle_app(
+        sqlite_url, LifecycleRecorder(calls, "a"), LifecycleRecorder(calls, "b", ("starting",))
+    )
+    handle = app.enqueue(sample_jobs.record, 1).submit()
+    worker = app.worker()
+    with pytest.raises(LifecycleHookError, match="b fails in starting") as info:
+        worker.start()
+    assert isinstance(info.value.__cause__, RuntimeError)
+    assert app.store.list_nodes() == [], "nothing registered"
+    assert handle.status().value == "PENDING", "nothing claimed"
+    worker.stop()
+    assert calls == ["b:starting:absent"], "no stop hooks for a worker that never started"
+    app.close()
+
+
+def test_hook_ratchet_worker_started(sqlite_url: str, caplog: pytest.LogCaptureFixture) -> None:
+    calls: list[str] = []
+    app = lifecycle_app(
+        sqlite_url,
+        LifecycleRecorder(calls, "a"),
+        LifecycleRecorder(calls, "b", ("started", "stopping", "stopped")),
+    )
+    handle = app.enqueue(sample_jobs.record, 1).submit()
+    worker = app.worker()
+    with caplog.at_level(logging.ERROR, logger="ratchet.plugins"):
+        worker.start()
+        assert worker.wait_until(lambda: handle.status().value == "SUCCEEDED", 30), (
+            "the worker runs on after a failing started hook"
+        )
+        worker.stop()
+    assert [c.split(":")[1] for c in calls if c.startswith("a:")] == [
+        "starting",
+        "started",
+        "stopping",
+        "stopped",
+    ], "the other plugin is still called"
+    assert app.store.list_nodes() == [], "the drain finished despite failing hooks"
+    failures = [
+        r.getMessage() for r in caplog.records if "failed in ratchet_worker_" in r.getMessage()
+    ]
+    assert len(failures) == 3
+    app.close()
+
+
+def test_hook_ratchet_worker_stopping(sqlite_url: str) -> None:
+    seen: list[tuple[bool, bool]] = []
+
+    class Plugin:
+        @hookimpl
+        def ratchet_worker_stopping(self, worker: Any) -> None:
+            seen.append((worker.draining, bool(worker.store.list_nodes())))
+
+    app = lifecycle_app(sqlite_url, Plugin())
+    worker = app.worker()
+    worker.start()
+    worker.stop()
+    assert seen == [(False, True)], "called once, before the drain, still registered"
+    app.close()
+
+
+def test_hook_ratchet_worker_stopped(sqlite_url: str) -> None:
+    seen: list[int] = []
+
+    class Plugin:
+        @hookimpl
+        def ratchet_worker_stopped(self, worker: Any) -> None:
+            seen.append(len(worker.store.list_nodes()))
+
+    app = lifecycle_app(sqlite_url, Plugin())
+    worker = app.worker()
+    worker.start()
+    worker.stop()
+    assert seen == [0], "called once, after deregistration"
+
+
+def test_hook_ratchet_metrics_observed(sqlite_url: str, caplog: pytest.LogCaptureFixture) -> None:
+    seen: list[Measurement] = []
+    calls: list[int] = []
+
+    class Plugin:
+        @hookimpl
+        def ratchet_metrics_observed(self, measurements: Sequence[Measurement]) -> None:
+            calls.append(len(measurements))
+            seen.extend(measurements)
+
+    class Broken:
+        @hookimpl
+        def ratchet_metrics_observed(self, measurements: Sequence[Measurement]) -> None:
+            raise RuntimeError("exporter bug")
+
+    app = Ratchet(
+        sqlite_url, allowed_modules=["sample_jobs"], plugins=make(Broken(), Plugin(), Broken())
+    )
+    with caplog.at_level(logging.ERROR, logger="ratchet.plugins"):
+        handle = app.enqueue(sample_jobs.record, 5).submit()
+        assert app.worker().run_due() == 1
+    assert handle.status().value == "SUCCEEDED", "a failing exporter changes nothing"
+    started = [x for x in seen if x.metric is metrics.JOBS_STARTED]
+    completed = [x for x in seen if x.metric is metrics.JOBS_COMPLETED]
+    assert started == [Measurement(metrics.JOBS_STARTED, ("sample_jobs:record", "normal"), 1)]
+    assert completed == [
+        Measurement(metrics.JOBS_COMPLETED, ("sample_jobs:record", "succeeded"), 1)
+    ]
+    failures = [r.getMessage() for r in caplog.records if "observer plugin" in r.getMessage()]
+    assert len(calls) == 3, "one batch per poll (two: the second finds nothing) and per write"
+    assert len(failures) == 2 * len(calls), "each broken exporter is logged for each batch"
+    app.close()
+
+
+def test_hook_ratchet_metrics_sampled(sqlite_url: str) -> None:
+    samples: list[MetricsSample] = []
+
+    class Plugin:
+        @hookimpl
+        def ratchet_metrics_sampled(self, sample: MetricsSample) -> None:
+            samples.append(sample)
+
+    app = Ratchet(sqlite_url, allowed_modules=["sample_jobs"], plugins=make(Plugin()))
+    app.enqueue(sample_jobs.record, 5).submit()
+    worker = app.worker(concurrency=3)
+    worker.sampler.run_once(worker)
+    [sample] = samples
+    assert sample.node_id == worker.node_id
+    local = {(x.metric.name, x.labels): x.value for x in sample.local}
+    assert local[("ratchet_worker_slots", ("free",))] == 3
+    assert sample.cluster is not None, "the only worker holds the sampling lease"
+    cluster = {(x.metric.name, x.labels): x.value for x in sample.cluster}
+    assert cluster[("ratchet_queue_depth", ("PENDING", "normal"))] == 1
+    app.close()

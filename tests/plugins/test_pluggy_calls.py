@@ -31,7 +31,21 @@ PROVIDER_HOOKS = (
     "ratchet_bean_resolver",
     "ratchet_resilience_strategy",
     "ratchet_job_tracer",
+    "ratchet_authorization_policy",
+    "ratchet_key_provider",
+    "ratchet_node_name",
 )
+#: The worker lifecycle: ``starting`` is one call through pm.hook (its first error stops the
+#: start), the others are called one plugin at a time.
+LIFECYCLE_HOOKS = (
+    "ratchet_worker_starting",
+    "ratchet_worker_started",
+    "ratchet_worker_stopping",
+    "ratchet_worker_stopped",
+)
+OBSERVER_HOOKS = ("ratchet_job_event", "ratchet_metrics_observed", "ratchet_metrics_sampled")
+#: Called for each piece of text to transform (first non-None answer wins).
+TEXT_HOOKS = ("ratchet_sanitize_error",)
 
 
 def hook_names() -> set[str]:
@@ -40,8 +54,14 @@ def hook_names() -> set[str]:
 
 
 def test_the_hook_kinds_cover_every_hook() -> None:
-    assert {*REGISTRY_HOOKS, *PROVIDER_HOOKS, "ratchet_job_event"} == hook_names()
-    assert set(PER_PLUGIN_HOOKS) == {*REGISTRY_HOOKS, "ratchet_job_event"}
+    assert {
+        *REGISTRY_HOOKS,
+        *PROVIDER_HOOKS,
+        *LIFECYCLE_HOOKS,
+        *OBSERVER_HOOKS,
+        *TEXT_HOOKS,
+    } == hook_names()
+    assert set(PER_PLUGIN_HOOKS) == {*REGISTRY_HOOKS, *OBSERVER_HOOKS, *LIFECYCLE_HOOKS[1:]}
 
 
 def event(kind: EventKind = EventKind.STARTED) -> JobEvent:
@@ -57,6 +77,19 @@ class Observer:
         self.events.append(event)
 
 
+class MetricsObserver:
+    def __init__(self) -> None:
+        self.samples: list[object] = []
+
+    @hookimpl
+    def ratchet_metrics_observed(self, measurements: Any) -> None:
+        pass
+
+    @hookimpl
+    def ratchet_metrics_sampled(self, sample: Any) -> None:
+        self.samples.append(sample)
+
+
 class Call:
     """One hook call as pluggy's monitoring saw it."""
 
@@ -66,9 +99,25 @@ class Call:
         self.kwargs = dict(kwargs)
 
 
+class Lifecycle:
+    """Implements the per-plugin lifecycle hooks (a hook nobody implements is not called)."""
+
+    @hookimpl
+    def ratchet_worker_started(self, worker: Any) -> None:
+        pass
+
+    @hookimpl
+    def ratchet_worker_stopping(self, worker: Any) -> None:
+        pass
+
+    @hookimpl
+    def ratchet_worker_stopped(self, worker: Any) -> None:
+        pass
+
+
 def test_hookcall_monitoring_sees_every_hook_call(sqlite_url: str) -> None:
-    observer = Observer()
-    pm = make_plugin_manager(load_entrypoints=False, extra=[observer])
+    observer, metrics = Observer(), MetricsObserver()
+    pm = make_plugin_manager(load_entrypoints=False, extra=[observer, metrics, Lifecycle()])
     calls: list[Call] = []
     results: list[tuple[str, object]] = []
 
@@ -84,7 +133,10 @@ def test_hookcall_monitoring_sees_every_hook_call(sqlite_url: str) -> None:
     worker.start()
     try:
         handle = app.enqueue(sample_jobs.record, 3).submit()
+        failing = app.enqueue(sample_jobs.fail_always, "x").with_max_retries(0).submit()
         assert wait_for(lambda: handle.status().value == "SUCCEEDED", timeout=30)
+        assert wait_for(lambda: failing.status().value == "FAILED", timeout=30)
+        assert wait_for(lambda: bool(metrics.samples), timeout=30), "sampled once at start"
     finally:
         worker.stop()
         app.close()
@@ -99,6 +151,9 @@ def test_hookcall_monitoring_sees_every_hook_call(sqlite_url: str) -> None:
         [made] = [c for c in calls if c.name == name]
         assert made.kwargs == {"config": app.config}
     assert ("ratchet_class_policy", app.class_policy) in results
+    sanitized = [c.kwargs for c in calls if c.name == "ratchet_sanitize_error"]
+    assert [k["kind"] for k in sanitized] == ["message", "traceback"], "once each per failure"
+    assert all(k["config"] is app.config for k in sanitized)
     traced = [c.kwargs["event"] for c in calls if c.name == "ratchet_job_event"]
     # (threads may interleave between the monitor and the observer: compare as multisets)
     assert sorted(map(id, traced)) == sorted(map(id, observer.events)), (
@@ -227,6 +282,21 @@ def wrapper_plugin(hook: str, style: str) -> object:
     if hook == "ratchet_job_event":  # pluggy passes the arguments the implementation names
 
         def impl(self: object, event: JobEvent) -> Generator[None, Any, Any]:
+            return (yield)
+
+    elif hook.startswith("ratchet_worker_"):
+
+        def impl(self: object, worker: Any) -> Generator[None, Any, Any]:
+            return (yield)
+
+    elif hook == "ratchet_metrics_observed":
+
+        def impl(self: object, measurements: Any) -> Generator[None, Any, Any]:
+            return (yield)
+
+    elif hook == "ratchet_metrics_sampled":
+
+        def impl(self: object, sample: Any) -> Generator[None, Any, Any]:
             return (yield)
 
     else:

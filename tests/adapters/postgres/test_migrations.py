@@ -192,6 +192,14 @@ PARTIAL = {
 }
 
 
+#: Other partial indexes (migration 0010) on the same leading column and predicate.
+SAME_PREDICATE = {
+    "idx_job_terminal": ("idx_job_status_page",),
+    "idx_job_recurring_master": ("idx_job_master_page",),
+    "idx_job_batch": ("idx_job_batch_page",),
+}
+
+
 def _index_predicates(store: PostgresStore) -> dict[str, str | None]:
     with store.engine.connect() as conn:
         rows = conn.execute(
@@ -242,4 +250,9 @@ def test_partial_indexes_serve_their_queries(postgres_store_url: str, plan: str)
                 arg = "'x'"
             lines = conn.execute(f"EXPLAIN EXECUTE {name}({arg})").fetchall()
             plan_text = "\n".join(line for (line,) in lines)
-            assert f"using {index}" in plan_text.lower() or f"on {index}" in plan_text, plan_text
+            # The query API's (column, job_id) indexes, partial on the same predicate, tie with
+            # these on empty tables; either one shows the point.
+            usable = (index, *SAME_PREDICATE.get(index, ()))
+            assert any(
+                f"using {name}" in plan_text.lower() or f"on {name}" in plan_text for name in usable
+            ), plan_text

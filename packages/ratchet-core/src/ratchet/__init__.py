@@ -14,37 +14,48 @@ import importlib
 from typing import TYPE_CHECKING, Any
 
 from ratchet._distribution import check_core
+from ratchet.domain.authorization import AuthorizationRequest, JobAction, OwnerOnly, PermitAll
 from ratchet.domain.breaker import BreakerProfile, BreakerState, CircuitOpenError, circuit_breaker
 from ratchet.domain.errors import (
     ClassPolicyViolation,
     ConfigurationError,
     DuplicateBusinessKeyError,
     DuplicateIdempotencyKeyError,
+    EncryptionKeyNotFound,
+    EncryptionUnavailable,
     FencedOut,
     InvalidJobArguments,
     InvalidJobOptions,
     InvalidJobTarget,
+    InvalidPrincipal,
     JobNotFound,
     JobTimeoutError,
+    LifecycleHookError,
     MissingClassPolicy,
+    NotAuthorized,
     OutcomeNotStorable,
     PayloadDecodeError,
+    PayloadDecryptionError,
     PayloadTooLargeError,
     RatchetError,
     ResultTooLargeError,
     SchemaNotReady,
     StoreUnavailable,
+    TamperedEnvelope,
     UnknownJobTarget,
     UnknownStoreError,
     UnserializableArgument,
+    UnsupportedEnvelopeVersion,
 )
 from ratchet.domain.lifecycle import JobPriority, JobStatus
+from ratchet.domain.masking import MaskingPolicy
 from ratchet.domain.misfire import RecurringMisfirePolicy
 from ratchet.domain.model import JobFilter
 from ratchet.domain.options import BackoffPolicy, JobOptions
 from ratchet.domain.quartz import InvalidCronExpression, UnknownTimeZone
 from ratchet.domain.recurring import RecurringRecord, RecurringStatus
 from ratchet.domain.resources import ResourceLimit
+from ratchet.domain.retention import DeadLetterFilter, JobLogLimits, RetentionSettings
 from ratchet.domain.retry import DoNotRetry, RetryPolicy, do_not_retry
 from ratchet.domain.workflow import (
     BatchContext,
@@ -104,6 +115,7 @@ def __getattr__(name: str) -> Any:
 
 
 __all__ = [
+    "AuthorizationRequest",
     "BackoffPolicy",
     "BatchChunkError",
     "BatchContext",
@@ -115,31 +127,43 @@ __all__ = [
     "ClassPolicyViolation",
     "ConditionType",
     "ConfigurationError",
+    "DeadLetterFilter",
     "DoNotRetry",
     "DuplicateBusinessKeyError",
     "DuplicateIdempotencyKeyError",
+    "EncryptionKeyNotFound",
+    "EncryptionUnavailable",
     "EventKind",
     "FencedOut",
     "InvalidCronExpression",
     "InvalidJobArguments",
     "InvalidJobOptions",
     "InvalidJobTarget",
+    "InvalidPrincipal",
+    "JobAction",
     "JobBuilder",
     "JobContext",
     "JobEvent",
     "JobFailedError",
     "JobFilter",
     "JobHandle",
+    "JobLogLimits",
     "JobNotFound",
     "JobOptions",
     "JobPriority",
     "JobResult",
     "JobStatus",
     "JobTimeoutError",
+    "LifecycleHookError",
+    "MaskingPolicy",
     "MissingClassPolicy",
+    "NotAuthorized",
     "OutcomeNotStorable",
+    "OwnerOnly",
     "PayloadDecodeError",
+    "PayloadDecryptionError",
     "PayloadTooLargeError",
+    "PermitAll",
     "Ratchet",
     "RatchetError",
     "RecurringHandle",
@@ -149,17 +173,20 @@ __all__ = [
     "RecurringStatus",
     "ResourceLimit",
     "ResultTooLargeError",
+    "RetentionSettings",
     "RetryPolicy",
     "SchemaNotReady",
     "SignalDecision",
     "SignalTimeoutError",
     "StoreUnavailable",
     "StreamingBatchContext",
+    "TamperedEnvelope",
     "UnknownJobTarget",
     "UnknownStoreError",
     "UnknownTimeZone",
     "UnserializableArgument",
     "UnsubmittedJobWarning",
+    "UnsupportedEnvelopeVersion",
     "WorkflowCondition",
     "circuit_breaker",
     "do_not_retry",

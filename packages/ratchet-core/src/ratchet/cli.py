@@ -13,11 +13,18 @@ from typing import Any
 
 import click
 
+from ratchet.cli_retention import log_document
+from ratchet.cli_retention import register as register_retention_commands
 from ratchet.domain.errors import ConfigurationError, RatchetError
 from ratchet.domain.lifecycle import JobStatus
-from ratchet.domain.model import AttemptRecord, JobFilter, JobRecord
+from ratchet.domain.model import AttemptRecord, JobRecord
+from ratchet.keys_cli import keys
 
 URL_ENV = "RATCHET_URL"
+
+
+#: What click raises to show a group's help when its command is missing (click >= 8.2).
+_NO_ARGS_IS_HELP: Any = getattr(click.exceptions, "NoArgsIsHelpError", ())
 
 
 class _Group(click.Group):
@@ -26,6 +33,12 @@ class _Group(click.Group):
     def invoke(self, ctx: click.Context) -> Any:
         try:
             return super().invoke(ctx)
+        except click.UsageError as exc:  # a bad option or argument of a subcommand
+            if isinstance(exc, _NO_ARGS_IS_HELP):  # a group without its command: its help
+                raise
+            hint = f" (see `{exc.ctx.command_path} --help`)" if exc.ctx is not None else ""
+            click.echo(f"error: {_one_line(exc.format_message())}{hint}", err=True)
+            ctx.exit(2)
         except (RatchetError, ValueError) as exc:
             click.echo(f"error: {_one_line(str(exc))}", err=True)
             ctx.exit(2)
@@ -159,16 +172,31 @@ def _admin_app(url: str | None, app_spec: str | None, *, must_exist: bool = True
 
     if app_spec:
         return load_app(app_spec)
-    url = url or os.environ.get(URL_ENV)
+    url = url or configured_url()
     if not url:
-        raise click.UsageError(f"give --url (or set {URL_ENV}) or --app module:app")
+        raise click.UsageError(
+            f"give --url (or set {URL_ENV}, or url in the config file) or --app module:app"
+        )
     path = _sqlite_path(url)
     if must_exist and path is not None and not path.exists():
         raise ConfigurationError(
             f"there is no SQLite database at {path.resolve()} (a relative path is read from the "
             f"working directory); check --url, or create it with `ratchet db upgrade --url {url}`"
         )
-    return Ratchet(url, allow_empty_class_policy=True, auto_migrate=False)
+    app = Ratchet(url, allow_empty_class_policy=True, auto_migrate=False)
+    ctx = click.get_current_context(silent=True)
+    if ctx is not None:
+        ctx.call_on_close(app.close)  # its connections go when the command ends
+    return app
+
+
+def configured_url() -> str | None:
+    """The store URL of ``RATCHET_URL`` or the config file (None: neither sets one)."""
+    from ratchet.settings import load_settings
+
+    settings = load_settings()
+    entry = next(e for e in settings.entries if e.name == "url")
+    return None if entry.source == "default" else str(entry.value)
 
 
 def _seconds(value: float | None) -> timedelta | None:
@@ -183,8 +211,10 @@ def main() -> None:
 
 @main.command()
 @click.argument("app_spec", metavar="MODULE:APP")
-@click.option("--concurrency", "-c", type=click.IntRange(min=1), default=10, show_default=True)
-@click.option("--batch-size", type=click.IntRange(min=1), default=50, show_default=True)
+@click.option("--concurrency", "-c", type=click.IntRange(min=1), help="Job slots (default 10).")
+@click.option(
+    "--batch-size", type=click.IntRange(min=1), help="Most jobs claimed per poll (default 50)."
+)
 @click.option(
     "--log-level",
     type=click.Choice(["DEBUG", "INFO", "WARNING", "ERROR"], case_sensitive=False),
@@ -237,18 +267,34 @@ def main() -> None:
     is_flag=True,
     help="Trace attempts with OpenTelemetry (needs ratchet-core[otel]; the app sets up the SDK).",
 )
+@click.option(
+    "--metrics-port",
+    type=click.IntRange(0, 65535),
+    help="Serve Prometheus metrics on this port (needs ratchet-core[prometheus]).",
+)
+@click.option(
+    "--metrics-address",
+    default="127.0.0.1",
+    show_default=True,
+    help="Address the metrics endpoint binds to (0.0.0.0: every interface).",
+)
+@click.option("--metrics-interval", type=float, help="Seconds between gauge samples.")
 def worker(
     app_spec: str,
-    concurrency: int,
-    batch_size: int,
+    concurrency: int | None,
+    batch_size: int | None,
     log_level: str,
     log_format: str,
     otel: bool,
+    metrics_port: int | None,
+    metrics_address: str,
     **delays: float | None,
 ) -> None:
-    """Run a worker for MODULE:APP until SIGTERM or SIGINT, then drain."""
-    from ratchet.config import WorkerConfig
+    """Run a worker for MODULE:APP until SIGTERM or SIGINT, then drain.
+
+    Settings not given as options come from RATCHET_* variables, then the config file."""
     from ratchet.logformat import configure_worker_logging
+    from ratchet.settings import worker_config_from_env
 
     configure_worker_logging(log_level, log_format, trace_ids=otel)
     app = load_app(app_spec)
@@ -274,12 +320,20 @@ def worker(
         "running_stall": "running_stall",
         "timed_out_grace": "timed_out_grace",
         "takeover_window": "takeover_window",
+        "metrics_interval": "metrics_interval",
     }
     options: dict[str, Any] = {names[k]: _seconds(v) for k, v in delays.items() if v is not None}
     if soft_percent is not None:
         options["soft_timeout_percent"] = soft_percent
     options.update({k: v for k, v in counts.items() if v is not None})
-    config = WorkerConfig(concurrency=concurrency, batch_size=batch_size, **options)
+    config = worker_config_from_env(concurrency=concurrency, batch_size=batch_size, **options)
+    if metrics_port is not None:
+        from ratchet.exporters.prometheus import serve_app
+
+        server = serve_app(app, metrics_port, metrics_address)
+        logging.getLogger("ratchet.worker").info(
+            "serving metrics on http://%s:%d/metrics", metrics_address, server.port
+        )
     app.run_worker(config)
 
 
@@ -317,42 +371,109 @@ def jobs() -> None:
 
 _url_option = click.option("--url", help=f"Database URL (or ${URL_ENV}).")
 _app_option = click.option("--app", "app_spec", help="MODULE:APP instead of --url.")
+_json_option = click.option("--json", "as_json", is_flag=True, help="Print JSON.")
+
+
+def _done(as_json: bool, action: str, ident: str) -> None:
+    """Report an operator action that succeeded: ``{"id": ..., "action": ...}`` or a line."""
+    if as_json:
+        click.echo(json.dumps({"id": ident, "action": action}))
+    else:
+        click.echo(f"{action} {ident}")
+
+
+def _instant(
+    ctx: click.Context | None, param: click.Parameter | None, value: str | None
+) -> datetime | None:
+    """An ISO-8601 option as an aware datetime (without an offset: UTC)."""
+    if value is None:
+        return None
+    try:
+        when = datetime.fromisoformat(value.strip())
+    except ValueError:
+        raise click.BadParameter(
+            f"{value!r} is not an ISO-8601 date-time (e.g. 2026-03-01T12:00:00+00:00)"
+        ) from None
+    return when if when.tzinfo is not None else when.replace(tzinfo=UTC)
+
+
+def _uuid_option(
+    ctx: click.Context | None, param: click.Parameter | None, value: str | None
+) -> uuid.UUID | None:
+    if value is None:
+        return None
+    try:
+        return uuid.UUID(value)
+    except ValueError:
+        raise click.BadParameter(f"{value!r} is not an id (a UUID)") from None
 
 
 @jobs.command("list")
 @_url_option
 @_app_option
-@click.option("--status", type=click.Choice([s.value for s in JobStatus], case_sensitive=False))
+@click.option(
+    "--status",
+    "statuses",
+    multiple=True,
+    type=click.Choice([s.value for s in JobStatus], case_sensitive=False),
+    help="Only jobs in this status (repeat for several).",
+)
 @click.option("--tag", help="Only jobs carrying this tag.")
-@click.option("--limit", type=click.IntRange(1, 10_000), default=50, show_default=True)
+@click.option("--target", help="Only jobs of this target (module:function).")
+@click.option("--business-key", help="Only jobs with this business key.")
+@click.option("--created-after", callback=_instant, help="ISO-8601; created at or after.")
+@click.option("--created-before", callback=_instant, help="ISO-8601; created before.")
+@click.option("--finished-after", callback=_instant, help="ISO-8601; ended at or after.")
+@click.option("--finished-before", callback=_instant, help="ISO-8601; ended before.")
+@click.option("--recurring", callback=_uuid_option, help="Occurrences of this recurring master.")
+@click.option("--batch", callback=_uuid_option, help="Children of this batch.")
+@click.option("--workflow", callback=_uuid_option, help="Jobs of the flow started by this job.")
+@click.option("--cursor", help="Continue after the page that printed this cursor.")
+@click.option("--limit", type=click.IntRange(1, 1000), default=50, show_default=True)
 @click.option(
     "--json",
     "as_json",
     is_flag=True,
-    help="Print a JSON array of the jobs (the fields of `jobs show`).",
+    help='Print {"jobs": [...], "next_cursor": ...} (jobs with the fields of `jobs show`).',
 )
 def jobs_list(
     url: str | None,
     app_spec: str | None,
-    status: str | None,
-    tag: str | None,
+    statuses: tuple[str, ...],
+    cursor: str | None,
     limit: int,
     as_json: bool,
+    **filters: Any,
 ) -> None:
-    """List jobs, newest first."""
+    """List jobs, newest first, one page at a time."""
+    from ratchet.domain.query import JobQuery
+
+    query = JobQuery(
+        statuses=tuple(JobStatus(s.upper()) for s in statuses),
+        tag=filters["tag"],
+        target=filters["target"],
+        business_key=filters["business_key"],
+        created_after=filters["created_after"],
+        created_before=filters["created_before"],
+        finished_after=filters["finished_after"],
+        finished_before=filters["finished_before"],
+        recurring_master_id=filters["recurring"],
+        batch_id=filters["batch"],
+        workflow_id=filters["workflow"],
+    )
     app = _admin_app(url, app_spec)
-    flt = JobFilter(statuses=(JobStatus(status.upper()),) if status else (), tag=tag)
-    records = app.list_jobs(flt, limit)
+    page = app.jobs.list(query, cursor=cursor, limit=limit)
     if as_json:
-        click.echo(json.dumps([job_document(rec) for rec in records], indent=2))
+        docs = [job_document(rec) for rec in page]
+        click.echo(json.dumps({"jobs": docs, "next_cursor": page.next_cursor}, indent=2))
         return
-    if not records:
-        wanted = [f"status {status.upper()}"] if status else []
-        wanted += [f"tag {tag!r}"] if tag else []
+    if not page.items:
+        wanted = [f"status {' or '.join(s.upper() for s in statuses)}"] if statuses else []
+        wanted += [f"{k.replace('_', ' ')} {v!r}" for k, v in filters.items() if v is not None]
         click.echo(f"no jobs match {' and '.join(wanted)}" if wanted else "no jobs")
         return
     click.echo(_LIST_FORMAT.format("JOB ID", "STATUS", "PRIORITY", "ATTEMPTS", "CREATED", "TARGET"))
-    for rec in records:
+    for rec in page:
         click.echo(
             _LIST_FORMAT.format(
                 str(rec.job_id),
@@ -363,6 +484,8 @@ def jobs_list(
                 rec.target,
             )
         )
+    if page.next_cursor is not None:
+        click.echo(f"more: --cursor {page.next_cursor}")
 
 
 _LIST_FORMAT = "{:<36}  {:<9}  {:<8}  {:>8}  {:<25}  {}"
@@ -417,6 +540,8 @@ def job_document(rec: JobRecord) -> dict[str, Any]:
         "executor": rec.executor,
         "resource_name": rec.resource_name,
         "recurring_master_id": str(rec.recurring_master_id) if rec.recurring_master_id else None,
+        "caller_principal": rec.caller_principal,
+        "encryption_key_id": rec.encryption_key_id,
     }
 
 
@@ -451,18 +576,24 @@ def _job_id(text: str) -> uuid.UUID:
     "--traceback",
     "show_traceback",
     is_flag=True,
-    help="Print the traceback of the job's newest failed attempt as text instead of the JSON.",
+    help="Print only the traceback of the job's newest failed attempt.",
 )
-def jobs_show(url: str | None, app_spec: str | None, job_id: str, show_traceback: bool) -> None:
-    """Show one job and its attempt history as JSON (or its newest traceback)."""
+@click.option("--json", "as_json", is_flag=True, help="Print the job and its attempts as JSON.")
+def jobs_show(
+    url: str | None, app_spec: str | None, job_id: str, show_traceback: bool, as_json: bool
+) -> None:
+    """Show one job and its attempts: outcome, error and traceback of each."""
+    from ratchet.domain.errors import JobNotFound
+
     ident = _job_id(job_id)
     app = _admin_app(url, app_spec)
-    rec = app.get_job(ident)
-    if rec is None:
-        raise click.ClickException(f"no job {job_id}")
-    history = app.attempts(rec.job_id)
+    try:
+        history = app.jobs.history(ident)
+    except JobNotFound:
+        raise click.ClickException(f"no job {job_id}") from None
+    rec = history.job
     if show_traceback:
-        failed = [a for a in history if a.traceback]
+        failed = [a for a in history.attempts if a.traceback]
         if not failed:
             raise click.ClickException(f"job {job_id} has no failed attempt with a traceback")
         newest = failed[-1]
@@ -471,8 +602,14 @@ def jobs_show(url: str | None, app_spec: str | None, job_id: str, show_traceback
         return
     doc = job_document(rec)
     doc["epoch"] = rec.epoch  # the listing does not read it for ended jobs
-    doc["attempt_history"] = [attempt_document(a) for a in history]
-    click.echo(json.dumps(doc, indent=2))
+    doc["attempt_history"] = [attempt_document(a) for a in history.attempts]
+    doc["logs"] = [log_document(line) for line in app.retention.job_logs(rec.job_id)]
+    if as_json:
+        click.echo(json.dumps(doc, indent=2))
+        return
+    from ratchet.cli_format import print_job
+
+    print_job(doc)
 
 
 @jobs.command("cancel")
@@ -484,26 +621,30 @@ def jobs_show(url: str | None, app_spec: str | None, job_id: str, show_traceback
     is_flag=True,
     help="Also ask a running job to stop at its next safe point (its worker picks this up).",
 )
-def jobs_cancel(url: str | None, app_spec: str | None, job_id: str, interrupt: bool) -> None:
+@_json_option
+def jobs_cancel(
+    url: str | None, app_spec: str | None, job_id: str, interrupt: bool, as_json: bool
+) -> None:
     """Cancel a live job."""
     ident = _job_id(job_id)
     app = _admin_app(url, app_spec)
     if not app.cancel_job(ident, interrupt=interrupt):
         raise click.ClickException(f"job {job_id} does not exist or is already finished")
-    click.echo(f"canceled {job_id}")
+    _done(as_json, "canceled", job_id)
 
 
 @jobs.command("retry")
 @_url_option
 @_app_option
 @click.argument("job_id")
-def jobs_retry(url: str | None, app_spec: str | None, job_id: str) -> None:
+@_json_option
+def jobs_retry(url: str | None, app_spec: str | None, job_id: str, as_json: bool) -> None:
     """Move a dead-lettered (FAILED) job back to PENDING."""
     ident = _job_id(job_id)
     app = _admin_app(url, app_spec)
     if not app.retry_job(ident):
         raise click.ClickException(f"job {job_id} is not in the dead-letter queue")
-    click.echo(f"retrying {job_id}")
+    _done(as_json, "retrying", job_id)
 
 
 @main.command()
@@ -537,6 +678,14 @@ def cron_next(expression: str, zone: str, after: str | None, count: int) -> None
     for line in cron_next_lines(expression, zone, after, count, datetime.now(UTC)):
         click.echo(line)
 
+
+main.add_command(keys)
+register_retention_commands(main)
+# The operator commands live in their own modules and register themselves on these groups.
+from ratchet import cli_ops, cli_recurring  # noqa: E402
+
+cli_ops.register(main, jobs, db)
+cli_recurring.register(main)
 
 if __name__ == "__main__":  # pragma: no cover
     main()

@@ -11,6 +11,8 @@ from ratchet.domain.breaker import check_profile_name, resolve_profiles
 from ratchet.domain.errors import ConfigurationError
 from ratchet.domain.priority import DEFAULT_BOOST_INTERVAL
 from ratchet.domain.resources import parse_resource_limits
+from ratchet.domain.retention import RetentionSettings
+from ratchet.domain.sanitize import DEFAULT_SECRET_KEYS, SanitizePolicy
 from ratchet.domain.text import is_storable_text
 from ratchet.domain.timeouts import TimeoutSettings
 from ratchet.domain.watcher import WatcherSettings
@@ -42,6 +44,20 @@ class RatchetConfig:
     tracing: str | None = None
     """The tracer to use: ``"otel"`` for OpenTelemetry (needs ``ratchet-core[otel]``), a name a
     tracing plugin answers to, or None for no tracing (docs/observability.md)."""
+    retention: RetentionSettings = field(default_factory=RetentionSettings)
+    """Retention of ended jobs, dead letters and job logs (docs/retention.md)."""
+    sanitize_keys: tuple[str, ...] = DEFAULT_SECRET_KEYS
+    """Key names whose values the built-in error sanitiser redacts (``password=...``)."""
+    sanitize_urls: bool = True
+    """Redact the user and password of URLs in errors and tracebacks."""
+    sanitize_emails: bool = True
+    """Redact e-mail addresses in errors and tracebacks."""
+
+    def sanitize_policy(self) -> SanitizePolicy:
+        """The built-in error sanitiser's policy from these settings."""
+        return SanitizePolicy(
+            keys=tuple(self.sanitize_keys), urls=self.sanitize_urls, emails=self.sanitize_emails
+        )
 
     def __post_init__(self) -> None:
         if isinstance(self.allowed_modules, str):
@@ -66,6 +82,13 @@ class RatchetConfig:
         resolve_profiles(self.breaker_profiles)
         check_profile_name(self.default_breaker_profile)
         parse_resource_limits(self.resource_limits)
+        if not isinstance(self.retention, RetentionSettings):
+            raise ConfigurationError(
+                f"retention must be a ratchet.RetentionSettings, got {type(self.retention).__name__}"
+            )
+        if isinstance(self.sanitize_keys, str):
+            self.sanitize_keys = (self.sanitize_keys,)
+        self.sanitize_policy()  # validates the sanitiser's settings
 
 
 @dataclass
@@ -82,6 +105,9 @@ class WorkerConfig:
     orphan_scan_interval: timedelta = timedelta(seconds=60)
     summary_interval: timedelta = timedelta(seconds=60)
     """How often the worker logs what it did and what waits (zero: never)."""
+    metrics_interval: timedelta = timedelta(seconds=10)
+    """How often the worker samples its gauges for the metrics hooks (only while a plugin
+    implements ``ratchet_metrics_sampled``); the cluster's sampling lease lasts three times it."""
     recurring_interval: timedelta = timedelta(seconds=1)
     """How often the worker creates the due occurrences of recurring masters."""
     recurring_batch_limit: int = 20
@@ -132,6 +158,8 @@ class WorkerConfig:
         self.watcher_settings()  # validates the watcher's deadlines
         if self.prefetch < 0:
             raise ConfigurationError(f"prefetch must be >= 0, got {self.prefetch}")
+        if self.metrics_interval <= timedelta(0):
+            raise ConfigurationError("metrics_interval must be positive")
         if self.watcher_interval <= timedelta(0):
             raise ConfigurationError("watcher_interval must be positive")
         if self.orphan_grace < 3 * self.heartbeat_interval:

@@ -25,6 +25,8 @@ from ratchet.ports import (
     ClassPolicy,
     CoordinatorFactory,
     ExecutorFactory,
+    JobAuthorizationPolicy,
+    KeyProvider,
     ResilienceStrategy,
     StoreFactory,
     Tracer,
@@ -50,6 +52,8 @@ DEFAULT_PLUGINS = (
     "ratchet.adapters.beans",
     "ratchet.adapters.resilience",
     "ratchet.exporters.otel",
+    "ratchet.adapters.security",
+    "ratchet.adapters.sanitizer",
 )
 
 #: Hooks called one plugin at a time: the registry hooks, so that each registration is recorded
@@ -61,7 +65,20 @@ PER_PLUGIN_HOOKS = (
     "ratchet_register_coordinators",
     "ratchet_register_executor_providers",
     "ratchet_job_event",
+    "ratchet_worker_started",
+    "ratchet_worker_stopping",
+    "ratchet_worker_stopped",
+    "ratchet_metrics_observed",
+    "ratchet_metrics_sampled",
 )
+
+
+#: What each observer hook delivers, for log messages.
+_WHAT = {
+    "ratchet_job_event": "events",
+    "ratchet_metrics_observed": "measurements",
+    "ratchet_metrics_sampled": "samples",
+}
 
 
 def make_plugin_manager(
@@ -117,7 +134,7 @@ class Plugins:
             impls = getattr(pm.hook, name).get_hookimpls()
             _refuse_wrappers(name, impls)
             _refuse_unhashable(name, impls)
-        self._observers: tuple[list[pluggy.HookImpl], list[_PluginCall]] = ([], [])
+        self._observers: dict[str, tuple[list[pluggy.HookImpl], list[_PluginCall]]] = {}
 
     def _per_plugin(self, hook_name: str, impls: Sequence[pluggy.HookImpl]) -> list[_PluginCall]:
         """A caller of ``hook_name`` for each plugin with a plain implementation in ``impls``
@@ -248,36 +265,98 @@ class Plugins:
             )
         return tracer
 
-    def has_observers(self) -> bool:
-        """Whether any plugin implements the event hook now (so building events is worth it)."""
-        return bool(self.pm.hook.ratchet_job_event.get_hookimpls())
+    def authorization_policy(self, config: RatchetConfig) -> JobAuthorizationPolicy:
+        """The winning authorization policy.
+
+        :raises ConfigurationError: no plugin answered (the built-in one was disabled).
+        """
+        policy: JobAuthorizationPolicy | None = self.pm.hook.ratchet_authorization_policy(
+            config=config
+        )
+        if policy is not None:
+            return policy
+        raise ConfigurationError(
+            "no plugin supplies an authorization policy (ratchet_authorization_policy)"
+        )
+
+    def key_provider(self, config: RatchetConfig) -> KeyProvider | None:
+        """The winning key provider (None: payloads are stored unencrypted)."""
+        provider: KeyProvider | None = self.pm.hook.ratchet_key_provider(config=config)
+        return provider
+
+    def node_name(self, config: RatchetConfig) -> str | None:
+        """The node name a plugin gives (None: none does)."""
+        name: str | None = self.pm.hook.ratchet_node_name(config=config)
+        return name
+
+    def worker_starting(self, worker: Any) -> None:
+        """Call every ``ratchet_worker_starting`` implementation; the first error propagates."""
+        self.pm.hook.ratchet_worker_starting(worker=worker)
+
+    def notify_worker(self, hook_name: str, worker: Any) -> None:
+        """Call a worker lifecycle hook (started, stopping, stopped) one plugin at a time; a
+        plugin's error is logged and the other plugins are still called."""
+        impls = getattr(self.pm.hook, hook_name).get_hookimpls()
+        try:
+            calls = self._per_plugin(hook_name, impls)
+        except ConfigurationError as exc:
+            log.error("%s; %s is not called", exc, hook_name)
+            return
+        for owner, call in calls:
+            try:
+                call(worker=worker)
+            except Exception:
+                log.exception("plugin %s failed in %s", owner, hook_name)
+
+    def has_observers(self, hook_name: str = "ratchet_job_event") -> bool:
+        """Whether any plugin implements the observer hook ``hook_name`` now (so building what
+        it would be told is worth it)."""
+        return bool(getattr(self.pm.hook, hook_name).get_hookimpls())
+
+    def sanitize_error(self, text: str, kind: str, config: RatchetConfig) -> str:
+        """``text`` (an error ``"message"`` or a ``"traceback"``) as the winning sanitiser
+        returns it; unchanged if no plugin answers (the built-in one was disabled)."""
+        cleaned: str | None = self.pm.hook.ratchet_sanitize_error(
+            text=text, kind=kind, config=config
+        )
+        return text if cleaned is None else cleaned
 
     def emit(self, event: JobEvent) -> None:
         """Deliver an event to every observer plugin, one plugin at a time; an observer's error
         is logged, not raised, and the other observers still get the event."""
-        for owner, call in self._observer_calls():
-            try:
-                call(event=event)
-            except Exception:
-                log.exception("observer plugin %s failed on %s", owner, event.kind)
+        self.notify("ratchet_job_event", event=event)
 
-    def _observer_calls(self) -> list[_PluginCall]:
-        """The per-plugin callers of the event hook, rebuilt only when its implementations
-        changed (a plugin registered or unregistered since the last event)."""
-        impls = self.pm.hook.ratchet_job_event.get_hookimpls()
-        known, calls = self._observers
-        if impls != known:  # HookImpl compares by identity
-            # A plugin refused here was registered after this facade was made; emit never raises.
+    def notify(self, hook_name: str, **kwargs: Any) -> None:
+        """Call the observer hook ``hook_name`` (one of :data:`PER_PLUGIN_HOOKS`) with
+        ``kwargs`` on every plugin, one at a time; a plugin's error is logged, not raised."""
+        for owner, call in self._observer_calls(hook_name):
             try:
-                _refuse_wrappers("ratchet_job_event", impls)
-            except ConfigurationError as exc:
-                log.error("%s; it gets no events", exc)
+                call(**kwargs)
+            except Exception:
+                log.exception("observer plugin %s failed on %s", owner, hook_name)
+
+    def _observer_calls(self, hook_name: str) -> list[_PluginCall]:
+        """The per-plugin callers of an observer hook, rebuilt only when its implementations
+        changed (a plugin registered or unregistered since the last call)."""
+        impls = getattr(self.pm.hook, hook_name).get_hookimpls()
+        known, calls = self._observers.get(hook_name, ([], []))
+        if impls != known or hook_name not in self._observers:  # HookImpl compares by identity
+            # A plugin refused here was registered after this facade was made; notify never
+            # raises.
             try:
-                calls = self._per_plugin("ratchet_job_event", impls)
+                _refuse_wrappers(hook_name, impls)
             except ConfigurationError as exc:
-                log.error("%s; no observer gets events until it is unregistered", exc)
+                log.error("%s; it gets no %s", exc, _WHAT.get(hook_name, "calls"))
+            try:
+                calls = self._per_plugin(hook_name, impls)
+            except ConfigurationError as exc:
+                log.error(
+                    "%s; no observer gets %s until it is unregistered",
+                    exc,
+                    _WHAT.get(hook_name, "calls"),
+                )
                 calls = []
-            self._observers = (impls, calls)
+            self._observers[hook_name] = (impls, calls)
         return calls
 
     def describe(self) -> list[PluginInfo]:

@@ -15,9 +15,11 @@ from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 from typing import Any, Protocol, TypeVar, runtime_checkable
 
+from ratchet.domain.authorization import AuthorizationRequest
 from ratchet.domain.breaker import BreakerSpec, BreakerState, Transition
 from ratchet.domain.flows import BatchSpec, BranchSpec, FlowJob
-from ratchet.domain.lifecycle import JobPriority
+from ratchet.domain.joblog import JobLogLine
+from ratchet.domain.lifecycle import JobPriority, JobStatus
 from ratchet.domain.model import (
     AttemptRecord,
     ClaimedJob,
@@ -29,6 +31,7 @@ from ratchet.domain.model import (
     Outcome,
     OutcomeWrite,
 )
+from ratchet.domain.query import JobQuery, QueueHealth, RunningJob
 from ratchet.domain.recurring import (
     FirePlan,
     MaterializedFire,
@@ -37,6 +40,7 @@ from ratchet.domain.recurring import (
     SyncReport,
 )
 from ratchet.domain.resources import PermitDecision, PermitRecord, ResourceLimit
+from ratchet.domain.retention import DeadLetterFilter, PageCursor
 from ratchet.domain.retry import RetryPolicy
 from ratchet.domain.watcher import (
     AcquiredWork,
@@ -358,6 +362,106 @@ class RecurringStore(Protocol):
 
 
 @runtime_checkable
+class RetentionStore(Protocol):
+    """Optional: removal of ended jobs (with their history), the archive, idempotency
+    tombstones, and the dead-letter queue (docs/retention.md).
+
+    Every removal is one short transaction over at most ``limit`` jobs that skips rows another
+    transaction holds, so it never makes a claim or an outcome write wait. A job goes with its
+    attempt history, tags and log lines; a job that another stored job still refers to (a batch
+    parent with children, a job with dependants or branches) stays until they are gone.
+    """
+
+    def prune_jobs(
+        self,
+        status: JobStatus,
+        before: datetime,
+        *,
+        limit: int,
+        archive: bool,
+        now: datetime,
+        node_id: str,
+    ) -> int:
+        """Remove (after copying them to the archive when ``archive``) up to ``limit`` jobs that
+        ended with ``status`` before ``before``, oldest first; return how many."""
+
+    def count_prunable(self, status: JobStatus, before: datetime) -> int:
+        """How many jobs :meth:`prune_jobs` would remove now, all batches together."""
+
+    def archived_job(self, job_id: uuid.UUID) -> dict[str, Any] | None:
+        """The archive row of a removed job (its fields, attempt history as a list), or None."""
+
+    def purge_tombstones(self, before: datetime, *, limit: int) -> int:
+        """Delete up to ``limit`` idempotency keys created before ``before`` whose job is not
+        live; return how many (those keys can then be used again)."""
+
+    def count_tombstones(self, before: datetime) -> int:
+        """How many keys :meth:`purge_tombstones` would delete."""
+
+    def list_dead_letters(
+        self, flt: DeadLetterFilter, *, limit: int, after: PageCursor | None = None
+    ) -> list[JobRecord]:
+        """FAILED jobs matching ``flt``, most recently failed first, continuing after ``after``."""
+
+    def count_dead_letters(self, flt: DeadLetterFilter) -> int:
+        """How many FAILED jobs match ``flt``."""
+
+    def replay_dead_letters(self, flt: DeadLetterFilter, limit: int, *, now: datetime) -> int:
+        """Move up to ``limit`` (1..1000) matching FAILED jobs back to PENDING with their attempts
+        reset, all or nothing (as :meth:`Store.retry_jobs`); return how many."""
+
+    def purge_dead_letters(self, flt: DeadLetterFilter, *, limit: int, now: datetime) -> int:
+        """Remove up to ``limit`` matching FAILED jobs (as :meth:`prune_jobs` removes); return how
+        many."""
+
+    def try_lock(self, name: str, owner: str, *, now: datetime, lease: timedelta) -> bool:
+        """Take or renew the cluster lease ``name`` (as :meth:`RecurringStore.try_lock`)."""
+
+    def release_lock(self, name: str, owner: str) -> bool:
+        """Give the lease back (False if ``owner`` did not hold it)."""
+
+
+@runtime_checkable
+class JobLogStore(Protocol):
+    """Optional: the lines jobs write through ``context.logger()``, per attempt."""
+
+    def append_job_logs(self, lines: Sequence[JobLogLine]) -> int:
+        """Store ``lines`` (storable text, bounded by the caller) in one transaction; a line
+        already stored (same job, epoch and position) is left as it is. Returns how many were
+        new."""
+
+    def job_logs(self, job_id: uuid.UUID, *, limit: int = 10_000) -> list[JobLogLine]:
+        """A job's lines, oldest attempt first, in the order written."""
+
+    def purge_job_logs(self, before: datetime, *, limit: int) -> int:
+        """Delete up to ``limit`` lines written before ``before``; return how many."""
+
+
+@runtime_checkable
+class QueryStore(Protocol):
+    """Optional store capability: the reads of the query API (``app.jobs``), built for tables
+    of millions of jobs: every listing is a keyset range scan (no OFFSET), newest job first."""
+
+    def query_jobs(
+        self, query: JobQuery, *, after: uuid.UUID | None, limit: int
+    ) -> list[JobRecord]:
+        """At most ``limit`` jobs matching ``query``, job id descending, each id below
+        ``after`` (None: from the newest)."""
+
+    def dependants(self, job_id: uuid.UUID, *, limit: int) -> list[JobRecord]:
+        """The jobs that wait for ``job_id`` to end (chain steps and branches), and theirs in
+        turn, nearest first; at most ``limit``."""
+
+    def queue_health(self, *, now: datetime, window: timedelta) -> QueueHealth:
+        """Counts by live status, the dead-letter count, what is due at ``now`` and how long
+        the oldest due job has waited, the jobs ended within ``window`` before ``now``, and
+        the running jobs per node."""
+
+    def running_jobs(self, *, limit: int) -> list[RunningJob]:
+        """Jobs held by nodes now (RUNNING or QUEUED), by node, at most ``limit``."""
+
+
+@runtime_checkable
 class StreamingInsertStore(Protocol):
     """Optional: a store that sends a submission's jobs while the caller is still building the
     rest (client and database work at once instead of in turn)."""
@@ -484,6 +588,27 @@ class CancelRequest:
     job_id: uuid.UUID
     epoch: int
     requested_at: datetime
+
+
+@dataclass(frozen=True)
+class QueueGauges:
+    """What waits in the queue at one moment (:meth:`QueueGaugeStore.queue_gauges`)."""
+
+    depths: dict[tuple[str, int], int]
+    """Live jobs by (status, priority ordinal); only the pairs that have jobs."""
+    oldest_due: datetime | None
+    """The scheduled time of the oldest PENDING job due at the time asked (None: none is due)."""
+
+
+@runtime_checkable
+class QueueGaugeStore(Protocol):
+    """Optional store capability: the queue's gauges for metrics, in one cheap read.
+
+    Sampled by one node of the cluster at a time (``docs/observability.md``).
+    """
+
+    def queue_gauges(self, *, now: datetime) -> QueueGauges:
+        """Live jobs by status and priority, and the oldest PENDING job due at ``now``."""
 
 
 @runtime_checkable
@@ -631,6 +756,22 @@ class ClusterCoordinator(Protocol):
         """Stop receiving and release connections. Idempotent."""
 
 
+class CoordinatorCounts(Protocol):
+    """The counters a :class:`CountingCoordinator` reports (metrics read ``published``)."""
+
+    @property
+    def published(self) -> int:
+        """Hints the broker accepted."""
+
+
+@runtime_checkable
+class CountingCoordinator(Protocol):
+    """Optional extra of a :class:`ClusterCoordinator`: it counts what it did."""
+
+    def stats(self) -> CoordinatorCounts:
+        """A snapshot of its counters."""
+
+
 class WakeupConnection(Protocol):
     """One dedicated connection on which a :class:`WakeupTransport` receives wakeup messages.
 
@@ -724,6 +865,49 @@ class ClassPolicy(Protocol):
     def is_allowed(self, module: str, qualname: str) -> bool: ...
 
 
+class JobAuthorizationPolicy(Protocol):
+    """Decides which principal may do what to which job (docs/security.md). The default,
+    :class:`~ratchet.domain.authorization.PermitAll`, allows everything."""
+
+    def authorize(self, request: AuthorizationRequest) -> bool:
+        """Whether the request's principal may do its action (False: ``NotAuthorized``)."""
+
+    def filter_for_principal(self, job_filter: JobFilter, principal: str | None) -> JobFilter:
+        """The filter a listing by ``principal`` runs with (narrow it, e.g. to the jobs the
+        principal submitted: ``replace(job_filter, caller_principal=principal)``)."""
+
+
+class KeyProvider(Protocol):
+    """Supplies the AES-256 keys of payload encryption (docs/security.md, "Rotation")."""
+
+    def current_key_id(self) -> str:
+        """The id of the key new payloads and results are sealed with."""
+
+    def key(self, key_id: str) -> bytes | None:
+        """The 32-byte key called ``key_id``, or None if this provider does not have it."""
+
+
+@dataclass(frozen=True)
+class KeyUsage:
+    """How many stored jobs have their arguments sealed with one key (None: not encrypted)."""
+
+    key_id: str | None
+    live: int
+    """Jobs not ended yet (still to be decrypted by a worker)."""
+    total: int
+
+
+@runtime_checkable
+class EncryptionKeyStore(Protocol):
+    """Optional: reports which keys the stored payloads need (``ratchet keys report``)."""
+
+    def key_usage(self) -> list[KeyUsage]:
+        """The jobs per payload key id (NULL: plaintext), ordered by key id."""
+
+    def jobs_on_key(self, key_id: str, limit: int) -> list[uuid.UUID]:
+        """Up to ``limit`` ids of jobs whose arguments are sealed with ``key_id``, live first."""
+
+
 class BeanResolver(Protocol):
     """Supplies the instance on which a method job runs."""
 
@@ -758,6 +942,15 @@ class BreakerRegistry(Protocol):
 
     def attach(self, clock: Clock, on_change: Callable[[Transition], None]) -> None:
         """Read time from ``clock`` and report every state change to ``on_change``."""
+
+
+@runtime_checkable
+class BreakerStates(Protocol):
+    """Optional capability of a :class:`ResilienceStrategy`: the state of every breaker it has
+    (sampled for metrics)."""
+
+    def states(self) -> dict[str, BreakerState]:
+        """Each service's breaker state now."""
 
 
 class ExecutorProvider(Protocol):

@@ -146,7 +146,7 @@ WITH cand AS (
 )
 SELECT u.job_id, u.priority, u.scheduled_time, u.epoch, u.attempts,
        j.target, j.payload, j.max_retries, j.backoff_policy, j.backoff_ms, j.timeout_ms,
-       j.params, j.tags, j.executor, j.resource_name, j.trace_context,
+       j.params, j.tags, j.executor, j.resource_name, j.caller_principal, j.trace_context,
        ({flow_effects}) AS flow_effects
 FROM upd u JOIN scheduler_job j ON j.job_id = u.job_id
 ORDER BY u.eff DESC, u.scheduled_time, u.job_id

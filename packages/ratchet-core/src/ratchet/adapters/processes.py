@@ -108,6 +108,7 @@ def _execute(request: dict[str, Any], flag: threading.Event) -> dict[str, Any]:
         params=c["params"],
         tags=tuple(c["tags"]),
         cancellation=cancellation,
+        caller_principal=c.get("caller_principal"),
     )
     with bound(ctx):
         try:
@@ -296,6 +297,7 @@ class ProcessExecutorProvider:
                 "scheduled_time": ctx.scheduled_time.isoformat(),
                 "params": dict(ctx.params),
                 "tags": list(ctx.tags),
+                "caller_principal": ctx.caller_principal,
                 "deadline": deadline.isoformat() if deadline is not None else None,
             },
         }

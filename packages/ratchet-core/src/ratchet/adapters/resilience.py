@@ -273,6 +273,12 @@ class CircuitBreakerResilience:
             breaker = self._breakers.get(service)
             return BreakerState.CLOSED if breaker is None else breaker.state
 
+    def states(self) -> dict[str, BreakerState]:
+        """Each breaker's state now (the services used or configured so far)."""
+        with self._lock:
+            services = {*self._specs, *self._breakers, *self._bound}
+        return {service: self.state(service) for service in sorted(services)}
+
     def breaker(self, service: str) -> CircuitBreaker:
         """The state machine of ``service`` (read it for metrics; do not mutate it)."""
         with self._lock:

@@ -148,3 +148,63 @@ class JobTimeoutError(BaseException):
         # A thread is interrupted with the bare class (the C API cannot raise an instance), so
         # it never stands without a message.
         super().__init__(*(args or (self.DEFAULT_MESSAGE,)))
+
+
+# -- authorization, encryption, lifecycle hooks (docs/security.md, docs/hooks.md) ----------------
+class NotAuthorized(RatchetError, PermissionError):
+    """The job authorization policy refused an action to a principal.
+
+    When a worker is refused the right to execute a job, the job is dead-lettered with this
+    error (a retry would be refused again).
+    """
+
+    __ratchet_do_not_retry__ = True
+
+    def __init__(self, action: str, principal: str | None, subject: str, reason: str = "") -> None:
+        who = "the anonymous caller" if principal is None else f"principal {principal!r}"
+        why = f": {reason}" if reason else ""
+        super().__init__(f"{who} may not {action} {subject}{why}")
+        self.action = action
+        self.principal = principal
+        self.subject = subject
+        self.reason = reason
+
+
+class InvalidPrincipal(RatchetError, ValueError):
+    """A caller principal that cannot be stored (empty, too long, or not storable text)."""
+
+
+class PayloadDecryptionError(RatchetError):
+    """A stored encrypted payload or result could not be decrypted. A retry cannot help until
+    an operator fixes the key or the row, so the job is dead-lettered with this message."""
+
+    __ratchet_do_not_retry__ = True
+
+
+class EncryptionKeyNotFound(PayloadDecryptionError, LookupError):
+    """The envelope names a key id the key provider does not have (any more)."""
+
+    def __init__(self, key_id: str, what: str = "payload") -> None:
+        super().__init__(
+            f"the stored {what} is encrypted with key {key_id!r}, which the key provider does not "
+            "have: give the provider that key again (keep old keys until `ratchet keys report` "
+            "shows no row on them), then retry the job"
+        )
+        self.key_id = key_id
+
+
+class TamperedEnvelope(PayloadDecryptionError):
+    """The envelope does not authenticate: its ciphertext, nonce or header was changed (or the
+    key under that id is not the key it was sealed with)."""
+
+
+class UnsupportedEnvelopeVersion(PayloadDecryptionError):
+    """The envelope was written by a newer Ratchet (a higher envelope version) or is malformed."""
+
+
+class EncryptionUnavailable(ConfigurationError):
+    """Encryption was configured but the ``cryptography`` package is not installed."""
+
+
+class LifecycleHookError(RatchetError):
+    """A ``ratchet_worker_starting`` hook raised: the worker did not start."""

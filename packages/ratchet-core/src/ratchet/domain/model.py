@@ -47,6 +47,8 @@ class NewJob:
     trace_context: str | None = None
     """The trace the submission ran in (W3C ``traceparent`` / ``tracestate`` as a JSON object,
     at most :data:`MAX_TRACE_CONTEXT` characters); None: submitted without tracing."""
+    caller_principal: str | None = None
+    """Who submitted the job (stored once, never changed; None: anonymous)."""
 
 
 #: The longest trace context a job stores (a traceparent and a full 512-character tracestate fit).
@@ -81,6 +83,8 @@ class ClaimedJob:
     dependent, no batch or workflow role): its outcome then needs no follow-up lookup."""
     trace_context: str | None = None
     """As :attr:`NewJob.trace_context`: the trace that submitted the job."""
+    caller_principal: str | None = None
+    """Who submitted the job (the principal its execution is authorized for)."""
 
 
 class OutcomeKind(enum.StrEnum):
@@ -182,6 +186,10 @@ class JobRecord:
     recurring_master_id: uuid.UUID | None = None
     stall_timeout: timedelta | None = None
     """As :attr:`NewJob.stall_timeout`."""
+    caller_principal: str | None = None
+    """Who submitted the job (None: anonymous)."""
+    encryption_key_id: str | None = None
+    """The key the stored arguments are sealed with (None: stored in plain JSON)."""
 
     @property
     def attempts_started(self) -> int:
@@ -219,6 +227,9 @@ class JobFilter:
     tag: str | None = None
     target: str | None = None
     created_before: datetime | None = None
+    caller_principal: str | None = None
+    """Only jobs submitted by this principal (an authorization policy narrows listings with it;
+    ``""`` matches no job)."""
 
     def __post_init__(self) -> None:
         if self.tag is not None:

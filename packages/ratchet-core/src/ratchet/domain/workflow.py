@@ -315,6 +315,11 @@ def refuse_reference(ref: str) -> Any:
     )
 
 
+def _as_stored(text: str | None) -> str | None:
+    """The stored text as it is (results stored unencrypted)."""
+    return text
+
+
 @dataclass(frozen=True)
 class FlowResolver:
     """The code a write that ends jobs may run while it evaluates branch conditions.
@@ -330,6 +335,9 @@ class FlowResolver:
     enum: EnumClassResolver = refuse_reference
     """An enum class named in a parent's stored result -> the class (to decode the value that
     predicates see)."""
+    reveal: Callable[[str | None], str | None] = _as_stored
+    """A parent's stored result -> its plain JSON (opens an encrypted result; raises when it
+    cannot, and the predicates then see the stored text)."""
 
 
 class EffectKind(enum.StrEnum):

@@ -6,17 +6,20 @@ import logging
 import threading
 import uuid
 from collections.abc import Callable, Iterator, Sequence
+from contextlib import AbstractContextManager
 from datetime import datetime, timedelta
 from typing import Any
 
 from ratchet.clock import SystemClock
 from ratchet.config import RatchetConfig, WorkerConfig
+from ratchet.domain.authorization import AuthorizationRequest, JobAction
 from ratchet.domain.errors import (
     ClassPolicyViolation,
     DuplicateIdempotencyKeyError,
     InvalidJobOptions,
 )
 from ratchet.domain.lifecycle import JobPriority
+from ratchet.domain.masking import MaskingPolicy
 from ratchet.domain.model import AttemptRecord, FlowWrite, JobFilter, JobRecord
 from ratchet.domain.options import JobOptions, validate_option_text
 from ratchet.domain.retry import RetryPolicy
@@ -24,9 +27,12 @@ from ratchet.domain.workflow import BatchContext, FlowResolver
 from ratchet.engine.assembly import assemble_app
 from ratchet.engine.batches import BatchBuilder, StreamingBatchBuilder
 from ratchet.engine.builder import JobBuilder, JobHandle
+from ratchet.engine.jobs_api import Jobs
 from ratchet.engine.limits_api import LimitsApi
 from ratchet.engine.recurring import RecurringMixin
 from ratchet.engine.tracing import submission
+from ratchet.engine.retention import RetentionMixin
+from ratchet.engine.security import Guard, Protection, as_principal, current_principal
 from ratchet.engine.watchdog import cancellation_store
 from ratchet.engine.worker import Worker
 from ratchet.engine.workflows import apply_effects, batch_of, deliver_signal
@@ -38,6 +44,8 @@ from ratchet.ports import (
     ClassPolicy,
     Clock,
     ClusterCoordinator,
+    JobAuthorizationPolicy,
+    KeyProvider,
     ResilienceStrategy,
     SpanValue,
     Store,
@@ -54,7 +62,7 @@ log = logging.getLogger("ratchet")
 EventListener = Callable[[JobEvent], None]
 
 
-class Ratchet(LimitsApi, RecurringMixin):
+class Ratchet(LimitsApi, RecurringMixin, RetentionMixin):
     """A scheduler bound to one database.
 
     :param url: SQLAlchemy URL of the store (``sqlite:///jobs.db``, ``postgresql+psycopg://...``).
@@ -66,6 +74,13 @@ class Ratchet(LimitsApi, RecurringMixin):
     :param clock: where time comes from (tests pass a FakeClock).
     :param plugins: a prepared :class:`~ratchet.plugins.Plugins` (default: built-ins + entry points).
     :param retry_policy: a :class:`~ratchet.domain.retry.RetryPolicy` consulted on every failure.
+    :param authorization: a :class:`~ratchet.ports.JobAuthorizationPolicy` (default: the
+        ``ratchet_authorization_policy`` hook's, else permit-all); see docs/security.md.
+    :param key_provider: a :class:`~ratchet.ports.KeyProvider`: job arguments and results are
+        then stored encrypted (default: the ``ratchet_key_provider`` hook's, else
+        ``RATCHET_ENCRYPTION_KEYS``, else no encryption).
+    :param masking: which fields read surfaces mask (default:
+        :class:`~ratchet.domain.masking.MaskingPolicy` with its built-in words).
     """
 
     def __init__(
@@ -80,6 +95,9 @@ class Ratchet(LimitsApi, RecurringMixin):
         plugins: Plugins | None = None,
         store_options: dict[str, Any] | None = None,
         retry_policy: RetryPolicy | None = None,
+        authorization: JobAuthorizationPolicy | None = None,
+        key_provider: KeyProvider | None = None,
+        masking: MaskingPolicy | None = None,
         **config: Any,
     ) -> None:
         self.config = RatchetConfig(
@@ -108,13 +126,22 @@ class Ratchet(LimitsApi, RecurringMixin):
         """Makes spans for submissions and attempts (None: tracing is off, the default)."""
         """Passed to every store call that can end jobs: the branch predicates and result enums
         it evaluates are resolved under this app's class policy."""
+        self.guard: Guard
+        """Asks the authorization policy (docs/security.md)."""
+        self.protection: Protection
+        """Seals and opens stored arguments and results; masks what readers see."""
         assemble_app(
             self,
             url,
             coordinator=coordinator,
             store_options=store_options,
             auto_migrate=auto_migrate,
+            authorization=authorization,
+            key_provider=key_provider,
+            masking=masking,
         )
+        self.jobs = Jobs(self)
+        """The query API: keyset pages of jobs, a job's history, counts, queue health."""
 
     def enable_tracing(self, tracing: str | Tracer = "otel") -> None:
         """Trace this app's submissions and attempts from now on (``ratchet worker --otel``):
@@ -151,7 +178,10 @@ class Ratchet(LimitsApi, RecurringMixin):
         return bool(self._listeners) or self.plugins.has_observers()
 
     def emit(self, event: JobEvent) -> None:
-        """Deliver an event to listeners and observer hooks; their errors are only logged."""
+        """Deliver an event to listeners and observer hooks (sensitive ``data`` fields masked);
+        their errors are only logged."""
+        if event.data:
+            event = self.protection.mask_event(event)
         with self._listeners_lock:
             listeners = list(self._listeners)
         for listener in listeners:
@@ -185,6 +215,32 @@ class Ratchet(LimitsApi, RecurringMixin):
                 f"the class policy does not allow {ref.module}:{ref.qualname}; add its module "
                 f"prefix to allowed_modules (now {list(self.config.allowed_modules)})"
             )
+
+    # -- principal and authorization (docs/security.md) ---------------------------------------
+    @staticmethod
+    def as_principal(principal: str | None) -> AbstractContextManager[str | None]:
+        """``with app.as_principal("alice"):`` jobs submitted in the block store ``alice`` as
+        their caller principal, and cancels, retries, signals and reads there are authorized
+        for ``alice``. Follows ``contextvars`` (per thread and asyncio task).
+
+        :raises InvalidPrincipal: the name cannot be stored.
+        """
+        return as_principal(principal)
+
+    @staticmethod
+    def current_principal() -> str | None:
+        """The principal this context acts as (None: anonymous)."""
+        return current_principal()
+
+    def _authorize(self, action: JobAction, job_id: uuid.UUID) -> None:
+        """:raises NotAuthorized: the current principal may not do ``action`` to the job."""
+        if not self.guard.permits_all:
+            self.guard.job_action(action, job_id, self.store.get_job(job_id))
+
+    def _authorize_bulk(self, action: JobAction, **about: Any) -> None:
+        """:raises NotAuthorized: the current principal may not do ``action`` in bulk."""
+        if not self.guard.permits_all:
+            self.guard.require(AuthorizationRequest(action, current_principal(), **about))
 
     # -- scheduling API ------------------------------------------------------------------------
     def enqueue(self, fn: Callable[..., Any], *args: Any, **kwargs: Any) -> JobBuilder:
@@ -346,6 +402,8 @@ class Ratchet(LimitsApi, RecurringMixin):
         builder = self.schedule(delay, fn, *args, **kwargs)
         builder._submitted = True
         old = self.store.get_job(job_id)
+        if not self.guard.permits_all:
+            self.guard.job_action(JobAction.CANCEL, job_id, old)
         if old is None or old.status.is_terminal:
             raise JobNotFound(f"job {job_id} does not exist or is no longer live")
         builder.with_options(JobOptions.from_record(old) if options is None else options)
@@ -383,7 +441,9 @@ class Ratchet(LimitsApi, RecurringMixin):
             it up within ``cancel_request_interval``), so a job that checks
             ``JobContext.is_cancellation_requested()`` stops at its next safe point.
         :returns: False if the job is missing or already terminal.
+        :raises NotAuthorized: the current principal may not cancel it.
         """
+        self._authorize(JobAction.CANCEL, job_id)
         canceled: FlowWrite[bool] | None = None
         if interrupt:
             store = cancellation_store(self.store)
@@ -399,33 +459,45 @@ class Ratchet(LimitsApi, RecurringMixin):
 
     def pause_job(self, job_id: uuid.UUID) -> bool:
         """Pause a PENDING job (True if already paused)."""
+        self._authorize(JobAction.PAUSE, job_id)
         return self._operator(
             EventKind.PAUSED, self.store.pause_job(job_id, now=self.now()), job_id
         )
 
     def resume_job(self, job_id: uuid.UUID) -> bool:
         """Resume a PAUSED job; False unless it was paused."""
+        self._authorize(JobAction.RESUME, job_id)
         return self._operator(
             EventKind.RESUMED, self.store.resume_job(job_id, now=self.now()), job_id
         )
 
     def retry_job(self, job_id: uuid.UUID) -> bool:
         """Move a dead-lettered (FAILED) job back to PENDING with its attempts reset."""
+        self._authorize(JobAction.RETRY, job_id)
         ok = self.store.retry_job(job_id, now=self.now())
         if ok:
             self.coordinator.notify_new_work(WakeupHint(JobPriority.NORMAL, self.node_name))
         return self._operator(EventKind.RETRIED_BY_OPERATOR, ok, job_id)
 
     def retry_jobs(self, job_filter: JobFilter | None = None, limit: int = 100) -> int:
-        """Retry up to ``limit`` (1..1000) FAILED jobs matching the filter, all or nothing."""
-        count = self.store.retry_jobs(job_filter or JobFilter(), limit, now=self.now())
+        """Retry up to ``limit`` (1..1000) FAILED jobs matching the filter, all or nothing.
+
+        Authorized once as a bulk retry; the filter is narrowed for the current principal.
+        """
+        self._authorize_bulk(JobAction.RETRY)
+        job_filter = self.guard.narrow(job_filter or JobFilter())
+        count = self.store.retry_jobs(job_filter, limit, now=self.now())
         if count:
             self.coordinator.notify_new_work(WakeupHint(JobPriority.NORMAL, self.node_name))
             self.emit(JobEvent(EventKind.BULK_RETRIED, None, self.now(), data={"count": count}))
         return count
 
     def cancel_jobs_by_tag(self, tag: str) -> int:
-        """Cancel every PENDING, PAUSED or WAITING job with ``tag`` (never RUNNING ones)."""
+        """Cancel every PENDING, PAUSED or WAITING job with ``tag`` (never RUNNING ones).
+
+        Authorized once as a bulk cancel of the tag (no per-job check).
+        """
+        self._authorize_bulk(JobAction.CANCEL, tag=tag)
         canceled = self.store.cancel_jobs_by_tag(
             validate_option_text(tag, "tag"), now=self.now(), resolve=self.resolver
         )
@@ -457,15 +529,35 @@ class Ratchet(LimitsApi, RecurringMixin):
         with ``payload`` (JSON-storable, or a :class:`~ratchet.SignalDecision`).
 
         Atomic and idempotent (by key: one statement); returns how many jobs were released.
+
+        :raises NotAuthorized: the current principal may not signal that job (by key: asked
+            once, with the key).
         """
+        if isinstance(target, uuid.UUID):
+            self._authorize(JobAction.DELIVER_SIGNAL, target)
+        elif isinstance(target, str):
+            self._authorize_bulk(JobAction.DELIVER_SIGNAL, signal_key=target)
         return deliver_signal(self, target, payload)
 
     # -- reading ---------------------------------------------------------------------------------
     def get_job(self, job_id: uuid.UUID) -> JobRecord | None:
-        return self.store.get_job(job_id)
+        """The job as readers see it: arguments and result decrypted where the keys are at
+        hand, sensitive fields masked (docs/security.md).
+
+        :raises NotAuthorized: the current principal may not read it.
+        """
+        record = self.store.get_job(job_id)
+        if record is None:
+            return None
+        if not self.guard.permits_all:
+            self.guard.job_action(JobAction.READ, job_id, record)
+        return self.protection.reveal(record)
 
     def list_jobs(self, job_filter: JobFilter | None = None, limit: int = 100) -> list[JobRecord]:
-        return self.store.list_jobs(job_filter or JobFilter(), limit)
+        """Jobs matching the filter, newest first, as :meth:`get_job` shows them; the filter
+        is narrowed for the current principal by the authorization policy."""
+        records = self.store.list_jobs(self.guard.narrow(job_filter or JobFilter()), limit)
+        return [self.protection.reveal(r) for r in records]
 
     def attempts(self, job_id: uuid.UUID) -> list[AttemptRecord]:
         return self.store.attempts(job_id)

@@ -10,25 +10,37 @@ it here, nowhere else.
 
 from __future__ import annotations
 
+import dataclasses
 from datetime import timedelta
 from typing import TYPE_CHECKING, Any, Protocol
 
 from ratchet.domain.errors import ConfigurationError
+from ratchet.domain.masking import MaskingPolicy
+from ratchet.encryption import PayloadCipher
 from ratchet.engine.attempts import AttemptRunner
 from ratchet.engine.completer import Completer
 from ratchet.engine.gates import CircuitBreakerGate, PermitGate
 from ratchet.engine.host import AppHost, Gate, PeriodicTask, WorkerHost
 from ratchet.engine.liveness import Liveness, WatcherTask, watcher_store
 from ratchet.engine.maintenance import PermitJanitor
+from ratchet.engine.metrics import Meter, MetricsSampler
 from ratchet.engine.outages import OutageLog
 from ratchet.engine.producer import Producer
 from ratchet.engine.recurring import RecurringMaterializer, RecurringRegistrar
+from ratchet.engine.retention import retention_tasks
+from ratchet.engine.security import Guard, Protection
 from ratchet.engine.slots import SlotTable
 from ratchet.engine.start_check import StartCheck
 from ratchet.engine.summary import WorkSummary
 from ratchet.engine.watchdog import CancellationRequestPoller, Watchdog, cancellation_store
 from ratchet.engine.workflows import SignalTimeoutScanner, flow_resolver, workflow_store
-from ratchet.ports import CoordinatorContext, Store, WatcherStore
+from ratchet.ports import (
+    CoordinatorContext,
+    JobAuthorizationPolicy,
+    KeyProvider,
+    Store,
+    WatcherStore,
+)
 from ratchet.serialization import EnumPolicy
 
 if TYPE_CHECKING:
@@ -54,10 +66,26 @@ def assemble_app(
     coordinator: str,
     store_options: dict[str, Any] | None,
     auto_migrate: bool | None,
+    authorization: JobAuthorizationPolicy | None = None,
+    key_provider: KeyProvider | None = None,
+    masking: MaskingPolicy | None = None,
 ) -> None:
     """Give ``app`` (whose ``config``, ``plugins`` and ``clock`` are set) its policies, store and
-    coordinator; migrate the schema when asked (SQLite by default); store configured limits."""
-    plugins, config = app.plugins, app.config
+    coordinator; migrate the schema when asked (SQLite by default); store configured limits.
+
+    A ``node_name`` a plugin gives (``ratchet_node_name``) is set first when none is configured;
+    the authorization policy, key provider and masking given win over the plugins' answers.
+    """
+    plugins = app.plugins
+    if app.config.node_name is None:
+        named = plugins.node_name(app.config)
+        if named is not None:
+            app.config = dataclasses.replace(app.config, node_name=named)
+    config = app.config
+    app.guard = Guard(authorization or plugins.authorization_policy(config))
+    provider = key_provider or plugins.key_provider(config)
+    cipher = None if provider is None else PayloadCipher(provider)
+    app.protection = Protection(cipher, masking or MaskingPolicy())
     app.class_policy = plugins.class_policy(config)
     app.enums = EnumPolicy(app.class_policy, config.allowed_modules)
     app.beans = plugins.bean_resolver(config)
@@ -94,6 +122,8 @@ class WorkerUnderAssembly(WorkerHost, Protocol):
     producer: Producer
     watchdog: Watchdog
     liveness: Liveness
+    meter: Meter
+    sampler: MetricsSampler
 
 
 def assemble_worker(worker: WorkerUnderAssembly) -> None:
@@ -108,6 +138,7 @@ def assemble_worker(worker: WorkerUnderAssembly) -> None:
     worker.slots = SlotTable(config.concurrency)
     worker.start_check = StartCheck(lambda jobs: worker.store.owned_jobs(worker.node_id, jobs))
     worker.gates = worker_gates()
+    worker.meter = Meter(worker.app.plugins)
     worker.runner = AttemptRunner(worker)
     worker.completer = Completer(worker, config.completion_batch)
     worker.producer = Producer(worker)
@@ -119,6 +150,9 @@ def assemble_worker(worker: WorkerUnderAssembly) -> None:
     )
     worker.liveness = Liveness(worker, require_watcher_store(worker.store))
     worker.periodic = periodic_tasks(worker.store, config)
+    worker.sampler = MetricsSampler(config.metrics_interval)
+    worker.periodic.append(worker.sampler)
+    worker.periodic.extend(retention_tasks(worker.app))  # scheduled, one node at a time
 
 
 def worker_gates() -> list[Gate]:

@@ -11,6 +11,7 @@ attempt's place (:meth:`AttemptRunner.on_deadline`) and the late outcome is disc
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import inspect
 import logging
 import threading
@@ -19,16 +20,18 @@ from collections.abc import Callable
 from datetime import datetime
 from typing import TYPE_CHECKING, Any, cast
 
+from ratchet.domain.authorization import AuthorizationRequest, JobAction
 from ratchet.domain.breaker import CircuitOpenError
 from ratchet.domain.errors import FencedOut, JobTimeoutError, StoreUnavailable
 from ratchet.domain.model import ClaimedJob, Outcome, OutcomeKind
 from ratchet.domain.retry import decide_retry
-from ratchet.domain.text import describe_error, describe_traceback
 from ratchet.engine.context import JobContext, about_job, bound, log_about, stopped_on_request
 from ratchet.engine.gates import breaker_service, reschedule
 from ratchet.engine.host import Gate
+from ratchet.engine.joblogger import JobLogBuffer, JobLogger, store_job_log
 from ratchet.engine.running import Attempt, seconds_text
 from ratchet.engine.tracing import NOT_RECORDED, end_span, record_failure, start_attempt_span
+from ratchet.engine.sanitizing import sanitized_error, sanitized_traceback
 from ratchet.engine.watchdog import cancellation_store
 from ratchet.engine.workflows import signal_reader
 from ratchet.ports import ExecutorProvider, InterruptibleExecutor, JobCall
@@ -39,6 +42,18 @@ if TYPE_CHECKING:
     from ratchet.engine.host import WorkerHost
 
 log = logging.getLogger("ratchet.worker")
+
+
+def execute_request(job: ClaimedJob) -> AuthorizationRequest:
+    """The authorization request of running ``job``: on behalf of the principal that
+    submitted it."""
+    return AuthorizationRequest(
+        JobAction.EXECUTE,
+        job.caller_principal,
+        job_id=job.job_id,
+        target=job.target,
+        owner=job.caller_principal,
+    )
 
 
 class AttemptRunner:
@@ -161,14 +176,17 @@ class AttemptRunner:
             None if tracer is None else start_attempt_span(tracer, job, worker.node_id)
         )
         worker.slots.began(attempt)
+        limits = worker.app.config.retention.job_logs
+        lines = JobLogBuffer(job.job_id, job.epoch, job.attempt, limits)
         try:
             if span is None:
-                outcome = self._attempt(job, attempt)
+                outcome = self._attempt(job, attempt, lines)
             else:
                 with span.activate():
-                    outcome = self._attempt(job, attempt)
+                    outcome = self._attempt(job, attempt, lines)
         finally:
             self._end_attempt(attempt)
+            store_job_log(worker.store, lines, worker.app.now())
         # Fenced out, or handed back by the drain: not written.
         outcome = worker.liveness.finish(job, attempt, outcome)
         if not attempt.finish():
@@ -181,7 +199,9 @@ class AttemptRunner:
             end_span(span, NOT_RECORDED if outcome is None else outcome.kind.value)
         return outcome
 
-    def _attempt(self, job: ClaimedJob, attempt: Attempt) -> Outcome | None:
+    def _attempt(
+        self, job: ClaimedJob, attempt: Attempt, lines: JobLogBuffer | None = None
+    ) -> Outcome | None:
         worker = self.worker
         app = worker.app
         started = attempt.plan.started
@@ -196,6 +216,8 @@ class AttemptRunner:
             cancellation=attempt.cancellation,
             progress=worker.liveness.channel(job),
             signals=self._signals,
+            caller_principal=job.caller_principal,
+            job_log=JobLogger(lines, app.now) if lines is not None else None,
         )
         with bound(ctx):
             passed: list[Gate] = []
@@ -204,7 +226,7 @@ class AttemptRunner:
             except StoreUnavailable as exc:
                 finished = app.now()
                 return reschedule(
-                    job, started, finished, finished, f"not started: {describe_error(exc)}"
+                    job, started, finished, finished, f"not started: {sanitized_error(app, exc)}"
                 )
             if not owned:
                 log.info("job %s was canceled or taken before it started; not run", job.job_id)
@@ -217,10 +239,17 @@ class AttemptRunner:
                     passed.append(gate)
                 ref = self.target_ref(job.target)
                 app.enforce_policy(ref)
+                if not app.guard.permits_all:
+                    app.guard.require(execute_request(job))
                 fn = self.resolve(ref)
-                args, kwargs = decode_payload(job.payload, app.enums)
+                plain = app.protection.open(job.payload, "payload")
+                if plain is not job.payload:  # sealed: executors get the plain arguments
+                    job = dataclasses.replace(job, payload=plain)
+                args, kwargs = decode_payload(plain, app.enums)
                 value = self.invoke(job, ref, fn, args, kwargs)
-                result = encode_result(value, app.config.max_result_bytes)
+                result = app.protection.seal_result(
+                    encode_result(value, app.config.max_result_bytes)
+                )
                 return Outcome(
                     job.job_id,
                     job.epoch,
@@ -327,7 +356,8 @@ class AttemptRunner:
         )
         if not late and attempt is not None and attempt.span is not None:
             record_failure(attempt.span, exc, timed_out)
-        error = describe_error(exc)
+        app = self.worker.app
+        error = sanitized_error(app, exc)
         log.log(
             logging.DEBUG if late else logging.WARNING,
             "job %s attempt %d %s: %s (%s)",
@@ -348,7 +378,7 @@ class AttemptRunner:
             error=error,
             retry_at=decision.retry_at,
             flow_effects=job.flow_effects,
-            traceback=None if late else describe_traceback(exc),
+            traceback=None if late else sanitized_traceback(app, exc),
         )
 
     # ------------------------------------------------------------------ timeouts and cancellation

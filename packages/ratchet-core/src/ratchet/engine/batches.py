@@ -34,6 +34,7 @@ from ratchet.domain.workflow import (
     WorkflowCondition,
 )
 from ratchet.engine.tracing import submission
+from ratchet.engine.security import current_principal
 from ratchet.engine.workflows import (
     Branch,
     Step,
@@ -229,11 +230,12 @@ class _BatchOptions:
 
     # -- rows ----------------------------------------------------------------------------------
     def _template(self, now: datetime, trace_context: str | None) -> NewJob:
+        app = self._app
         return NewJob(
-            job_id=self._app.new_id(),
+            job_id=app.new_id(),
             target=PARENT_TARGET,
-            payload=encode_payload(
-                [self._name], {}, self._app.config.max_payload_bytes, enums=self._app.enums
+            payload=app.protection.seal_payload(
+                encode_payload([self._name], {}, app.config.max_payload_bytes, enums=app.enums)
             ),
             priority=self._priority,
             max_retries=self._max_retries,
@@ -246,6 +248,7 @@ class _BatchOptions:
             tags=self._tags,
             status=JobStatus.WAITING,
             trace_context=trace_context,
+            caller_principal=current_principal(),
         )
 
     def _parent_and_branches(
@@ -279,13 +282,19 @@ class _BatchOptions:
     def _children(
         self, parent: NewJob, step_ref: str, items: Iterable[Any], now: datetime
     ) -> list[FlowJob]:
-        max_bytes, enums = self._app.config.max_payload_bytes, self._app.enums
+        app = self._app
+        max_bytes, enums, seal = (
+            app.config.max_payload_bytes,
+            app.enums,
+            app.protection.seal_payload,
+        )
+        app.guard.create(step_ref, parent.caller_principal)
         out = []
         for item in items:
             job = NewJob(
-                job_id=self._app.new_id(),
+                job_id=app.new_id(),
                 target=step_ref,
-                payload=encode_payload([item], {}, max_bytes, enums=enums),
+                payload=seal(encode_payload([item], {}, max_bytes, enums=enums)),
                 priority=self._priority,
                 max_retries=self._max_retries,
                 backoff=self._backoff,
@@ -297,6 +306,7 @@ class _BatchOptions:
                 tags=self._tags,
                 resource_name=self._resource,
                 trace_context=parent.trace_context,  # every child joins the batch's trace
+                caller_principal=parent.caller_principal,
             )
             out.append(FlowJob(job, JobType.BATCH_CHILD, batch_id=parent.job_id))
         return out

@@ -11,6 +11,7 @@ from dataclasses import dataclass
 from datetime import datetime, timedelta
 from typing import TYPE_CHECKING, Any
 
+from ratchet.domain.authorization import check_principal
 from ratchet.domain.errors import InvalidJobOptions
 from ratchet.domain.lifecycle import JobPriority, JobStatus
 from ratchet.domain.model import NewJob
@@ -22,6 +23,7 @@ from ratchet.domain.options import (
     validate_option_text,
 )
 from ratchet.domain.resources import validate_resource_name
+from ratchet.engine.security import current_principal
 from ratchet.engine.workflows import (
     Branch,
     FlowParts,
@@ -91,8 +93,8 @@ class JobHandle:
         return self.app.get_job(self.id)
 
     def status(self) -> JobStatus:
-        """The job's current status."""
-        rec = self.record()
+        """The job's current status (the handle is the submitter's: no authorization asked)."""
+        rec = self.app.store.get_job(self.id)
         if rec is None:
             raise LookupError(f"job {self.id} does not exist")
         return rec.status
@@ -138,8 +140,10 @@ class JobHandle:
         to let a worker run it)."""
         from ratchet.serialization import decode_result
 
-        rec = self.record()
-        return decode_result(rec.result, self.app.enums) if rec is not None else None
+        rec = self.app.store.get_job(self.id)
+        if rec is None:
+            return None
+        return decode_result(self.app.protection.open_result(rec.result), self.app.enums)
 
 
 class JobBuilder:
@@ -176,6 +180,8 @@ class JobBuilder:
         self._business_key: str | None = None
         self._immediate = False
         self._executor: str | None = None
+        self._principal: str | None = None
+        self._principal_set = False
         self._resource: str | None = None
         self._stall_timeout: timedelta | None = None
         self._flow: FlowParts | None = None
@@ -399,9 +405,23 @@ class JobBuilder:
         """How the submission's span is named: ``schedule`` for a job due later, else ``enqueue``."""
         return "schedule" if self._run_at is not None or self._delay else "enqueue"
 
+    def with_principal(self, principal: str | None) -> JobBuilder:
+        """Store ``principal`` as the job's caller principal instead of the current one (set
+        by ``app.as_principal``); it never changes afterwards.
+
+        :raises InvalidPrincipal: the name cannot be stored.
+        """
+        self._principal = check_principal(principal)
+        self._principal_set = True
+        return self
+
     def _new_job(self, now: datetime, trace_context: str | None = None) -> Any:
-        payload = encode_payload(
-            self._args, self._kwargs, self._app.config.max_payload_bytes, enums=self._app.enums
+        app = self._app
+        principal = self._principal if self._principal_set else current_principal()
+        target = str(self._ref)
+        app.guard.create(target, principal)
+        payload = app.protection.seal_payload(
+            encode_payload(self._args, self._kwargs, app.config.max_payload_bytes, enums=app.enums)
         )
         scheduled = self._run_at or (now + self._delay if self._delay else now)
         job_id = self._app.new_id()
@@ -409,7 +429,7 @@ class JobBuilder:
             self._idempotency_key = str(job_id)
         return NewJob(
             job_id=job_id,
-            target=str(self._ref),
+            target=target,
             payload=payload,
             priority=self._priority,
             max_retries=self._max_retries,
@@ -426,6 +446,7 @@ class JobBuilder:
             resource_name=self._resource,
             stall_timeout=self._stall_timeout,
             trace_context=trace_context,
+            caller_principal=principal,
         )
 
     def submit(self, connection: Any = None) -> JobHandle:

@@ -24,6 +24,7 @@ from ratchet.domain.model import Outcome, OutcomeKind
 from ratchet.domain.text import describe_error
 from ratchet.domain.workflow import FlowEffect
 from ratchet.engine.context import log_about
+from ratchet.engine.sanitizing import sanitized_error
 from ratchet.engine.workflows import after_flow_write
 from ratchet.events import EventKind, JobEvent
 
@@ -107,10 +108,14 @@ class Completer:
                     first[o.job_id] = o
             return self.record(list(first.values())) + self.record(rest)
         app = worker.app
+        started = time.perf_counter()
         written = worker.store.record_outcomes(
             worker.node_id, outcomes, now=app.now(), resolve=app.resolver
         )
         fenced = list(written.fenced)
+        if worker.meter.enabled:
+            timed_out = {(o.job_id, o.epoch) for o in outcomes} & self.timeouts.keys()
+            worker.meter.written(outcomes, set(fenced), timed_out, time.perf_counter() - started)
         self.report(outcomes, set(fenced), written.effects)
         return fenced
 
@@ -152,7 +157,7 @@ class Completer:
             "writing %d outcome(s) failed (%s); writing them one at a time to isolate the "
             "outcome the store refuses",
             len(batch),
-            describe_error(error),
+            sanitized_error(worker.app, error),
         )
         for index, outcome in enumerate(batch):
             try:
@@ -177,7 +182,7 @@ class Completer:
                     "job %s: the store refused even the failure that replaced its outcome (%s); "
                     "the job stays RUNNING here until the watcher recovers it",
                     outcome.job_id,
-                    describe_error(exc),
+                    sanitized_error(worker.app, exc),
                 )
         return []
 
@@ -187,7 +192,7 @@ class Completer:
         worker.stats.store_errors += 1
         error = OutcomeNotStorable(
             f"the {outcome.kind.value} outcome of attempt {outcome.attempt} could not be "
-            f"stored ({describe_error(exc)}); the job was failed instead"
+            f"stored ({sanitized_error(worker.app, exc)}); the job was failed instead"
         )
         log_about(
             log,

@@ -16,9 +16,12 @@ from collections.abc import Callable, Iterator, Mapping
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from datetime import datetime
-from typing import Any, NamedTuple, Protocol
+from typing import TYPE_CHECKING, Any, NamedTuple, Protocol
 
 from ratchet.domain.watcher import Checkpoint
+
+if TYPE_CHECKING:
+    from ratchet.engine.joblogger import JobLogger
 
 _current: contextvars.ContextVar[JobContext | None] = contextvars.ContextVar(
     "ratchet_job_context", default=None
@@ -42,6 +45,10 @@ class JobContext:
     """Where progress and checkpoints go (None: not run by a worker of this process)."""
     signals: Callable[[uuid.UUID], Any] | None = field(default=None, repr=False, compare=False)
     """Reads the signal delivered to a job (None: not run by a worker of this process)."""
+    caller_principal: str | None = None
+    """Who submitted the job (stored at submit, never changed; None: anonymous)."""
+    job_log: JobLogger | None = field(default=None, repr=False, compare=False)
+    """Where :meth:`logger` writes (None: lines go to Python logging only)."""
 
     @staticmethod
     def current() -> JobContext:
@@ -71,6 +78,19 @@ class JobContext:
                 "JobContext.signal() is only available inside a job run by a worker of this process"
             )
         return self.signals(self.job_id)
+
+    def logger(self) -> JobLogger:
+        """The job's own logger: its lines are stored with this attempt (bounded, see
+        docs/retention.md) and shown by ``ratchet jobs show`` and ``ratchet dlq show``; they
+        also go to Python logging as ``ratchet.job``. Writing a line never raises."""
+        if self.job_log is not None:
+            return self.job_log
+        from datetime import UTC
+        from datetime import datetime as _datetime
+
+        from ratchet.engine.joblogger import JobLogger
+
+        return JobLogger(None, lambda: _datetime.now(UTC))
 
     def fencing_token(self) -> tuple[uuid.UUID, int]:
         """``(job_id, epoch)``: pass it to side effects outside the store to fence zombies."""

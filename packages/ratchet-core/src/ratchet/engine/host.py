@@ -19,7 +19,7 @@ if TYPE_CHECKING:
     from datetime import timedelta
 
     from ratchet.config import RatchetConfig, WorkerConfig
-    from ratchet.domain.model import ClaimedJob, JobRecord, Outcome
+    from ratchet.domain.model import AttemptRecord, ClaimedJob, JobRecord, Outcome
     from ratchet.domain.resources import ResourceLimit
     from ratchet.domain.retry import RetryPolicy
     from ratchet.domain.watcher import WatcherReport
@@ -27,9 +27,10 @@ if TYPE_CHECKING:
     from ratchet.engine.context import ProgressReporter
     from ratchet.engine.outages import OutageLog
     from ratchet.engine.running import Attempt
+    from ratchet.engine.security import Guard, Protection
     from ratchet.engine.slots import SlotTable
     from ratchet.engine.start_check import StartCheck
-    from ratchet.engine.stats import WorkerStats
+    from ratchet.engine.stats import LivenessStats, WorkerStats
     from ratchet.events import JobEvent
     from ratchet.plugins import Plugins
     from ratchet.ports import (
@@ -61,6 +62,8 @@ class AppHost(Protocol):
     resolver: FlowResolver
     node_name: str
     tracer: Tracer | None
+    guard: Guard
+    protection: Protection
 
     def now(self) -> datetime: ...
 
@@ -77,6 +80,10 @@ class AppHost(Protocol):
     def get_job(self, job_id: uuid.UUID) -> JobRecord | None: ...
 
     def cancel_job(self, job_id: uuid.UUID, *, interrupt: bool = False) -> bool: ...
+
+    def retry_job(self, job_id: uuid.UUID) -> bool: ...
+
+    def attempts(self, job_id: uuid.UUID) -> list[AttemptRecord]: ...
 
     def deliver_signal(self, target: uuid.UUID | str, payload: Any = None) -> int: ...
 
@@ -165,6 +172,9 @@ class WatchdogFace(Protocol):
 class LivenessFace(Protocol):
     """The node's liveness (:mod:`ratchet.engine.liveness`), as the other parts see it."""
 
+    @property
+    def stats(self) -> LivenessStats: ...
+
     def acquire(self, want: int) -> list[ClaimedJob]: ...
 
     def refill(self) -> None: ...
@@ -176,6 +186,23 @@ class LivenessFace(Protocol):
     ) -> Outcome | None: ...
 
     def watch_once(self) -> WatcherReport: ...
+
+
+class MeterFace(Protocol):
+    """The worker's meter (:mod:`ratchet.engine.metrics`), as the parts that measure see it."""
+
+    @property
+    def enabled(self) -> bool: ...
+
+    def polled(self, claimed: Sequence[ClaimedJob], seconds: float) -> None: ...
+
+    def written(
+        self,
+        outcomes: Sequence[Outcome],
+        fenced: set[uuid.UUID],
+        timed_out: set[tuple[uuid.UUID, int]],
+        seconds: float,
+    ) -> None: ...
 
 
 class WorkerHost(Protocol):
@@ -227,6 +254,9 @@ class WorkerHost(Protocol):
     def liveness(self) -> LivenessFace: ...
 
     @property
+    def meter(self) -> MeterFace: ...
+
+    @property
     def draining(self) -> bool: ...
 
     def wakeup(self) -> None: ...
@@ -247,6 +277,7 @@ __all__ = [
     "CompleterFace",
     "Gate",
     "LivenessFace",
+    "MeterFace",
     "PeriodicTask",
     "ProducerFace",
     "RunnerFace",

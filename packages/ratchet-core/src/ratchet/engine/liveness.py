@@ -32,7 +32,6 @@ import socket
 import threading
 import time
 import uuid
-from dataclasses import dataclass
 from dataclasses import replace as dc_replace
 from datetime import datetime, timedelta
 from typing import TYPE_CHECKING, Any
@@ -52,6 +51,7 @@ from ratchet.domain.watcher import (
     heartbeat_delay,
 )
 from ratchet.engine.context import log_about
+from ratchet.engine.stats import LivenessStats
 from ratchet.events import EventKind, JobEvent
 from ratchet.ports import WatcherStore
 from ratchet.targets import TargetRef
@@ -108,32 +108,6 @@ def watcher_store(store: Any) -> WatcherStore | None:
         return None
     found = capability(WatcherStore)
     return found if isinstance(found, WatcherStore) else None
-
-
-@dataclass
-class LivenessStats:
-    """Counters of one worker's liveness support (metrics)."""
-
-    beats: int = 0
-    watcher_passes: int = 0
-    nodes_declared_dead: int = 0
-    """Node incarnations this worker marked DEAD (silent, or its own previous ones)."""
-    revoked: int = 0
-    stalled: int = 0
-    orphaned: int = 0
-    expired: int = 0
-    """TIMED_OUT jobs this worker's watcher failed (retry or DLQ) because nobody took them."""
-    taken_over: int = 0
-    revived: int = 0
-    fenced_progress: int = 0
-    """Runs whose progress write was refused (FencedOut): stopped, outcome discarded."""
-    restarts: int = 0
-    """Times this worker found itself DEAD and continued as a new incarnation."""
-    handed_back: int = 0
-    drain_stops: int = 0
-    """Attempts that stopped on the drain's request and were handed back instead of failing."""
-    clock_skew: timedelta | None = None
-    """Last measured difference between this node's clock and the database's."""
 
 
 class ProgressChannel:

@@ -12,6 +12,7 @@ from __future__ import annotations
 import functools
 import heapq
 import threading
+import time
 from collections.abc import Callable, Sequence
 from datetime import datetime
 from typing import TYPE_CHECKING, Any
@@ -78,7 +79,10 @@ class Producer:
             if free <= 0:
                 worker.liveness.refill()  # keep the prefetch reservations topped up
             return []
+        started = time.perf_counter()
         claimed = worker.liveness.acquire(min(free, worker.config.batch_size))
+        if worker.meter.enabled:
+            worker.meter.polled(claimed, time.perf_counter() - started)
         worker.stats.polls += 1
         worker.stats.claimed += len(claimed)
         worker.slots.claimed(claimed)

@@ -58,6 +58,7 @@ from ratchet.targets import TargetRef, check_arguments, resolve_attribute
 if TYPE_CHECKING:
     from ratchet.config import RatchetConfig
     from ratchet.engine.host import WorkerHost
+    from ratchet.engine.security import Protection
     from ratchet.plugins import Plugins
     from ratchet.ports import ClassPolicy, Clock, ClusterCoordinator, Store, Tracer
 
@@ -213,7 +214,9 @@ class RecurringJobBuilder:
         self._cron = cron
         self._zone = zone
         self._ref = ref
-        self._payload = encode_payload(args, kwargs, app.config.max_payload_bytes, enums=app.enums)
+        self._payload = app.protection.seal_payload(
+            encode_payload(args, kwargs, app.config.max_payload_bytes, enums=app.enums)
+        )
         self._options = JobOptions()
         self._tags: tuple[str, ...] = ()
         self._business_key: str | None = None
@@ -550,6 +553,7 @@ class RecurringMixin:
         plugins: Plugins
         node_name: str
         tracer: Tracer | None
+        protection: Protection
 
         def emit(self, event: JobEvent) -> None: ...
 

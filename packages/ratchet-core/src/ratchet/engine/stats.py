@@ -1,9 +1,10 @@
-"""A worker's counters."""
+"""A worker's counters (its own, and its liveness support's)."""
 
 from __future__ import annotations
 
 import uuid
 from dataclasses import dataclass, field
+from datetime import timedelta
 
 
 @dataclass
@@ -30,6 +31,8 @@ class WorkerStats:
     """Results of attempts that had already been recorded as timed out (or handed back)."""
     cancellations_delivered: int = 0
     """``cancel_job(id, interrupt=True)`` requests that reached a running attempt here."""
+    wakeups_received: int = 0
+    """Wake-up hints the coordinator delivered to this worker."""
     by_job: dict[uuid.UUID, str] = field(default_factory=lambda: RecentOutcomes(10_000))
     """How the most recent jobs ended here (the last 10,000; older ones are forgotten)."""
 
@@ -50,3 +53,29 @@ class RecentOutcomes(dict[uuid.UUID, str]):
 
 
 __all__ = ["RecentOutcomes", "WorkerStats"]
+
+
+@dataclass
+class LivenessStats:
+    """Counters of one worker's liveness support (metrics)."""
+
+    beats: int = 0
+    watcher_passes: int = 0
+    nodes_declared_dead: int = 0
+    """Node incarnations this worker marked DEAD (silent, or its own previous ones)."""
+    revoked: int = 0
+    stalled: int = 0
+    orphaned: int = 0
+    expired: int = 0
+    """TIMED_OUT jobs this worker's watcher failed (retry or DLQ) because nobody took them."""
+    taken_over: int = 0
+    revived: int = 0
+    fenced_progress: int = 0
+    """Runs whose progress write was refused (FencedOut): stopped, outcome discarded."""
+    restarts: int = 0
+    """Times this worker found itself DEAD and continued as a new incarnation."""
+    handed_back: int = 0
+    drain_stops: int = 0
+    """Attempts that stopped on the drain's request and were handed back instead of failing."""
+    clock_skew: timedelta | None = None
+    """Last measured difference between this node's clock and the database's."""

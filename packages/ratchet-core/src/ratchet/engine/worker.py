@@ -25,15 +25,17 @@ from datetime import datetime, timedelta
 from typing import TYPE_CHECKING, Any
 
 from ratchet.config import WorkerConfig
-from ratchet.domain.errors import StoreUnavailable
+from ratchet.domain.errors import LifecycleHookError, StoreUnavailable
 from ratchet.domain.model import ClaimedJob, Outcome
 from ratchet.domain.polling import AdaptivePollingStrategy
+from ratchet.domain.text import describe_error
 from ratchet.engine.assembly import assemble_worker
 from ratchet.engine.attempts import AttemptRunner
 from ratchet.engine.completer import Completer
 from ratchet.engine.context import install_log_record_factory
 from ratchet.engine.host import Gate, PeriodicTask
 from ratchet.engine.liveness import Liveness, new_node_id
+from ratchet.engine.metrics import Meter, MetricsSampler
 from ratchet.engine.outages import OutageLog
 from ratchet.engine.producer import Producer
 from ratchet.engine.slots import SlotTable
@@ -74,6 +76,10 @@ class Worker:
         """Every attempt confirms the job is still this node's right before it starts."""
         self.gates: list[Gate]
         """Checked in order before every attempt."""
+        self.meter: Meter
+        """Measurements for the metrics hooks (nothing while no plugin implements them)."""
+        self.sampler: MetricsSampler
+        """Samples the gauges for the metrics hooks (one of the periodic tasks)."""
         self.runner: AttemptRunner
         self.completer: Completer
         self.producer: Producer
@@ -90,6 +96,7 @@ class Worker:
         self._draining = threading.Event()
         self._maintenance: threading.Thread | None = None
         self._started = False
+        self._stop_notified = False
 
     @property
     def strategy(self) -> AdaptivePollingStrategy:
@@ -98,9 +105,21 @@ class Worker:
 
     # ------------------------------------------------------------------ lifecycle
     def start(self) -> None:
-        """Register the node and start the poller, writer and maintenance threads."""
+        """Register the node and start the poller, writer and maintenance threads.
+
+        The ``ratchet_worker_starting`` hooks run first, ``ratchet_worker_started`` after.
+
+        :raises LifecycleHookError: a starting hook raised; nothing was started or registered.
+        """
         if self._started:
             return
+        try:
+            self.app.plugins.worker_starting(self)
+        except Exception as exc:
+            raise LifecycleHookError(
+                f"worker {self.node_id} did not start: a ratchet_worker_starting hook raised "
+                f"{describe_error(exc)}"
+            ) from exc
         self._started = True
         install_log_record_factory()
         self.liveness.start()  # registers this incarnation, then heart-beats
@@ -118,6 +137,7 @@ class Worker:
             self.config.concurrency,
             self.store.location,
         )
+        self.app.plugins.notify_worker("ratchet_worker_started", self)
 
     def run(self, *, install_signal_handlers: bool = True) -> None:
         """Start, then block until SIGTERM / SIGINT (or :meth:`request_stop`), then drain."""
@@ -151,7 +171,15 @@ class Worker:
         return self._draining.is_set()
 
     def stop(self, timeout: timedelta | None = None) -> None:
-        """Drain: stop claiming, wait for running jobs (bounded), hand the rest back, deregister."""
+        """Drain: stop claiming, wait for running jobs (bounded), hand the rest back, deregister.
+
+        A started worker calls ``ratchet_worker_stopping`` first and ``ratchet_worker_stopped``
+        last (once each, however often it is stopped).
+        """
+        notify = self._started and not self._stop_notified
+        self._stop_notified = True
+        if notify:
+            self.app.plugins.notify_worker("ratchet_worker_stopping", self)
         self._draining.set()
         self._stopping.set()
         self.liveness.begin_drain()  # DRAINING; running attempts are asked to stop
@@ -165,6 +193,7 @@ class Worker:
         self.completer.stop(deadline)
         if self._maintenance is not None:
             self._maintenance.join(timeout=max(1.0, deadline - time.monotonic()))
+        self.sampler.stop(self)
         try:
             self.liveness.hand_back()
         except StoreUnavailable:
@@ -180,6 +209,8 @@ class Worker:
         self.app.beans.clear()
         self.runner.forget_targets()
         log.info("worker %s stopped", self.node_id)
+        if notify:
+            self.app.plugins.notify_worker("ratchet_worker_stopped", self)
 
     def wait_until(self, predicate: Callable[[], bool], timeout: float) -> bool:
         """Block until ``predicate()`` holds (checked again whenever a run ends or an outcome
@@ -192,6 +223,7 @@ class Worker:
 
     # ------------------------------------------------------------------ the parts' public faces
     def _on_hint(self, hint: WakeupHint) -> None:
+        self.stats.wakeups_received += 1
         self.wakeup()
 
     def wakeup(self) -> None:

@@ -103,7 +103,11 @@ def resolve_stored(app: AppHost, text: str) -> Callable[..., Any]:
 def flow_resolver(app: AppHost) -> FlowResolver:
     """What the app passes to every store call that can end jobs: branch predicates and the
     enum classes of the results they read, both resolved under the app's class policy."""
-    return FlowResolver(predicate=functools.partial(resolve_stored, app), enum=app.enums)
+    return FlowResolver(
+        predicate=functools.partial(resolve_stored, app),
+        enum=app.enums,
+        reveal=app.protection.open_result,
+    )
 
 
 # ---------------------------------------------------------------------------------------------
@@ -155,7 +159,7 @@ def make_step(
     payload = encode_payload(
         list(args), dict(kwargs), app.config.max_payload_bytes, enums=app.enums
     )
-    return Step(ref, payload)
+    return Step(ref, app.protection.seal_payload(payload))
 
 
 def predicate_condition(
@@ -174,7 +178,9 @@ def check_signal_wait(key: str, timeout: timedelta) -> tuple[str, timedelta]:
 
 
 def later_job(template: NewJob, app: AppHost, step: Step, now: datetime) -> NewJob:
-    """A WAITING job of a flow: the head's options, its own target, arguments, id and key."""
+    """A WAITING job of a flow: the head's options (its caller principal too), its own
+    target, arguments, id and key."""
+    app.guard.create(str(step.ref), template.caller_principal)
     return dc_replace(
         template,
         job_id=app.new_id(),

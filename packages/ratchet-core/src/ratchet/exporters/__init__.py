@@ -1,2 +1,3 @@
-"""Exporters of what Ratchet observes (traces: :mod:`ratchet.exporters.otel`); each imports its
+"""Exporters of what Ratchet observes (metrics of :mod:`ratchet.metrics`:
+:mod:`ratchet.exporters.prometheus`; traces: :mod:`ratchet.exporters.otel`); each imports its
 third-party library only when used."""

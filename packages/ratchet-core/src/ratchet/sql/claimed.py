@@ -44,6 +44,7 @@ DEFINITIONS = select(
     J.c.tags,
     J.c.executor,
     J.c.resource_name,
+    J.c.caller_principal,
     J.c.trace_context,
     has_flow_effects(J).label("flow_effects"),
 ).where(J.c.job_id.in_(bindparam("ids", expanding=True)))
@@ -90,6 +91,7 @@ def claimed_job(
         resource_name=d.resource_name,
         takeovers=takeovers,
         flow_effects=bool(d.flow_effects),
+        caller_principal=d.caller_principal,
         trace_context=d.trace_context,
     )
 

@@ -37,6 +37,7 @@ from typing import Any
 from sqlalchemy import Integer, Select, bindparam, delete, func, insert, select, union_all, update
 from sqlalchemy.engine import Connection, Dialect
 
+from ratchet.domain.envelope import envelope_key_id
 from ratchet.domain.errors import DuplicateIdempotencyKeyError
 from ratchet.domain.lifecycle import JobPriority, JobStatus
 from ratchet.domain.model import ClaimedJob, NewJob, Outcome, OutcomeKind
@@ -235,6 +236,7 @@ JOB_COLUMNS = (
     "job_id", "target", "payload", "priority", "max_retries", "backoff_policy", "backoff_ms",
     "timeout_ms", "params", "tags", "idempotency_key", "business_key", "executor",
     "created_at", "attempts", "resource_name", "recurring_master_id", "stall_timeout_ms",
+    "caller_principal", "encryption_key_id",
     "trace_context",
 )  # fmt: skip
 QUEUE_COLUMNS = ("job_id", "status", "priority", "scheduled_time", "attempts", "epoch",
@@ -285,6 +287,8 @@ def submit_rows(
                 j.resource_name,
                 None if j.recurring_master_id is None else db_uuid(j.recurring_master_id),
                 None if j.stall_timeout is None else _ms(j.stall_timeout),
+                j.caller_principal,
+                envelope_key_id(j.payload),
                 j.trace_context,
             )
         )

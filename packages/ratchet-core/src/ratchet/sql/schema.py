@@ -8,6 +8,8 @@ jobs" needs no partial index on any database.
 
 from __future__ import annotations
 
+from typing import Any
+
 from sqlalchemy import (
     BigInteger,
     Boolean,
@@ -21,11 +23,20 @@ from sqlalchemy import (
     Table,
     Text,
     UniqueConstraint,
+    text,
 )
 
 from ratchet.sql.types import UTCMicros, UUIDType
 
 metadata = MetaData()
+
+
+def _not_null(column: str) -> dict[str, Any]:
+    """The options of a partial index over the rows where ``column`` is set (PostgreSQL,
+    SQLite; MySQL has no partial indexes and indexes every row)."""
+    where = text(f"{column} IS NOT NULL")
+    return {"postgresql_where": where, "sqlite_where": where}
+
 
 job = Table(
     "scheduler_job",
@@ -69,10 +80,25 @@ job = Table(
     Column("checkpoint_data", Text, nullable=True),
     Column("checkpoint_epoch", Integer, nullable=True),
     Column("checkpoint_at", UTCMicros(), nullable=True),
-    Column("trace_context", String(1024), nullable=True),  # migration 0010 (tracing)
+    # migration 0010 (security): who submitted the job, the key sealing its arguments
+    Column("caller_principal", String(255), nullable=True),
+    Column("encryption_key_id", String(128), nullable=True),
+    Column("trace_context", String(1024), nullable=True),  # migration 0013 (tracing)
     Index("idx_job_terminal", "terminal_status", "terminated_at"),
     Index("idx_job_recurring_master", "recurring_master_id"),
     Index("idx_job_batch", "batch_id"),
+    Index("idx_job_encryption_key_id", "encryption_key_id"),
+    Index("idx_job_depends_on", "depends_on"),  # migration 0011 (retention)
+    # migration 0012 (query): keyset pages per filter; partial where most rows are NULL
+    # (the master and batch pages are not made on MySQL, whose indexes end with the key)
+    Index("idx_job_status_page", "terminal_status", "job_id", **_not_null("terminal_status")),
+    Index("idx_job_target_page", "target", "job_id"),
+    Index("idx_job_business_key_page", "business_key", "job_id", **_not_null("business_key")),
+    Index(
+        "idx_job_master_page", "recurring_master_id", "job_id", **_not_null("recurring_master_id")
+    ),
+    Index("idx_job_batch_page", "batch_id", "job_id", **_not_null("batch_id")),
+    Index("idx_job_chain", "chain_id", **_not_null("chain_id")),
 )
 
 job_queue = Table(
@@ -104,6 +130,7 @@ job_queue = Table(
     Index("idx_queue_waiting_for", "waiting_for"),
     Index("idx_queue_signal_key", "signal_key", "status"),
     Index("idx_queue_signal_deadline", "signal_deadline"),
+    Index("idx_queue_status_page", "status", "job_id"),  # migration 0011
 )
 
 job_tag = Table(
@@ -111,7 +138,7 @@ job_tag = Table(
     metadata,
     Column("job_id", UUIDType(), ForeignKey("scheduler_job.job_id"), primary_key=True),
     Column("tag", String(64), primary_key=True),
-    Index("idx_job_tag_tag", "tag"),
+    Index("idx_job_tag_page", "tag", "job_id"),  # migration 0011
 )
 
 idempotency_key = Table(
@@ -120,6 +147,7 @@ idempotency_key = Table(
     Column("idempotency_key", String(64), primary_key=True),
     Column("job_id", UUIDType(), nullable=False),
     Column("created_at", UTCMicros(), nullable=False),
+    Index("idx_idempotency_created", "created_at"),  # migration 0011 (retention)
 )
 
 job_execution = Table(
@@ -287,3 +315,54 @@ cancel_request = Table(
 """``cancel_job(id, interrupt=True)`` on a RUNNING job: the attempt ``(job_id, epoch)`` on
 ``node_id`` must stop. The job itself is already CANCELED; the owner takes the row within one
 poll and sets the attempt's cancellation request."""
+
+# -- job logs and the job archive (migration 0011, after the workflows revision 0005) --------------------------
+
+job_log = Table(
+    "scheduler_job_log",
+    metadata,
+    Column("job_id", UUIDType(), primary_key=True),
+    Column("epoch", Integer, primary_key=True),
+    Column("seq", Integer, primary_key=True),
+    Column("attempt_no", Integer, nullable=False),
+    Column("logged_at", UTCMicros(), nullable=False),
+    Column("level", String(8), nullable=False),
+    Column("message", Text, nullable=False),
+    Index("idx_job_log_logged_at", "logged_at"),
+)
+"""One row per line a job wrote through ``context.logger()``: ``(job_id, epoch)`` is the
+attempt, ``seq`` the line's position in it. Removed with the job, or after ``job_log_days``."""
+
+job_archive = Table(
+    "scheduler_job_archive",
+    metadata,
+    Column("job_id", UUIDType(), primary_key=True),
+    Column("final_status", String(16), nullable=False),
+    Column("target", String(512), nullable=False),
+    Column("payload", Text, nullable=False),
+    Column("result", Text, nullable=True),
+    Column("final_error", Text, nullable=True),
+    Column("priority", SmallInteger, nullable=False),
+    Column("attempts", Integer, nullable=False),
+    Column("max_retries", Integer, nullable=False),
+    Column("tags", Text, nullable=True),
+    Column("params", Text, nullable=True),
+    Column("idempotency_key", String(64), nullable=False),
+    Column("business_key", String(255), nullable=True),
+    Column("executor", String(64), nullable=True),
+    Column("job_type", String(16), nullable=True),
+    Column("batch_id", UUIDType(), nullable=True),
+    Column("chain_id", UUIDType(), nullable=True),
+    Column("depends_on", UUIDType(), nullable=True),
+    Column("recurring_master_id", UUIDType(), nullable=True),
+    Column("superseded_by", UUIDType(), nullable=True),
+    Column("created_at", UTCMicros(), nullable=False),
+    Column("terminated_at", UTCMicros(), nullable=True),
+    Column("archived_at", UTCMicros(), nullable=False),
+    Column("archived_by", String(128), nullable=False),
+    Column("attempt_history", Text, nullable=True),
+    Index("idx_job_archive_status", "final_status", "terminated_at"),
+    Index("idx_job_archive_archived_at", "archived_at"),
+)
+"""Removed jobs, when archival is on: the definition, the outcome and the attempt history (a
+JSON array). Log lines are not archived (their own retention is shorter)."""

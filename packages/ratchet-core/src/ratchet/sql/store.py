@@ -6,6 +6,7 @@ while the job is RUNNING under that node and epoch, checked inside the same tran
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import logging
 import os
@@ -30,6 +31,7 @@ from sqlalchemy import (
 from sqlalchemy.engine import Connection, Engine, Row, make_url
 from sqlalchemy.exc import DBAPIError, SQLAlchemyError
 
+from ratchet.domain.envelope import envelope_key_id
 from ratchet.domain.errors import (
     DuplicateBusinessKeyError,
     DuplicateIdempotencyKeyError,
@@ -64,9 +66,13 @@ from ratchet.sql.hotpaths import (
     insert_results,
     plan_outcomes,
 )
+from ratchet.sql.key_usage import EncryptionKeyStoreMixin
+from ratchet.sql.metrics_store import QueueGaugeStoreMixin
 from ratchet.sql.permits import PermitStoreMixin
 from ratchet.sql.pool import ping_when_idle
+from ratchet.sql.query_store import QueryStoreMixin
 from ratchet.sql.recurring_store import RecurringStoreMixin
+from ratchet.sql.retention_store import RetentionStoreMixin
 from ratchet.sql.watcher_store import CHUNK, WatcherStoreMixin
 from ratchet.sql.workflow_store import REFUSE_ALL, WorkflowStoreMixin
 
@@ -106,11 +112,15 @@ def describe_location(url: str) -> str:
 
 
 class SqlStore(
+    EncryptionKeyStoreMixin,
+    QueueGaugeStoreMixin,
+    QueryStoreMixin,
     PermitStoreMixin,
     CancellationStoreMixin,
     WorkflowStoreMixin,
     RecurringStoreMixin,
     WatcherStoreMixin,
+    RetentionStoreMixin,
 ):
     """A :class:`~ratchet.ports.Store` over SQLAlchemy Core."""
 
@@ -379,6 +389,8 @@ class SqlStore(
             "resource_name": j.resource_name,
             "recurring_master_id": j.recurring_master_id,
             "stall_timeout_ms": _ms(j.stall_timeout),
+            "caller_principal": j.caller_principal,
+            "encryption_key_id": envelope_key_id(j.payload),
             "trace_context": j.trace_context,
             "created_at": j.created_at,
             "attempts": 0,
@@ -665,12 +677,7 @@ class SqlStore(
     def retry_jobs(self, job_filter: JobFilter, limit: int, *, now: datetime) -> int:
         if not 1 <= limit <= 1000:
             raise InvalidJobOptions(f"retry_jobs limit must be within 1..1000, got {limit}")
-        failed_only = JobFilter(
-            statuses=(JobStatus.FAILED,),
-            tag=job_filter.tag,
-            target=job_filter.target,
-            created_before=job_filter.created_before,
-        )
+        failed_only = dataclasses.replace(job_filter, statuses=(JobStatus.FAILED,))
 
         def work(conn: Connection) -> int:
             ids = list(conn.execute(self._filter_select(failed_only, limit, J.c.job_id)).scalars())
@@ -725,6 +732,8 @@ class SqlStore(
             stmt = stmt.where(J.c.target == job_filter.target)
         if job_filter.created_before:
             stmt = stmt.where(J.c.created_at < job_filter.created_before)
+        if job_filter.caller_principal is not None:
+            stmt = stmt.where(J.c.caller_principal == job_filter.caller_principal)
         return stmt.order_by(J.c.job_id.desc()).limit(limit)
 
     def _record_cols(self) -> list[Any]:
@@ -773,6 +782,8 @@ class SqlStore(
             stall_timeout=(
                 None if r.stall_timeout_ms is None else timedelta(milliseconds=r.stall_timeout_ms)
             ),
+            caller_principal=r.caller_principal,
+            encryption_key_id=r.encryption_key_id,
         )
 
     def get_job(self, job_id: uuid.UUID) -> JobRecord | None:

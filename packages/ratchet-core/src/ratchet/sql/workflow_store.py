@@ -693,7 +693,7 @@ class WorkflowStoreMixin:
             result = JobResult(
                 parent.job_id,
                 parent.status is JobStatus.SUCCEEDED,
-                _safe_decode(parent.result, resolve.enum),
+                _safe_decode(parent.result, resolve),
                 parent.error,
                 parent.started_at,
                 parent.finished_at,
@@ -870,11 +870,11 @@ def _batch_ctx(row: Row[Any]) -> BatchContext:
     )
 
 
-def _safe_decode(text: str | None, resolve_enum: Callable[[str], type[Any]]) -> Any:
+def _safe_decode(text: str | None, resolve: FlowResolver) -> Any:
     from ratchet.serialization import decode_result
 
     try:
-        return decode_result(text, resolve_enum)
+        return decode_result(resolve.reveal(text), resolve.enum)
     except Exception:
         return text
 

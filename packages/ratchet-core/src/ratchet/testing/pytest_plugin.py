@@ -5,7 +5,8 @@ Load it with ``-p ratchet.testing.pytest_plugin``. It provides:
 * ``--run-slow`` (or ``RATCHET_RUN_SLOW=1``): tests marked ``slow`` are skipped without it.
 * ``--require-backends=postgres,mysql`` (or ``RATCHET_REQUIRE_BACKENDS``; the option wins;
   ``all`` means every backend): a backend fixture that cannot provide its server then FAILS
-  the test instead of skipping it. Backends: sqlite, postgres, mysql, redis.
+  the test instead of skipping it. Backends: sqlite, postgres, mysql, redis, prometheus.
+* ``prometheus_factory``: starts a throwaway Prometheus scraping the given targets.
 * session fixtures ``postgres_server``, ``mariadb_server`` and ``redis_server``: a throwaway
   server from :mod:`ratchet.testing.servers`, started the first time a test asks for it and
   cleaned up at session end. ``RATCHET_TEST_POSTGRES_URL`` / ``RATCHET_TEST_MYSQL_URL`` /
@@ -25,11 +26,12 @@ from ratchet.testing.servers import (
     ExternalServer,
     MariaDBServer,
     PostgresServer,
+    PrometheusServer,
     RedisServer,
     ServerError,
 )
 
-BACKENDS: tuple[str, ...] = ("sqlite", "postgres", "mysql", "redis")
+BACKENDS: tuple[str, ...] = ("sqlite", "postgres", "mysql", "redis", "prometheus")
 _TRUE = {"1", "true", "yes", "on"}
 _required_key = pytest.StashKey[frozenset[str]]()
 _S = TypeVar("_S", PostgresServer, MariaDBServer, RedisServer)
@@ -38,6 +40,7 @@ _MARKERS = (
     "postgres: needs a PostgreSQL server (started by the test run)",
     "mysql: needs a MariaDB/MySQL server (started by the test run)",
     "redis: needs a Redis server (started by the test run)",
+    "prometheus: needs the prometheus binary (the test starts its own server)",
     "slow: long-running test; run on demand with --run-slow or RATCHET_RUN_SLOW=1",
 )
 
@@ -56,7 +59,8 @@ def pytest_addoption(parser: pytest.Parser) -> None:
         default=None,
         metavar="LIST",
         help=(
-            "comma list of backends (sqlite,postgres,mysql,redis or 'all') whose servers must "
+            "comma list of backends (sqlite,postgres,mysql,redis,prometheus or 'all') whose "
+            "servers must "
             "be available: their fixtures fail instead of skipping "
             "(default: $RATCHET_REQUIRE_BACKENDS)"
         ),
@@ -178,3 +182,26 @@ def redis_server(
 ) -> Iterator[RedisServer | ExternalServer]:
     """A Redis server for the session (or ``RATCHET_TEST_REDIS_URL``)."""
     yield from _server_fixture(request, "redis", "RATCHET_TEST_REDIS_URL", None, RedisServer)
+
+
+@pytest.fixture
+def prometheus_factory(
+    request: pytest.FixtureRequest,
+) -> Iterator[Callable[..., PrometheusServer]]:
+    """``start(targets, scrape_interval=0.5)``: a started throwaway Prometheus scraping
+    ``targets`` (``host:port`` strings), cleaned up after the test. When the server cannot start
+    the test skips, or fails if ``prometheus`` is a required backend."""
+    started: list[PrometheusServer] = []
+
+    def start(targets: list[str], scrape_interval: float = 0.5) -> PrometheusServer:
+        server = PrometheusServer(targets, scrape_interval=scrape_interval)
+        started.append(server)
+        try:
+            return server.start()
+        except (ServerError, OSError) as exc:
+            server.cleanup()
+            backend_unavailable(request.config, "prometheus", f"{type(exc).__name__}: {exc}")
+
+    yield start
+    for server in started:
+        server.cleanup()

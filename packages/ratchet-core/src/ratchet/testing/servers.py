@@ -1,4 +1,4 @@
-"""Throwaway PostgreSQL, MariaDB and Redis servers for tests (standard library only).
+"""Throwaway PostgreSQL, MariaDB, Redis and Prometheus servers for tests (standard library only).
 
 Each server class starts a private instance from the locally installed (Debian-package)
 binaries: data in a fresh temporary directory, listening on 127.0.0.1 only, on a free port,
@@ -47,6 +47,7 @@ __all__ = [
     "MariaDBServer",
     "PostgresBinaries",
     "PostgresServer",
+    "PrometheusServer",
     "RedisBinaries",
     "RedisServer",
     "ServerError",
@@ -54,6 +55,7 @@ __all__ = [
     "ServerUnavailable",
     "find_mariadb_binaries",
     "find_postgres_binaries",
+    "find_prometheus_binary",
     "find_redis_binaries",
     "free_port",
 ]
@@ -257,6 +259,17 @@ def find_redis_binaries() -> RedisBinaries:
             f"'redis-server' (it brings 'redis-tools'), {_INSTALL_HINT}."
         )
     return RedisBinaries(server=Path(server), cli=Path(cli))
+
+
+def find_prometheus_binary() -> Path:
+    """Locate the ``prometheus`` server, or raise :class:`ServerUnavailable`."""
+    found = _which("prometheus")
+    if found is None:
+        raise ServerUnavailable(
+            f"the prometheus binary was not found. Install the Debian package 'prometheus', "
+            f"{_INSTALL_HINT}."
+        )
+    return Path(found)
 
 
 # --------------------------------------------------------------------------- processes
@@ -1169,6 +1182,97 @@ class RedisServer(_ManagedServer):
                 proc.wait(5)
         if proc.poll() is None:
             proc.send_signal(self.stop_signal)
+
+
+class PrometheusServer(_ManagedServer):
+    """A throwaway Prometheus scraping ``targets`` (``host:port`` of ``/metrics`` endpoints)
+    every ``scrape_interval`` seconds, its TSDB in the temporary directory.
+
+    :meth:`query` runs an instant PromQL query through the HTTP API (``/api/v1/query``).
+    """
+
+    kind = "prometheus"
+    scheme = "http"
+    package = "prometheus"
+
+    def __init__(
+        self,
+        targets: Iterable[str],
+        *,
+        scrape_interval: float = 0.5,
+        job: str = "ratchet",
+        port: int | None = None,
+        base_dir: str | os.PathLike[str] | None = None,
+        startup_timeout: float = DEFAULT_STARTUP_TIMEOUT,
+    ) -> None:
+        super().__init__(port=port, base_dir=base_dir, startup_timeout=startup_timeout)
+        self.targets = tuple(targets)
+        self.scrape_interval = scrape_interval
+        self.job = job
+
+    @property
+    def database(self) -> str:
+        return ""
+
+    def url(self, driver: str | None = None) -> str:
+        return f"http://{self.host}:{self.port}"
+
+    def find_binaries(self) -> Path:
+        return find_prometheus_binary()
+
+    def _initialize(self, directory: Path) -> None:
+        interval = f"{max(1, round(self.scrape_interval * 1000))}ms"
+        targets = ", ".join(f'"{t}"' for t in self.targets)
+        (directory / "prometheus.yml").write_text(
+            "global:\n"
+            f"  scrape_interval: {interval}\n"
+            f"  evaluation_interval: {interval}\n"
+            "scrape_configs:\n"
+            f"  - job_name: {self.job}\n"
+            f"    scrape_interval: {interval}\n"
+            f"    scrape_timeout: {interval}\n"
+            f"    static_configs:\n"
+            f"      - targets: [{targets}]\n"
+        )
+        (directory / "data").mkdir(exist_ok=True)
+
+    def _command(self, directory: Path) -> list[str]:
+        return [
+            str(self.find_binaries()),
+            f"--config.file={directory / 'prometheus.yml'}",
+            f"--storage.tsdb.path={directory / 'data'}",
+            f"--web.listen-address={LOCALHOST}:{self._port}",
+            "--log.level=warn",
+        ]
+
+    def _ping(self) -> bool:
+        return self._get("/-/ready") is not None
+
+    def _get(self, path: str, timeout: float = 5.0) -> bytes | None:
+        import urllib.error
+        import urllib.request
+
+        try:
+            with urllib.request.urlopen(f"{self.url()}{path}", timeout=timeout) as response:
+                return bytes(response.read()) if response.status == 200 else None
+        except (OSError, urllib.error.URLError):
+            return None
+
+    def query(self, expr: str) -> list[dict[str, object]]:
+        """The result vector of the instant query ``expr`` (``[]`` when it matches nothing).
+
+        :raises ServerError: Prometheus did not answer, or answered with an error.
+        """
+        import json
+        from urllib.parse import urlencode
+
+        body = self._get(f"/api/v1/query?{urlencode({'query': expr})}")
+        if body is None:
+            raise ServerError(f"prometheus at {self.url()} did not answer the query {expr!r}")
+        answer = json.loads(body)
+        if answer.get("status") != "success":
+            raise ServerError(f"prometheus refused the query {expr!r}: {answer}")
+        return list(answer["data"]["result"])
 
 
 # --------------------------------------------------------------------------- external

@@ -5,7 +5,7 @@ One nullable text column on the job's definition row (``scheduler_job.trace_cont
 by the claim, so that a worker parents the attempt's span on the trace that submitted the job.
 The hot queue table does not change.
 
-Revision ID: 0010
+Revision ID: 0014
 Revises: 0001
 Create Date: 2026-12-01
 """
@@ -15,7 +15,7 @@ from __future__ import annotations
 import sqlalchemy as sa
 from alembic import op
 
-revision = "0010"
+revision = "0014"
 down_revision = "0001"
 branch_labels = ("tracing",)
 depends_on = None

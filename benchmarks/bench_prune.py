@@ -1,0 +1,306 @@
+"""Retention on PostgreSQL: prune 1,000,000 ended jobs while a worker processes jobs.
+
+Run on demand::
+
+    uv run python benchmarks/bench_prune.py [--runs 3] [--rows 1000000] [--url postgresql://...]
+
+Without ``--url`` it starts a throwaway PostgreSQL (default durability: fsync and
+synchronous_commit on) on loopback. Each run uses a fresh database holding ``--rows`` jobs that
+ended 100 days ago (each with a tag, an idempotency key and an attempt row) and a backlog of
+pending no-op jobs. A worker loop in a child process claims 50 jobs and records them SUCCEEDED,
+over and over, timing every claim. First it runs ``--baseline`` seconds alone; then
+``app.retention.run()`` removes the ended jobs in this process while the worker goes on. The
+report compares the claim's p50 / p99 and the worker's throughput during the prune with the
+baseline, then shows table and index sizes before, after the prune, after ``VACUUM (ANALYZE)``
+and after ``VACUUM FULL``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import multiprocessing
+import os
+import platform
+import statistics
+import time
+import uuid
+from collections.abc import Iterator
+from contextlib import contextmanager
+from datetime import UTC, datetime, timedelta
+from typing import Any
+
+TABLES = (
+    "scheduler_job",
+    "scheduler_job_execution",
+    "scheduler_job_tag",
+    "scheduler_idempotency_key",
+    "scheduler_job_queue",
+)
+
+
+def _libpq(url: str) -> str:
+    return url.replace("postgresql+psycopg://", "postgresql://", 1)
+
+
+@contextmanager
+def database(server_url: str) -> Iterator[str]:
+    """A fresh, migrated database on the server (dropped afterwards)."""
+    from bench_postgres import Bench
+
+    bench = Bench(server_url)
+    try:
+        with bench.database() as url:
+            yield url
+    finally:
+        bench.admin.close()
+
+
+def seed(url: str, ended: int, pending: int) -> None:
+    """``ended`` SUCCEEDED jobs (100 days old) with their rows, and ``pending`` due jobs."""
+    import psycopg
+
+    now = datetime.now(UTC)
+    ended_at = int((now - timedelta(days=100)).timestamp() * 1e6)
+    due = int((now - timedelta(minutes=1)).timestamp() * 1e6)
+    with psycopg.connect(_libpq(url), autocommit=True) as conn:
+        conn.execute(
+            "INSERT INTO scheduler_job (job_id, target, payload, priority, max_retries,"
+            " backoff_policy, backoff_ms, tags, idempotency_key, created_at, attempts,"
+            " terminal_status, terminated_at)"
+            " SELECT gen_random_uuid(), 'bench_jobs:noop', '{\"args\":[],\"kwargs\":{}}', 2, 0,"
+            " 'NONE', 0, '[\"bench\"]', 'e' || g, %(t)s - 5000000, 0, 'SUCCEEDED', %(t)s + g"
+            " FROM generate_series(1, %(n)s) g",
+            {"n": ended, "t": ended_at},
+        )
+        conn.execute(
+            "INSERT INTO scheduler_job_tag (job_id, tag) SELECT job_id, 'bench' FROM"
+            " scheduler_job WHERE terminal_status = 'SUCCEEDED'"
+        )
+        conn.execute(
+            "INSERT INTO scheduler_idempotency_key (idempotency_key, job_id, created_at)"
+            " SELECT idempotency_key, job_id, created_at FROM scheduler_job"
+        )
+        conn.execute(
+            "INSERT INTO scheduler_job_execution (job_id, attempt_no, epoch, node_id,"
+            " started_at, finished_at, outcome) SELECT job_id, 1, 1, 'seed', created_at,"
+            " terminated_at, 'SUCCEEDED' FROM scheduler_job"
+        )
+        conn.execute(
+            "INSERT INTO scheduler_job (job_id, target, payload, priority, max_retries,"
+            " backoff_policy, backoff_ms, idempotency_key, created_at, attempts)"
+            " SELECT gen_random_uuid(), 'bench_jobs:noop', '{\"args\":[],\"kwargs\":{}}', 2, 0,"
+            " 'NONE', 0, 'p' || g, %(t)s, 0 FROM generate_series(1, %(n)s) g",
+            {"n": pending, "t": due},
+        )
+        conn.execute(
+            "INSERT INTO scheduler_job_queue (job_id, status, priority, scheduled_time,"
+            " attempts, epoch) SELECT job_id, 'PENDING', 2, created_at + row_number() OVER (),"
+            " 0, 0 FROM scheduler_job WHERE terminal_status IS NULL"
+        )
+        conn.execute("VACUUM ANALYZE")
+
+
+def sizes(url: str) -> dict[str, tuple[int, int]]:
+    """``table -> (heap bytes, index bytes)``."""
+    import psycopg
+
+    with psycopg.connect(_libpq(url), autocommit=True) as conn:
+        return {
+            t: conn.execute(
+                "SELECT pg_table_size(%s::regclass), pg_indexes_size(%s::regclass)", (t, t)
+            ).fetchone()  # type: ignore[misc]
+            for t in TABLES
+        }
+
+
+def _worker_child(url: str, stop: Any, ready: Any, out: Any) -> None:
+    """Submit 50 jobs, claim 50, record them SUCCEEDED, repeat until ``stop`` (the queue stays
+    fed however long the prune takes); report each claim as ``(monotonic start, milliseconds,
+    jobs)``."""
+    from ratchet.domain.lifecycle import JobPriority
+    from ratchet.domain.model import NewJob, Outcome, OutcomeKind
+    from ratchet.domain.options import BackoffPolicy
+    from ratchet.ids import uuid7
+    from ratchet_postgres import PostgresStore
+
+    store = PostgresStore(url)
+    boost = timedelta(minutes=15)
+    claims: list[tuple[float, float, int]] = []
+    while not stop.is_set():
+        now = datetime.now(UTC)
+        fresh = [
+            NewJob(
+                job_id=uuid7(),
+                target="bench_jobs:noop",
+                payload='{"args":[],"kwargs":{}}',
+                priority=JobPriority.NORMAL,
+                max_retries=0,
+                backoff=BackoffPolicy.NONE,
+                backoff_delay=timedelta(0),
+                timeout=None,
+                scheduled_time=now,
+                created_at=now,
+                idempotency_key=uuid.uuid4().hex,
+            )
+            for _ in range(50)
+        ]
+        store.insert_jobs(fresh, now=now)
+        started = time.monotonic()
+        claimed = store.claim("bench-worker", 50, now=now, boost_interval=boost)
+        claims.append((started, (time.monotonic() - started) * 1000, len(claimed)))
+        ready.set()
+        if not claimed:
+            break
+        outcomes = [
+            Outcome(c.job_id, c.epoch, c.attempt, OutcomeKind.SUCCEEDED, now, now, result="null")
+            for c in claimed
+        ]
+        store.record_outcomes("bench-worker", outcomes, now=now)
+    out.put(claims)
+    store.close()
+
+
+def window(claims: list[tuple[float, float, int]], start: float, end: float) -> dict[str, float]:
+    """Claim p50 / p99 (ms) and jobs per second of the claims started in ``[start, end)``."""
+    inside = [c for c in claims if start <= c[0] < end and c[2]]
+    latencies = sorted(c[1] for c in inside)
+    if not latencies:
+        return {"p50": float("nan"), "p99": float("nan"), "jobs_per_s": 0.0, "claims": 0}
+    p99 = latencies[min(len(latencies) - 1, int(len(latencies) * 0.99))]
+    return {
+        "p50": statistics.median(latencies),
+        "p99": p99,
+        "jobs_per_s": sum(c[2] for c in inside) / (end - start),
+        "claims": len(inside),
+    }
+
+
+def one_run(
+    server_url: str, rows: int, pending: int, baseline: float, pause: float
+) -> dict[str, Any]:
+    from ratchet import Ratchet, RetentionSettings
+
+    with database(server_url) as url:
+        started = time.monotonic()
+        seed(url, rows, pending)
+        seeded = time.monotonic() - started
+        before = sizes(url)
+        ctx = multiprocessing.get_context("spawn")
+        stop, ready, out = ctx.Event(), ctx.Event(), ctx.Queue()
+        child = ctx.Process(target=_worker_child, args=(url, stop, ready, out))
+        child.start()
+        ready.wait(300)  # the worker started (imports, connections): not measured
+        time.sleep(2)
+        t_base = time.monotonic()
+        time.sleep(baseline)
+        t_prune = time.monotonic()
+        settings = RetentionSettings(pause_between_batches=timedelta(milliseconds=pause))
+        app = Ratchet(url, allow_empty_class_policy=True, retention=settings)
+        report = app.retention.run()
+        t_end = time.monotonic()
+        stop.set()
+        claims = out.get(timeout=600)
+        child.join(60)
+        app.close()
+        after_prune = sizes(url)
+        import psycopg
+
+        with psycopg.connect(_libpq(url), autocommit=True) as conn:
+            vacuum_started = time.monotonic()
+            conn.execute("VACUUM (ANALYZE)")
+            vacuum_s = time.monotonic() - vacuum_started
+            after_vacuum = sizes(url)
+            conn.execute("VACUUM FULL")
+            after_full = sizes(url)
+    return {
+        "seed_s": seeded,
+        "prune_s": t_end - t_prune,
+        "removed": report.removed.get("SUCCEEDED", 0),
+        "batches": report.batches,
+        "base": window(claims, t_base, t_prune),
+        "prune": window(claims, t_prune, t_end),
+        "vacuum_s": vacuum_s,
+        "sizes": {
+            "before": before,
+            "after prune": after_prune,
+            "after VACUUM": after_vacuum,
+            "after VACUUM FULL": after_full,
+        },
+    }
+
+
+def _mb(n: int) -> str:
+    return f"{n / 1_048_576:,.1f}"
+
+
+def print_sizes(by_stage: dict[str, dict[str, tuple[int, int]]]) -> None:
+    """A table of MB (heap + indexes) per table and stage."""
+    print("  sizes, MB (table + indexes):")
+    print(f"  {'table':<28}" + "".join(f"{stage:>22}" for stage in by_stage))
+    for table in TABLES:
+        cells = "".join(
+            f"{_mb(by_stage[stage][table][0]) + ' + ' + _mb(by_stage[stage][table][1]):>22}"
+            for stage in by_stage
+        )
+        print(f"  {table:<28}{cells}", flush=True)
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--url", help="an existing server (SQLAlchemy URL; needs CREATEDB)")
+    parser.add_argument("--runs", type=int, default=3)
+    parser.add_argument("--rows", type=int, default=1_000_000, help="ended jobs to prune")
+    parser.add_argument("--pending", type=int, default=10_000, help="jobs waiting at the start")
+    parser.add_argument("--baseline", type=float, default=30.0, help="seconds without pruning")
+    parser.add_argument(
+        "--pause", type=float, default=20.0, help="ms between removal batches (the default 20)"
+    )
+    args = parser.parse_args(argv)
+
+    server = None
+    url = args.url
+    if url is None:
+        from ratchet.testing.servers import PostgresServer
+
+        defaults = {"fsync": "on", "synchronous_commit": "on", "full_page_writes": "on"}
+        server = PostgresServer(settings=defaults).start()
+        url = server.url()
+    print(
+        f"Python {platform.python_version()}; {platform.machine()}; {os.cpu_count()} CPUs;"
+        f" {platform.platform()}; load average at start {os.getloadavg()[0]:.1f}",
+        flush=True,
+    )
+    results = []
+    try:
+        for i in range(args.runs):
+            result = one_run(url, args.rows, args.pending, args.baseline, args.pause)
+            results.append(result)
+            print_sizes(result["sizes"])
+            b, p = result["base"], result["prune"]
+            print(
+                f"run {i + 1}: removed {result['removed']:,} in {result['prune_s']:.1f} s "
+                f"({result['batches']} batches; seeding took {result['seed_s']:.0f} s); "
+                f"claim p50 {b['p50']:.2f} -> {p['p50']:.2f} ms, "
+                f"p99 {b['p99']:.2f} -> {p['p99']:.2f} ms; "
+                f"worker {b['jobs_per_s']:,.0f} -> {p['jobs_per_s']:,.0f} jobs/s; "
+                f"VACUUM {result['vacuum_s']:.1f} s; load {os.getloadavg()[0]:.1f}",
+                flush=True,
+            )
+    finally:
+        if server is not None:
+            server.stop()
+
+    def ratios(key: str) -> list[float]:
+        return [r["prune"][key] / r["base"][key] for r in results]
+
+    print(
+        "\nduring pruning / baseline, per run: claim p99 "
+        + ", ".join(f"{x:.2f}" for x in ratios("p99"))
+        + "; throughput "
+        + ", ".join(f"{x:.2f}" for x in ratios("jobs_per_s"))
+    )
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -1,0 +1,236 @@
+"""The reads of the query API (:class:`~ratchet.ports.QueryStore`) for the SQL store.
+
+Every listing is a keyset scan in job id order (newest first) driven by one index that ends
+with ``job_id`` (migration 0011): a status filter reads ``(status, job_id)`` of the queue table
+for live statuses and ``(terminal_status, job_id)`` of the job table for ended ones, one short
+query per status, merged here; a tag reads ``(tag, job_id)``; otherwise the job table's primary
+key, with the other filters as predicates (each has its own ``(column, job_id)`` index the
+planner may prefer). No query uses OFFSET, so page 10,000 costs what page 1 does.
+"""
+
+from __future__ import annotations
+
+import heapq
+import uuid
+from datetime import datetime, timedelta
+from typing import TYPE_CHECKING, Any, TypeVar
+
+from sqlalchemy import Select, and_, func, or_, select
+from sqlalchemy.engine import Connection
+
+from ratchet.domain.lifecycle import TERMINAL_STATUSES, JobPriority, JobStatus
+from ratchet.domain.model import JobRecord
+from ratchet.domain.query import JobQuery, QueueHealth, RunningJob
+from ratchet.sql import schema
+
+if TYPE_CHECKING:
+    from collections.abc import Callable
+
+    from sqlalchemy.engine import Engine, Row
+
+T = TypeVar("T")
+
+Q = schema.job_queue
+J = schema.job
+TAGS = schema.job_tag
+
+#: How many levels of dependants :meth:`QueryStoreMixin.dependants` follows at most.
+MAX_DEPTH = 100
+
+
+class QueryStoreMixin:
+    """:class:`~ratchet.ports.QueryStore` for :class:`~ratchet.sql.store.SqlStore`."""
+
+    if TYPE_CHECKING:
+        read_engine: Engine
+
+        def _run(self, work: Callable[[Connection], T], *, write: bool = True) -> T: ...
+
+        def _record_cols(self) -> list[Any]: ...
+
+        def _to_record(self, r: Row[Any], last_epoch: int | None = None) -> JobRecord: ...
+
+    def query_jobs(
+        self, query: JobQuery, *, after: uuid.UUID | None, limit: int
+    ) -> list[JobRecord]:
+        """At most ``limit`` jobs matching ``query``, job id descending, ids below ``after``."""
+
+        def work(conn: Connection) -> list[JobRecord]:
+            if not query.statuses:
+                return [self._to_record(r) for r in conn.execute(_page(self, query, after, limit))]
+            per_status = [
+                list(conn.execute(_page(self, query, after, limit, status)))
+                for status in query.statuses
+            ]
+            merged = heapq.merge(*per_status, key=lambda r: r.job_id.bytes, reverse=True)
+            return [self._to_record(r) for _, r in zip(range(limit), merged, strict=False)]
+
+        return self._run(work, write=False)
+
+    def dependants(self, job_id: uuid.UUID, *, limit: int) -> list[JobRecord]:
+        """Jobs depending on ``job_id``, then on those, breadth first, at most ``limit``."""
+
+        def work(conn: Connection) -> list[JobRecord]:
+            found: list[JobRecord] = []
+            seen = {job_id}
+            level = [job_id]
+            for _ in range(MAX_DEPTH):
+                if not level or len(found) >= limit:
+                    break
+                rows = conn.execute(
+                    _joined(self)
+                    .where(J.c.depends_on.in_(level))
+                    .order_by(J.c.job_id)
+                    .limit(limit - len(found))
+                ).all()
+                fresh = [r for r in rows if r.job_id not in seen]
+                seen.update(r.job_id for r in fresh)
+                found += [self._to_record(r) for r in fresh]
+                level = [r.job_id for r in fresh]
+            return found
+
+        return self._run(work, write=False)
+
+    def queue_health(self, *, now: datetime, window: timedelta) -> QueueHealth:
+        """The queue's counts at ``now``; ended-job counts over ``window`` before it."""
+        since = now - window
+        pending = JobStatus.PENDING.value
+
+        def work(conn: Connection) -> QueueHealth:
+            live: dict[str, int] = dict(
+                conn.execute(select(Q.c.status, func.count()).group_by(Q.c.status)).all()
+            )
+            # Per priority level, so that each is a range scan of the claim index.
+            due = 0
+            oldest: datetime | None = None
+            for priority in JobPriority:
+                base = (Q.c.status == pending, Q.c.priority == int(priority))
+                row = conn.execute(
+                    select(func.count(), func.min(Q.c.scheduled_time)).where(
+                        *base, Q.c.scheduled_time <= now
+                    )
+                ).one()
+                due += row[0]
+                if row[1] is not None and (oldest is None or row[1] < oldest):
+                    oldest = row[1]
+            ended = {}
+            for status in (JobStatus.SUCCEEDED, JobStatus.FAILED, JobStatus.CANCELED):
+                ended[status] = conn.execute(
+                    select(func.count()).where(
+                        J.c.terminal_status == status.value,
+                        J.c.terminated_at >= since,
+                        J.c.terminated_at <= now,
+                    )
+                ).scalar_one()
+            failed = conn.execute(
+                select(func.count()).where(J.c.terminal_status == JobStatus.FAILED.value)
+            ).scalar_one()
+            by_node: dict[str, int] = dict(
+                conn.execute(
+                    select(Q.c.picked_by, func.count())
+                    .where(Q.c.status == JobStatus.RUNNING.value, Q.c.picked_by.is_not(None))
+                    .group_by(Q.c.picked_by)
+                ).all()
+            )
+            return QueueHealth(
+                at=now,
+                window=window,
+                live=live,
+                failed=failed,
+                due_now=due,
+                oldest_due=oldest,
+                succeeded_in_window=ended[JobStatus.SUCCEEDED],
+                failed_in_window=ended[JobStatus.FAILED],
+                canceled_in_window=ended[JobStatus.CANCELED],
+                running_by_node=by_node,
+            )
+
+        return self._run(work, write=False)
+
+    def running_jobs(self, *, limit: int) -> list[RunningJob]:
+        """Jobs nodes hold now (RUNNING, QUEUED), by node then id, at most ``limit``."""
+        held = (JobStatus.RUNNING.value, JobStatus.QUEUED.value)
+
+        def work(conn: Connection) -> list[RunningJob]:
+            rows = conn.execute(
+                select(Q.c.job_id, Q.c.picked_by, Q.c.status, J.c.target, Q.c.picked_at)
+                .join(J, J.c.job_id == Q.c.job_id)
+                .where(Q.c.status.in_(held), Q.c.picked_by.is_not(None))
+                .order_by(Q.c.picked_by, Q.c.job_id)
+                .limit(limit)
+            )
+            return [
+                RunningJob(r.job_id, r.picked_by, JobStatus(r.status), r.target, r.picked_at)
+                for r in rows
+            ]
+
+        return self._run(work, write=False)
+
+
+def _joined(store: QueryStoreMixin) -> Select[Any]:
+    """The record columns over the job table with its queue row, if it has one."""
+    return select(*store._record_cols()).select_from(J.outerjoin(Q, Q.c.job_id == J.c.job_id))
+
+
+def _page(
+    store: QueryStoreMixin,
+    query: JobQuery,
+    after: uuid.UUID | None,
+    limit: int,
+    status: JobStatus | None = None,
+) -> Select[Any]:
+    """One keyset page: ``status`` (if given) picks the driving index, ``query``'s other
+    filters are predicates."""
+    if status is not None and status not in TERMINAL_STATUSES:
+        # Live: the queue row carries the status; its (status, job_id) index drives the page.
+        key = Q.c.job_id
+        stmt = (
+            select(*store._record_cols())
+            .select_from(Q.join(J, J.c.job_id == Q.c.job_id))
+            .where(Q.c.status == status.value)
+        )
+    elif query.tag is not None and status is None:
+        key = TAGS.c.job_id
+        stmt = (
+            select(*store._record_cols())
+            .select_from(
+                TAGS.join(J, J.c.job_id == TAGS.c.job_id).outerjoin(Q, Q.c.job_id == J.c.job_id)
+            )
+            .where(TAGS.c.tag == query.tag)
+        )
+    else:
+        key = J.c.job_id
+        stmt = _joined(store)
+        if status is not None:
+            stmt = stmt.where(J.c.terminal_status == status.value, Q.c.job_id.is_(None))
+    if query.tag is not None and key is not TAGS.c.job_id:
+        stmt = stmt.where(J.c.job_id.in_(select(TAGS.c.job_id).where(TAGS.c.tag == query.tag)))
+    stmt = stmt.where(*_predicates(query))
+    if after is not None:
+        stmt = stmt.where(key < after)
+    return stmt.order_by(key.desc()).limit(limit)
+
+
+def _predicates(query: JobQuery) -> list[Any]:
+    """The filters of ``query`` other than status and tag, as conditions on the job table."""
+    conditions: list[Any] = []
+    if query.target is not None:
+        conditions.append(J.c.target == query.target)
+    if query.business_key is not None:
+        conditions.append(J.c.business_key == query.business_key)
+    if query.created_after is not None:
+        conditions.append(J.c.created_at >= query.created_after)
+    if query.created_before is not None:
+        conditions.append(J.c.created_at < query.created_before)
+    if query.finished_after is not None:
+        conditions.append(J.c.terminated_at >= query.finished_after)
+    if query.finished_before is not None:
+        conditions.append(J.c.terminated_at < query.finished_before)
+    if query.recurring_master_id is not None:
+        conditions.append(J.c.recurring_master_id == query.recurring_master_id)
+    if query.batch_id is not None:
+        conditions.append(and_(J.c.batch_id == query.batch_id, J.c.job_id != query.batch_id))
+    if query.workflow_id is not None:
+        w = query.workflow_id
+        conditions.append(or_(J.c.job_id == w, J.c.chain_id == w, J.c.depends_on == w))
+    return conditions
