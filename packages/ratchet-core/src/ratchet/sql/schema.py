@@ -72,6 +72,11 @@ job = Table(
     # migration 0010 (security): who submitted the job, the key sealing its arguments
     Column("caller_principal", String(255), nullable=True),
     Column("encryption_key_id", String(128), nullable=True),
+    # migration 0011 (fleet): node tag affinity, the start deadline, the takeover policy
+    Column("require_tags", Text, nullable=True),
+    Column("exclude_tags", Text, nullable=True),
+    Column("schedule_to_start_ms", BigInteger, nullable=True),
+    Column("takeover_policy", String(16), nullable=True),
     Index("idx_job_terminal", "terminal_status", "terminated_at"),
     Index("idx_job_recurring_master", "recurring_master_id"),
     Index("idx_job_batch", "batch_id"),
@@ -101,12 +106,17 @@ job_queue = Table(
     Column("last_progress_at", UTCMicros(), nullable=True),
     Column("timed_out_at", UTCMicros(), nullable=True),
     Column("takeovers", Integer, nullable=False, server_default="0"),
+    # migration 0011 (fleet): 1 when the job has affinity rows (the claim checks them only
+    # then), and the time by which a job never started must start (T14)
+    Column("affinity", SmallInteger, nullable=False, server_default="0"),
+    Column("start_by", UTCMicros(), nullable=True),
     UniqueConstraint("business_key", name="uq_queue_business_key"),
     Index("idx_queue_claim", "status", "priority", "scheduled_time", "job_id"),
     Index("idx_queue_owner", "picked_by", "status"),
     Index("idx_queue_waiting_for", "waiting_for"),
     Index("idx_queue_signal_key", "signal_key", "status"),
     Index("idx_queue_signal_deadline", "signal_deadline"),
+    Index("idx_queue_start_by", "start_by"),
 )
 
 job_tag = Table(
@@ -116,6 +126,16 @@ job_tag = Table(
     Column("tag", String(64), primary_key=True),
     Index("idx_job_tag_tag", "tag"),
 )
+
+job_affinity = Table(
+    "scheduler_job_affinity",
+    metadata,
+    Column("job_id", UUIDType(), ForeignKey("scheduler_job.job_id"), primary_key=True),
+    Column("tag", String(64), primary_key=True),
+    Column("required", SmallInteger, nullable=False),  # 1 required, 0 excluded
+)
+"""Migration 0011: the node tags a job requires (``required`` 1) or excludes (0). A tag is never
+both (the primary key). Rows stay after the job ends, like its tags."""
 
 idempotency_key = Table(
     "scheduler_idempotency_key",
@@ -152,6 +172,7 @@ node = Table(
     Column("pid", Integer, nullable=True),
     Column("slots", Integer, nullable=True),
     Column("prefetch", Integer, nullable=True),
+    Column("tags", Text, nullable=True),  # migration 0011 (fleet): its node tags, JSON
     Index("idx_node_heartbeat", "heartbeat_at"),
     Index("idx_node_name", "node_name", "host"),
 )

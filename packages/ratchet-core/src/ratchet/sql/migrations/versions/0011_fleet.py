@@ -1,0 +1,67 @@
+"""A heterogeneous fleet: node tag affinity, the schedule-to-start deadline, takeover policies.
+
+``scheduler_job`` keeps a job's ``require_tags`` and ``exclude_tags`` (JSON lists, as read back),
+its ``schedule_to_start_ms`` and its ``takeover_policy``. ``scheduler_job_affinity`` holds one row
+per required or excluded tag, which the claim checks; the queue row's ``affinity`` is 1 when there
+are any, so the claim of a job without affinity reads nothing more. ``start_by`` is when a job that
+never started must start (NULL: no deadline; cleared by its first claim). ``scheduler_node`` keeps
+each incarnation's node ``tags`` (JSON), so that jobs no live node may run can be listed.
+
+Revision ID: 0011
+Revises: 0001
+Create Date: 2026-12-01
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import sqlalchemy as sa
+from alembic import op
+
+from ratchet.sql.types import UTCMicros, UUIDType
+
+revision = "0011"
+down_revision = "0001"
+branch_labels = ("fleet",)
+depends_on = None
+
+JOB_COLUMNS: tuple[tuple[str, Any], ...] = (
+    ("require_tags", sa.Text()),
+    ("exclude_tags", sa.Text()),
+    ("schedule_to_start_ms", sa.BigInteger()),
+    ("takeover_policy", sa.String(16)),
+)
+
+
+def upgrade() -> None:
+    with op.batch_alter_table("scheduler_job") as batch:
+        for name, type_ in JOB_COLUMNS:
+            batch.add_column(sa.Column(name, type_, nullable=True))
+    with op.batch_alter_table("scheduler_job_queue") as batch:
+        batch.add_column(
+            sa.Column("affinity", sa.SmallInteger(), nullable=False, server_default="0")
+        )
+        batch.add_column(sa.Column("start_by", UTCMicros(), nullable=True))
+    op.create_index("idx_queue_start_by", "scheduler_job_queue", ["start_by"])
+    with op.batch_alter_table("scheduler_node") as batch:
+        batch.add_column(sa.Column("tags", sa.Text(), nullable=True))
+    op.create_table(
+        "scheduler_job_affinity",
+        sa.Column("job_id", UUIDType(), sa.ForeignKey("scheduler_job.job_id"), primary_key=True),
+        sa.Column("tag", sa.String(64), primary_key=True),
+        sa.Column("required", sa.SmallInteger(), nullable=False),
+    )
+
+
+def downgrade() -> None:
+    op.drop_table("scheduler_job_affinity")
+    with op.batch_alter_table("scheduler_node") as batch:
+        batch.drop_column("tags")
+    op.drop_index("idx_queue_start_by", table_name="scheduler_job_queue")
+    with op.batch_alter_table("scheduler_job_queue") as batch:
+        batch.drop_column("start_by")
+        batch.drop_column("affinity")
+    with op.batch_alter_table("scheduler_job") as batch:
+        for name, _ in JOB_COLUMNS:
+            batch.drop_column(name)
