@@ -31,8 +31,8 @@ from ratchet.domain.lifecycle import JobPriority, JobStatus, check_transition
 from ratchet.domain.model import ClaimedJob, NewJob
 from ratchet.ports import InsertResult, iter_chunks
 from ratchet.sql import schema
-from ratchet.sql.claimed import claimed_job, has_flow_effects
 from ratchet.sql.affinity import AFFINITY_COLUMNS
+from ratchet.sql.claimed import claimed_job, has_flow_effects
 from ratchet.sql.hotpaths import (
     JOB_COLUMNS,
     QUEUE_COLUMNS,

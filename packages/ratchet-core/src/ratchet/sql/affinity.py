@@ -8,11 +8,8 @@ the same condition in its own text, and the dialect contract compares the two).
 from __future__ import annotations
 
 import json
-from collections.abc import Sequence
-from typing import Any
-
-from collections.abc import Callable
-from typing import TYPE_CHECKING, TypeVar
+from collections.abc import Callable, Sequence
+from typing import TYPE_CHECKING, Any, TypeVar
 
 from sqlalchemy import ColumnElement, and_, bindparam, false, or_, select
 from sqlalchemy.engine import Connection

@@ -32,6 +32,7 @@ from sqlalchemy.engine import Connection, Engine, Row, make_url
 from sqlalchemy.exc import DBAPIError, SQLAlchemyError
 
 from ratchet.domain.envelope import envelope_key_id
+from ratchet.domain.affinity import Affinity
 from ratchet.domain.errors import (
     DuplicateBusinessKeyError,
     DuplicateIdempotencyKeyError,
@@ -39,7 +40,6 @@ from ratchet.domain.errors import (
     SchemaNotReady,
     StoreUnavailable,
 )
-from ratchet.domain.affinity import Affinity
 from ratchet.domain.lifecycle import JobPriority, JobStatus, check_transition, sources_of
 from ratchet.domain.model import (
     AttemptRecord,
