@@ -64,7 +64,12 @@ AFFINITIES = (
     Affinity(frozenset({"gpu", "eu"})),
     Affinity(frozenset({"gpu"}), frozenset({"eu"})),
 )
-NODE_TAG_SETS = (frozenset(), frozenset({"gpu"}), frozenset({"eu"}), frozenset({"gpu", "eu"}))
+NODE_TAG_SETS: tuple[frozenset[str], ...] = (
+    frozenset(),
+    frozenset({"gpu"}),
+    frozenset({"eu"}),
+    frozenset({"gpu", "eu"}),
+)
 
 
 @dataclass

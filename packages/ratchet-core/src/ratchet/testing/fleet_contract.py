@@ -38,7 +38,7 @@ AFFINITIES = (
     Affinity(GPU, EU),
     Affinity(frozenset({"arm64"})),
 )
-TAG_SETS = (frozenset(), GPU, EU, GPU | EU, frozenset({"arm64", "eu"}))
+TAG_SETS: tuple[frozenset[str], ...] = (frozenset(), GPU, EU, GPU | EU, frozenset({"arm64", "eu"}))
 US = timedelta(microseconds=1)
 
 
