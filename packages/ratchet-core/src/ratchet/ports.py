@@ -40,6 +40,7 @@ from ratchet.domain.recurring import (
 )
 from ratchet.domain.resources import PermitDecision, PermitRecord, ResourceLimit
 from ratchet.domain.retry import RetryPolicy
+from ratchet.domain.type_limits import TypeDecision, TypeLimit
 from ratchet.domain.watcher import (
     AcquiredWork,
     Checkpoint,
@@ -287,6 +288,33 @@ NextFireFn = Callable[[str, str, datetime], datetime | None]
 
 FirePlanner = Callable[[RecurringRecord, datetime], FirePlan]
 """Decides, inside the materializer's transaction, what one due master creates now."""
+
+
+@runtime_checkable
+class TypeLimitStore(Protocol):
+    """Optional: per execution type limits, cluster-wide (docs/affinity-and-limits.md): a start
+    rate per minute and a concurrency cap per job target, kept in the database."""
+
+    def set_type_limit(self, limit: TypeLimit, *, now: datetime) -> None:
+        """Create or replace the limit of ``limit.target``."""
+
+    def get_type_limit(self, target: str) -> TypeLimit | None:
+        """The limit of ``target`` (None: unlimited)."""
+
+    def list_type_limits(self) -> list[TypeLimit]:
+        """Every limit, by target."""
+
+    def delete_type_limit(self, target: str) -> bool:
+        """Make ``target`` unlimited; False if it had no limit."""
+
+    def admit_type(
+        self, target: str, job_id: uuid.UUID, epoch: int, node_id: str, *, now: datetime
+    ) -> TypeDecision:
+        """Admit the attempt ``(job_id, epoch)`` now (recorded as started and executing), or
+        say until when it must wait; exact under concurrent admissions of one type."""
+
+    def release_type(self, job_id: uuid.UUID, epoch: int) -> bool:
+        """The attempt ended: it no longer counts as executing."""
 
 
 @runtime_checkable

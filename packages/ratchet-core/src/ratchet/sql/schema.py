@@ -261,6 +261,33 @@ resource_permit = Table(
     Index("idx_permit_node", "node_id"),
 )
 
+# -- per execution type limits (migration 0010, branch "fleet") --------------------------------
+
+type_limit = Table(
+    "scheduler_type_limit",
+    metadata,
+    Column("target", String(512), primary_key=True),
+    Column("rate_per_minute", Integer, nullable=True),
+    Column("max_concurrent", Integer, nullable=True),
+    Column("retry_delay_ms", Integer, nullable=False),
+    Column("updated_at", UTCMicros(), nullable=False),
+)
+"""One row per limited execution type (job target). Admissions lock it, so they queue per type."""
+
+type_start = Table(
+    "scheduler_type_start",
+    metadata,
+    Column("job_id", UUIDType(), primary_key=True),
+    Column("epoch", Integer, primary_key=True),
+    Column("target", String(512), nullable=False),
+    Column("node_id", String(128), nullable=False),
+    Column("started_at", UTCMicros(), nullable=False),
+    Column("released", SmallInteger, nullable=False),  # 1 once the attempt ended
+    Index("idx_type_start_target", "target", "started_at"),
+)
+"""One row per attempt admitted under a type limit: the starts of the last minute (the rate) and
+the attempts executing (``released`` 0 and still owned under that epoch: the cap)."""
+
 # -- batches and workflow conditions (migration 0005, branch "workflows") ----------------------
 
 batch = Table(

@@ -74,6 +74,7 @@ from ratchet.sql.metrics_store import QueueGaugeStoreMixin
 from ratchet.sql.permits import PermitStoreMixin
 from ratchet.sql.pool import ping_when_idle
 from ratchet.sql.recurring_store import RecurringStoreMixin
+from ratchet.sql.type_limits import TypeLimitStoreMixin
 from ratchet.sql.watcher_store import CHUNK, WatcherStoreMixin
 from ratchet.sql.workflow_store import REFUSE_ALL, WorkflowStoreMixin
 
@@ -120,6 +121,7 @@ class SqlStore(
     CancellationStoreMixin,
     WorkflowStoreMixin,
     RecurringStoreMixin,
+    TypeLimitStoreMixin,
     WatcherStoreMixin,
 ):
     """A :class:`~ratchet.ports.Store` over SQLAlchemy Core."""

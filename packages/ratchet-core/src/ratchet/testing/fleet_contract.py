@@ -1,11 +1,12 @@
 """Conformance suite of a heterogeneous fleet: node tag affinity, schedule-to-start, takeover
-policies.
+policies, per execution type limits.
 
 Claims, reservations and takeovers leave jobs whose affinity the node's tags do not satisfy in
 the database (compared with :meth:`ratchet.domain.affinity.Affinity.allows`); the stranded-job
 query lists what no live node may run; a job that misses its schedule-to-start deadline fails
 without running (the watcher's T14); a takeover restarts, resumes or refuses a stalled job as
-its policy says. Subclass :class:`FleetStoreContract` where the ``store`` and ``clock`` fixtures
+its policy says; per execution type limits admit exactly as many attempts as their rate and cap
+allow, racing admissions included. Subclass :class:`FleetStoreContract` where the ``store`` and ``clock`` fixtures
 exist; a store without the capabilities skips as N/A.
 """
 
@@ -21,8 +22,9 @@ from ratchet.domain.affinity import Affinity
 from ratchet.domain.lifecycle import JobStatus
 from ratchet.domain.model import OutcomeKind
 from ratchet.domain.takeover import TakeoverPolicy
+from ratchet.domain.type_limits import RATE_WINDOW, TypeLimit
 from ratchet.domain.watcher import NodeInfo, WatcherSettings
-from ratchet.ports import AffinityStore, WatcherStore
+from ratchet.ports import AffinityStore, TypeLimitStore, WatcherStore
 from ratchet.testing.clock import FakeClock
 from ratchet.testing.store_contract import BOOST, NODE, OTHER, new_job, outcome
 from ratchet.testing.watcher_contract import SETTINGS, fail_or_retry
@@ -261,3 +263,101 @@ class FleetStoreContract:
         assert (failed.job_id, failed.kind) == (job.job_id, OutcomeKind.RETRY), "retries left"
         assert failed.error is not None and "takeover policy is FAIL" in failed.error
         assert store.get_job(job.job_id).status is JobStatus.PENDING
+
+    # ------------------------------------------------------------------ per execution type limits
+    @pytest.fixture
+    def types(self, store: Any) -> TypeLimitStore:
+        cap = store.capability(TypeLimitStore)
+        if cap is None:
+            pytest.skip("N/A: the store has no TypeLimitStore capability")
+        return cap  # type: ignore[no-any-return]
+
+    def test_type_limits_are_stored_replaced_and_removed(
+        self, types: TypeLimitStore, clock: FakeClock
+    ) -> None:
+        limit = TypeLimit("app.jobs:Send", rate_per_minute=10, max_concurrent=2)
+        types.set_type_limit(limit, now=clock.now())
+        assert types.get_type_limit("app.jobs:Send") == limit
+        assert types.get_type_limit("app.jobs:send") is None, "targets compare exactly"
+        again = TypeLimit("app.jobs:Send", max_concurrent=5, retry_delay=timedelta(seconds=9))
+        types.set_type_limit(again, now=clock.now())
+        assert types.list_type_limits() == [again]
+        assert types.delete_type_limit("app.jobs:Send")
+        assert not types.delete_type_limit("app.jobs:Send")
+        assert types.list_type_limits() == []
+
+    def test_the_rate_admits_n_starts_per_minute_cluster_wide(
+        self, store: Any, types: TypeLimitStore, clock: FakeClock
+    ) -> None:
+        target = "tests.jobs:noop"
+        types.set_type_limit(TypeLimit(target, rate_per_minute=3), now=clock.now())
+        store.insert_jobs([new_job(clock) for _ in range(5)], now=clock.now())
+        jobs = store.claim(NODE, 5, now=clock.now(), boost_interval=BOOST)
+        t0 = clock.now()
+        decisions = []
+        for i, job in enumerate(jobs):
+            node = NODE if i % 2 else OTHER  # two nodes share the budget
+            decisions.append(types.admit_type(target, job.job_id, job.epoch, node, now=clock.now()))
+            clock.advance(timedelta(seconds=10))
+        assert [d.admitted for d in decisions] == [True, True, True, False, False]
+        assert decisions[3].retry_at == t0 + RATE_WINDOW, "when the first start leaves the window"
+        assert types.admit_type(target, jobs[0].job_id, jobs[0].epoch, NODE, now=clock.now())
+        clock.advance(t0 + RATE_WINDOW - clock.now())
+        later = types.admit_type(target, jobs[3].job_id, jobs[3].epoch, NODE, now=clock.now())
+        assert later.admitted
+
+    def test_the_cap_counts_attempts_that_still_execute(
+        self, store: Any, ws: WatcherStore, types: TypeLimitStore, clock: FakeClock
+    ) -> None:
+        target = "tests.jobs:noop"
+        types.set_type_limit(TypeLimit(target, max_concurrent=2), now=clock.now())
+        store.insert_jobs([new_job(clock) for _ in range(4)], now=clock.now())
+        a, b, c, d = store.claim(NODE, 4, now=clock.now(), boost_interval=BOOST)
+        admit = lambda j: types.admit_type(target, j.job_id, j.epoch, NODE, now=clock.now())  # noqa: E731
+        assert admit(a).admitted and admit(b).admitted
+        refused = admit(c)
+        assert not refused.admitted and refused.retry_at == clock.now() + timedelta(seconds=5)
+        assert refused.reason is not None and "2/2" in refused.reason
+        assert types.release_type(a.job_id, a.epoch)
+        assert admit(c).admitted, "a released attempt frees its place"
+        # an attempt that ended without a release (its outcome was written) stops counting too
+        assert (
+            store.record_outcomes(
+                NODE, [outcome(b, OutcomeKind.SUCCEEDED, clock)], now=clock.now()
+            ).fenced
+            == ()
+        )
+        assert admit(d).admitted
+        assert not admit(new_claim(store, clock)).admitted
+
+    def test_racing_admissions_never_exceed_the_cap(
+        self, store: Any, types: TypeLimitStore, clock: FakeClock
+    ) -> None:
+        import threading
+
+        target = "tests.jobs:noop"
+        types.set_type_limit(TypeLimit(target, max_concurrent=3), now=clock.now())
+        store.insert_jobs([new_job(clock) for _ in range(12)], now=clock.now())
+        jobs = store.claim(NODE, 12, now=clock.now(), boost_interval=BOOST)
+        admitted: list[bool] = []
+        barrier = threading.Barrier(4)
+
+        def admit(mine: list[Any]) -> None:
+            barrier.wait()
+            for j in mine:
+                decision = types.admit_type(target, j.job_id, j.epoch, NODE, now=clock.now())
+                admitted.append(decision.admitted)
+
+        threads = [threading.Thread(target=admit, args=(jobs[i::4],)) for i in range(4)]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join(timeout=60)
+        assert len(admitted) == 12 and admitted.count(True) == 3
+
+
+def new_claim(store: Any, clock: FakeClock) -> Any:
+    """One more job, claimed by :data:`NODE`."""
+    store.insert_jobs([new_job(clock)], now=clock.now())
+    [job] = store.claim(NODE, 1, now=clock.now(), boost_interval=BOOST)
+    return job

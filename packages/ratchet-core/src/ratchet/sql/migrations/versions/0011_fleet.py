@@ -6,6 +6,8 @@ per required or excluded tag, which the claim checks; the queue row's ``affinity
 are any, so the claim of a job without affinity reads nothing more. ``start_by`` is when a job that
 never started must start (NULL: no deadline; cleared by its first claim). ``scheduler_node`` keeps
 each incarnation's node ``tags`` (JSON), so that jobs no live node may run can be listed.
+``scheduler_type_limit`` holds the per execution type limits (rate per minute, concurrency) and
+``scheduler_type_start`` the attempts admitted under them.
 
 Revision ID: 0011
 Revises: 0001
@@ -19,6 +21,7 @@ from typing import Any
 import sqlalchemy as sa
 from alembic import op
 
+from ratchet.sql.migrations.mysql_collation import binary_collation, is_mysql, set_collation
 from ratchet.sql.types import UTCMicros, UUIDType
 
 revision = "0011"
@@ -31,6 +34,12 @@ JOB_COLUMNS: tuple[tuple[str, Any], ...] = (
     ("exclude_tags", sa.Text()),
     ("schedule_to_start_ms", sa.BigInteger()),
     ("takeover_policy", sa.String(16)),
+)
+
+#: (table, column, SQL type, nullable) of the targets that must compare exactly on MySQL.
+TARGET_COLUMNS = (
+    ("scheduler_type_limit", "target", "VARCHAR(512)", False),
+    ("scheduler_type_start", "target", "VARCHAR(512)", False),
 )
 
 
@@ -52,9 +61,32 @@ def upgrade() -> None:
         sa.Column("tag", sa.String(64), primary_key=True),
         sa.Column("required", sa.SmallInteger(), nullable=False),
     )
+    op.create_table(
+        "scheduler_type_limit",
+        sa.Column("target", sa.String(512), primary_key=True),
+        sa.Column("rate_per_minute", sa.Integer(), nullable=True),
+        sa.Column("max_concurrent", sa.Integer(), nullable=True),
+        sa.Column("retry_delay_ms", sa.Integer(), nullable=False),
+        sa.Column("updated_at", UTCMicros(), nullable=False),
+    )
+    op.create_table(
+        "scheduler_type_start",
+        sa.Column("job_id", UUIDType(), primary_key=True),
+        sa.Column("epoch", sa.Integer(), primary_key=True),
+        sa.Column("target", sa.String(512), nullable=False),
+        sa.Column("node_id", sa.String(128), nullable=False),
+        sa.Column("started_at", UTCMicros(), nullable=False),
+        sa.Column("released", sa.SmallInteger(), nullable=False),
+    )
+    op.create_index("idx_type_start_target", "scheduler_type_start", ["target", "started_at"])
+    if is_mysql():  # job targets compare exactly, as on the other databases
+        set_collation(TARGET_COLUMNS, binary_collation())
 
 
 def downgrade() -> None:
+    op.drop_index("idx_type_start_target", table_name="scheduler_type_start")
+    op.drop_table("scheduler_type_start")
+    op.drop_table("scheduler_type_limit")
     op.drop_table("scheduler_job_affinity")
     with op.batch_alter_table("scheduler_node") as batch:
         batch.drop_column("tags")
