@@ -22,12 +22,12 @@ from ratchet.domain.affinity import Affinity
 from ratchet.domain.lifecycle import JobStatus
 from ratchet.domain.model import OutcomeKind
 from ratchet.domain.takeover import TakeoverPolicy
-from ratchet.domain.type_limits import RATE_WINDOW, TypeLimit
+from ratchet.domain.type_limits import RATE_WINDOW, TypeDecision, TypeLimit
 from ratchet.domain.watcher import NodeInfo, WatcherSettings
 from ratchet.ports import AffinityStore, TypeLimitStore, WatcherStore
 from ratchet.testing.clock import FakeClock
 from ratchet.testing.store_contract import BOOST, NODE, OTHER, new_job, outcome
-from ratchet.testing.watcher_contract import SETTINGS, fail_or_retry
+from ratchet.testing.watcher_contract import SETTINGS, WatcherStoreContract, fail_or_retry
 
 GPU = frozenset({"gpu"})
 EU = frozenset({"eu"})
@@ -47,12 +47,7 @@ US = timedelta(microseconds=1)
 class FleetStoreContract:
     """Affinity, T14 and takeover-policy rules every store must keep."""
 
-    @pytest.fixture
-    def ws(self, store: Any) -> WatcherStore:
-        cap = store.capability(WatcherStore)
-        if cap is None:
-            pytest.skip("N/A: the store has no WatcherStore capability")
-        return cap  # type: ignore[no-any-return]
+    ws = WatcherStoreContract.ws
 
     def node(
         self, ws: WatcherStore, clock: FakeClock, node_id: str, tags: frozenset[str] = frozenset()
@@ -313,7 +308,10 @@ class FleetStoreContract:
         types.set_type_limit(TypeLimit(target, max_concurrent=2), now=clock.now())
         store.insert_jobs([new_job(clock) for _ in range(4)], now=clock.now())
         a, b, c, d = store.claim(NODE, 4, now=clock.now(), boost_interval=BOOST)
-        admit = lambda j: types.admit_type(target, j.job_id, j.epoch, NODE, now=clock.now())  # noqa: E731
+
+        def admit(job: Any) -> TypeDecision:
+            return types.admit_type(target, job.job_id, job.epoch, NODE, now=clock.now())
+
         assert admit(a).admitted and admit(b).admitted
         refused = admit(c)
         assert not refused.admitted and refused.retry_at == clock.now() + timedelta(seconds=5)
