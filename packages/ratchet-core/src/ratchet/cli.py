@@ -259,6 +259,11 @@ def worker(
     """Run a worker for MODULE:APP until SIGTERM or SIGINT, then drain."""
     from ratchet.config import WorkerConfig
 
+    try:
+        node_tags = parse_node_tags(tags)
+    except InvalidTag as exc:
+        raise click.BadParameter(str(exc), param_hint="--tags") from None
+
     handler = logging.StreamHandler()
     handler.setFormatter(
         logging.Formatter(
@@ -297,10 +302,6 @@ def worker(
     if soft_percent is not None:
         options["soft_timeout_percent"] = soft_percent
     options.update({k: v for k, v in counts.items() if v is not None})
-    try:
-        node_tags = parse_node_tags(tags)
-    except InvalidTag as exc:
-        raise click.BadParameter(str(exc), param_hint="--tags") from None
     config = WorkerConfig(concurrency=concurrency, batch_size=batch_size, tags=node_tags, **options)
     if metrics_port is not None:
         from ratchet.exporters.prometheus import serve_app
