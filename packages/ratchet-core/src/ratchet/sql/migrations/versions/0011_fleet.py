@@ -9,6 +9,10 @@ each incarnation's node ``tags`` (JSON), so that jobs no live node may run can b
 ``scheduler_type_limit`` holds the per execution type limits (rate per minute, concurrency) and
 ``scheduler_type_start`` the attempts admitted under them.
 
+PostgreSQL: the partial claim index of revision 0002 also carries ``affinity`` (``INCLUDE``), so
+the claim's per-level range scans stay index-only: a job without affinity is accepted from the
+index entry, and only jobs with affinity rows are looked up further.
+
 Revision ID: 0011
 Revises: 0001
 Create Date: 2026-12-01
@@ -27,7 +31,22 @@ from ratchet.sql.types import UTCMicros, UUIDType
 revision = "0011"
 down_revision = "0001"
 branch_labels = ("fleet",)
-depends_on = None
+depends_on = "0002"  # it replaces that revision's PostgreSQL claim index
+
+CLAIM_INDEX = "idx_queue_pending_claim"
+CLAIM_COLUMNS = ["priority", "scheduled_time", "job_id"]
+
+
+def _claim_index(include: list[str]) -> None:
+    """(PostgreSQL) the partial claim index of revision 0002, carrying ``include``."""
+    op.drop_index(CLAIM_INDEX, table_name="scheduler_job_queue")
+    op.create_index(
+        CLAIM_INDEX,
+        "scheduler_job_queue",
+        CLAIM_COLUMNS,
+        postgresql_where=sa.text("status = 'PENDING'"),
+        postgresql_include=include,
+    )
 
 JOB_COLUMNS: tuple[tuple[str, Any], ...] = (
     ("require_tags", sa.Text()),
@@ -81,9 +100,13 @@ def upgrade() -> None:
     op.create_index("idx_type_start_target", "scheduler_type_start", ["target", "started_at"])
     if is_mysql():  # job targets compare exactly, as on the other databases
         set_collation(TARGET_COLUMNS, binary_collation())
+    if op.get_context().dialect.name == "postgresql":
+        _claim_index(["affinity"])
 
 
 def downgrade() -> None:
+    if op.get_context().dialect.name == "postgresql":
+        _claim_index([])
     op.drop_index("idx_type_start_target", table_name="scheduler_type_start")
     op.drop_table("scheduler_type_start")
     op.drop_table("scheduler_type_limit")
