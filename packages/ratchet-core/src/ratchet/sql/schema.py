@@ -21,6 +21,7 @@ from sqlalchemy import (
     Table,
     Text,
     UniqueConstraint,
+    text,
 )
 
 from ratchet.sql.types import UTCMicros, UUIDType
@@ -116,7 +117,14 @@ job_queue = Table(
     Index("idx_queue_waiting_for", "waiting_for"),
     Index("idx_queue_signal_key", "signal_key", "status"),
     Index("idx_queue_signal_deadline", "signal_deadline"),
-    Index("idx_queue_start_by", "start_by"),
+    # partial where the database has it: a row without a deadline costs no index entry on the
+    # claim's update (PostgreSQL writes every index of a row that is not updated in place)
+    Index(
+        "idx_queue_start_by",
+        "start_by",
+        postgresql_where=text("start_by IS NOT NULL"),
+        sqlite_where=text("start_by IS NOT NULL"),
+    ),
 )
 
 job_tag = Table(

@@ -71,7 +71,13 @@ def upgrade() -> None:
             sa.Column("affinity", sa.SmallInteger(), nullable=False, server_default="0")
         )
         batch.add_column(sa.Column("start_by", UTCMicros(), nullable=True))
-    op.create_index("idx_queue_start_by", "scheduler_job_queue", ["start_by"])
+    op.create_index(
+        "idx_queue_start_by",
+        "scheduler_job_queue",
+        ["start_by"],
+        postgresql_where=sa.text("start_by IS NOT NULL"),
+        sqlite_where=sa.text("start_by IS NOT NULL"),
+    )
     with op.batch_alter_table("scheduler_node") as batch:
         batch.add_column(sa.Column("tags", sa.Text(), nullable=True))
     op.create_table(
