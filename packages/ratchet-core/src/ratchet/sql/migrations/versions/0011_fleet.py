@@ -14,7 +14,7 @@ the claim's per-level range scans stay index-only: a job without affinity is acc
 index entry, and only jobs with affinity rows are looked up further.
 
 Revision ID: 0011
-Revises: 0001
+Revises: 0002
 Create Date: 2026-12-01
 """
 
@@ -29,9 +29,9 @@ from ratchet.sql.migrations.mysql_collation import binary_collation, is_mysql, s
 from ratchet.sql.types import UTCMicros, UUIDType
 
 revision = "0011"
-down_revision = "0001"
+down_revision = "0002"  # it replaces that revision's PostgreSQL claim index
 branch_labels = ("fleet",)
-depends_on = "0002"  # it replaces that revision's PostgreSQL claim index
+depends_on = None
 
 CLAIM_INDEX = "idx_queue_pending_claim"
 CLAIM_COLUMNS = ["priority", "scheduled_time", "job_id"]
