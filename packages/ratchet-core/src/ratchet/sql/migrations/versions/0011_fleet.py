@@ -48,6 +48,7 @@ def _claim_index(include: list[str]) -> None:
         postgresql_include=include,
     )
 
+
 JOB_COLUMNS: tuple[tuple[str, Any], ...] = (
     ("require_tags", sa.Text()),
     ("exclude_tags", sa.Text()),
