@@ -15,8 +15,8 @@ from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 from typing import Any, Protocol, TypeVar, runtime_checkable
 
-from ratchet.domain.authorization import AuthorizationRequest
 from ratchet.domain.affinity import StrandedJob
+from ratchet.domain.authorization import AuthorizationRequest
 from ratchet.domain.breaker import BreakerSpec, BreakerState, Transition
 from ratchet.domain.flows import BatchSpec, BranchSpec, FlowJob
 from ratchet.domain.lifecycle import JobPriority

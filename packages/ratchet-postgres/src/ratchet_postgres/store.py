@@ -68,7 +68,7 @@ def normalize_url(url: str) -> str:
 
 #: ``ratchet.sql.affinity.affinity_allows`` for the queue row ``q``, the node's tags in the
 #: text array ``:ntags``: no affinity, or no affinity row that the node's tags violate.
-#: ``affinity`` is in the claim index (revision 0010), so a job without affinity is accepted from
+#: ``affinity`` is in the claim index (revision 0011), so a job without affinity is accepted from
 #: the index entry. ``OFFSET 0`` keeps the planner from turning the EXISTS into a hashed subplan
 #: that reads the whole affinity table on every claim: it stays a primary-key look-up, made only
 #: for jobs that have affinity rows.

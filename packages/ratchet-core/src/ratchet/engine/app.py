@@ -12,8 +12,8 @@ from typing import Any
 
 from ratchet.clock import SystemClock
 from ratchet.config import RatchetConfig, WorkerConfig
-from ratchet.domain.authorization import AuthorizationRequest, JobAction
 from ratchet.domain.affinity import StrandedJob
+from ratchet.domain.authorization import AuthorizationRequest, JobAction
 from ratchet.domain.errors import (
     ClassPolicyViolation,
     ConfigurationError,

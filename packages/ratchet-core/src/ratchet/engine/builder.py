@@ -11,8 +11,8 @@ from dataclasses import dataclass
 from datetime import datetime, timedelta
 from typing import TYPE_CHECKING, Any
 
-from ratchet.domain.authorization import check_principal
 from ratchet.domain.affinity import NO_AFFINITY, Affinity, node_tags
+from ratchet.domain.authorization import check_principal
 from ratchet.domain.errors import InvalidJobOptions
 from ratchet.domain.lifecycle import JobPriority, JobStatus
 from ratchet.domain.model import NewJob
@@ -24,8 +24,8 @@ from ratchet.domain.options import (
     validate_option_text,
 )
 from ratchet.domain.resources import validate_resource_name
-from ratchet.engine.security import current_principal
 from ratchet.domain.takeover import TakeoverPolicy, schedule_to_start, takeover_policy
+from ratchet.engine.security import current_principal
 from ratchet.engine.workflows import (
     Branch,
     FlowParts,

@@ -269,7 +269,7 @@ resource_permit = Table(
     Index("idx_permit_node", "node_id"),
 )
 
-# -- per execution type limits (migration 0010, branch "fleet") --------------------------------
+# -- per execution type limits (migration 0011, branch "fleet") --------------------------------
 
 type_limit = Table(
     "scheduler_type_limit",

@@ -31,8 +31,8 @@ from sqlalchemy import (
 from sqlalchemy.engine import Connection, Engine, Row, make_url
 from sqlalchemy.exc import DBAPIError, SQLAlchemyError
 
-from ratchet.domain.envelope import envelope_key_id
 from ratchet.domain.affinity import Affinity
+from ratchet.domain.envelope import envelope_key_id
 from ratchet.domain.errors import (
     DuplicateBusinessKeyError,
     DuplicateIdempotencyKeyError,
