@@ -178,19 +178,33 @@ def test_claim_plan_uses_the_partial_index(store: PostgresStore) -> None:
         custom = _plan(conn, sql, params)
         # The statement as psycopg runs it after five executions: a server-side prepared
         # statement, here forced to its generic plan.
-        positional = {"now": "$1", "lim": "$2", "node": "$3", "boost": "$4", "cand": "$5"}
-        prepared = re.sub(r":(now|lim|node|boost|cand)\b", lambda m: positional[m.group(1)], sql)
-        conn.execute(text(f"PREPARE claim_probe (bigint, int, text, bigint, int) AS {prepared}"))
+        positional = {
+            "now": "$1",
+            "lim": "$2",
+            "node": "$3",
+            "boost": "$4",
+            "cand": "$5",
+            "ntags": "$6",
+        }
+        prepared = re.sub(
+            r":(now|lim|node|boost|cand|ntags)\b", lambda m: positional[m.group(1)], sql
+        )
+        conn.execute(
+            text(f"PREPARE claim_probe (bigint, int, text, bigint, int, text[]) AS {prepared}")
+        )
         conn.execute(text("SET plan_cache_mode = force_generic_plan"))
         generic = conn.execute(
             text(
                 "EXPLAIN (FORMAT JSON) EXECUTE claim_probe"
-                f"({params['now']}, {params['lim']}, 'n', {params['boost']}, {params['cand']})"
+                f"({params['now']}, {params['lim']}, 'n', {params['boost']}, {params['cand']},"
+                " '{}')"
             )
         ).scalar_one()
         conn.rollback()
     for plan in (custom, json.dumps(generic)):
         assert plan.count('"Index Name": "idx_queue_pending_claim"') == len(JobPriority), plan
+        # the affinity flag is in the index: jobs without affinity need no heap visit
+        assert plan.count('"Node Type": "Index Only Scan"') >= len(JobPriority), plan
         assert '"Node Type": "Seq Scan"' not in plan, plan
         assert '"Sort Method"' not in plan or "external" not in plan
 

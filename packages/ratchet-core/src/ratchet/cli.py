@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import importlib
 import json
+import logging
 import os
 import sys
 import uuid
@@ -15,6 +16,8 @@ import click
 
 from ratchet.cli_retention import log_document
 from ratchet.cli_retention import register as register_retention_commands
+from ratchet.domain.affinity import InvalidTag
+from ratchet.domain.affinity import node_tags as parse_node_tags
 from ratchet.domain.errors import ConfigurationError, RatchetError
 from ratchet.domain.lifecycle import JobStatus
 from ratchet.domain.model import AttemptRecord, JobRecord
@@ -279,6 +282,11 @@ def main() -> None:
     help="Address the metrics endpoint binds to (0.0.0.0: every interface).",
 )
 @click.option("--metrics-interval", type=float, help="Seconds between gauge samples.")
+@click.option(
+    "--tags",
+    default="",
+    help="Node tags, comma-separated (gpu,eu): only jobs whose affinity they satisfy run here.",
+)
 def worker(
     app_spec: str,
     concurrency: int | None,
@@ -288,6 +296,7 @@ def worker(
     otel: bool,
     metrics_port: int | None,
     metrics_address: str,
+    tags: str,
     **delays: float | None,
 ) -> None:
     """Run a worker for MODULE:APP until SIGTERM or SIGINT, then drain.
@@ -295,6 +304,11 @@ def worker(
     Settings not given as options come from RATCHET_* variables, then the config file."""
     from ratchet.logformat import configure_worker_logging
     from ratchet.settings import worker_config_from_env
+
+    try:
+        node_tags = parse_node_tags(tags)
+    except InvalidTag as exc:
+        raise click.BadParameter(str(exc), param_hint="--tags") from None
 
     configure_worker_logging(log_level, log_format, trace_ids=otel)
     app = load_app(app_spec)
@@ -326,7 +340,9 @@ def worker(
     if soft_percent is not None:
         options["soft_timeout_percent"] = soft_percent
     options.update({k: v for k, v in counts.items() if v is not None})
-    config = worker_config_from_env(concurrency=concurrency, batch_size=batch_size, **options)
+    config = worker_config_from_env(
+        concurrency=concurrency, batch_size=batch_size, tags=node_tags, **options
+    )
     if metrics_port is not None:
         from ratchet.exporters.prometheus import serve_app
 
@@ -542,6 +558,10 @@ def job_document(rec: JobRecord) -> dict[str, Any]:
         "recurring_master_id": str(rec.recurring_master_id) if rec.recurring_master_id else None,
         "caller_principal": rec.caller_principal,
         "encryption_key_id": rec.encryption_key_id,
+        "require_tags": sorted(rec.affinity.require),
+        "exclude_tags": sorted(rec.affinity.exclude),
+        "schedule_to_start_seconds": _seconds_of(rec.schedule_to_start),
+        "takeover_policy": rec.takeover_policy.value if rec.takeover_policy else None,
     }
 
 
@@ -566,6 +586,33 @@ def _job_id(text: str) -> uuid.UUID:
         return uuid.UUID(text)
     except ValueError:
         raise click.BadParameter(f"{text!r} is not a job id (a UUID)") from None
+
+
+@jobs.command("stranded")
+@_url_option
+@_app_option
+@click.option("--limit", type=click.IntRange(1, 10_000), default=50, show_default=True)
+def jobs_stranded(url: str | None, app_spec: str | None, limit: int) -> None:
+    """List waiting jobs that no live worker's --tags may run, oldest first."""
+    app = _admin_app(url, app_spec)
+    stranded = app.stranded_jobs(limit)
+    if not stranded:
+        click.echo("no stranded jobs: every waiting job with tag affinity has a live node")
+        return
+    click.echo(_STRANDED_FORMAT.format("JOB ID", "STATUS", "REQUIRES", "EXCLUDES", "TARGET"))
+    for s in stranded:
+        click.echo(
+            _STRANDED_FORMAT.format(
+                str(s.job_id),
+                s.status,
+                ",".join(sorted(s.affinity.require)) or "-",
+                ",".join(sorted(s.affinity.exclude)) or "-",
+                s.target,
+            )
+        )
+
+
+_STRANDED_FORMAT = "{:<36}  {:<9}  {:<20}  {:<20}  {}"
 
 
 @jobs.command("show")

@@ -7,6 +7,7 @@ from dataclasses import dataclass, field
 from datetime import timedelta
 from typing import Any
 
+from ratchet.domain.affinity import node_tags
 from ratchet.domain.breaker import check_profile_name, resolve_profiles
 from ratchet.domain.errors import ConfigurationError
 from ratchet.domain.priority import DEFAULT_BOOST_INTERVAL
@@ -148,8 +149,13 @@ class WorkerConfig:
     """A job that stalls again after this many takeovers fails through its retry policy."""
     prefetch: int = 0
     """Jobs reserved (QUEUED) beyond the free slots, started as slots free up (0: none)."""
+    tags: frozenset[str] = frozenset()
+    """Node tags (``--tags gpu,eu``): the worker claims only jobs whose required tags it has
+    all of and whose excluded tags it has none of (docs/affinity-and-limits.md). A string is
+    split at commas."""
 
     def __post_init__(self) -> None:
+        self.tags = node_tags(self.tags)
         if self.concurrency < 1:
             raise ConfigurationError(f"concurrency must be at least 1, got {self.concurrency}")
         if self.batch_size < 1:

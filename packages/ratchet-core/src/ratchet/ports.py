@@ -15,6 +15,7 @@ from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 from typing import Any, Protocol, TypeVar, runtime_checkable
 
+from ratchet.domain.affinity import StrandedJob
 from ratchet.domain.authorization import AuthorizationRequest
 from ratchet.domain.breaker import BreakerSpec, BreakerState, Transition
 from ratchet.domain.flows import BatchSpec, BranchSpec, FlowJob
@@ -42,6 +43,7 @@ from ratchet.domain.recurring import (
 from ratchet.domain.resources import PermitDecision, PermitRecord, ResourceLimit
 from ratchet.domain.retention import DeadLetterFilter, PageCursor
 from ratchet.domain.retry import RetryPolicy
+from ratchet.domain.type_limits import TypeDecision, TypeLimit
 from ratchet.domain.watcher import (
     AcquiredWork,
     Checkpoint,
@@ -143,13 +145,20 @@ class Store(Protocol):
 
     # -- the worker's side ------------------------------------------------------------------
     def claim(
-        self, node_id: str, limit: int, *, now: datetime, boost_interval: timedelta
+        self,
+        node_id: str,
+        limit: int,
+        *,
+        now: datetime,
+        boost_interval: timedelta,
+        node_tags: frozenset[str] = frozenset(),
     ) -> list[ClaimedJob]:
         """Claim up to ``limit`` due PENDING jobs for ``node_id`` and mark them RUNNING.
 
         Order: effective priority (with age boost) descending, scheduled time, id. Each claim
         increments the job's epoch and opens an attempt-history row. Concurrent claimers never
-        receive the same job.
+        receive the same job. Only jobs whose affinity ``node_tags`` satisfy are claimed (the
+        others are not even read out of the database).
         """
 
     def owned_jobs(
@@ -282,6 +291,45 @@ NextFireFn = Callable[[str, str, datetime], datetime | None]
 
 FirePlanner = Callable[[RecurringRecord, datetime], FirePlan]
 """Decides, inside the materializer's transaction, what one due master creates now."""
+
+
+@runtime_checkable
+class TypeLimitStore(Protocol):
+    """Optional: per execution type limits, cluster-wide (docs/affinity-and-limits.md): a start
+    rate per minute and a concurrency cap per job target, kept in the database."""
+
+    def set_type_limit(self, limit: TypeLimit, *, now: datetime) -> None:
+        """Create or replace the limit of ``limit.target``."""
+
+    def get_type_limit(self, target: str) -> TypeLimit | None:
+        """The limit of ``target`` (None: unlimited)."""
+
+    def list_type_limits(self) -> list[TypeLimit]:
+        """Every limit, by target."""
+
+    def delete_type_limit(self, target: str) -> bool:
+        """Make ``target`` unlimited; False if it had no limit."""
+
+    def admit_type(
+        self, target: str, job_id: uuid.UUID, epoch: int, node_id: str, *, now: datetime
+    ) -> TypeDecision:
+        """Admit the attempt ``(job_id, epoch)`` now (recorded as started and executing), or
+        say until when it must wait; exact under concurrent admissions of one type."""
+
+    def release_type(self, job_id: uuid.UUID, epoch: int) -> bool:
+        """The attempt ended: it no longer counts as executing."""
+
+
+@runtime_checkable
+class AffinityStore(Protocol):
+    """Optional: node tag affinity (docs/affinity-and-limits.md). Workers send their node tags
+    with every claim, reservation and takeover; jobs whose required and excluded tags they do not
+    satisfy are left in the database for other nodes."""
+
+    def stranded_jobs(self, limit: int = 100) -> list[StrandedJob]:
+        """Due or waiting live jobs (PENDING, QUEUED, TIMED_OUT) with an affinity that no live
+        (ALIVE) node's tags satisfy, oldest first: they wait until a node that may run them
+        starts. At most ``limit``."""
 
 
 @runtime_checkable
@@ -674,9 +722,12 @@ class WatcherStore(Protocol):
         settings: WatcherSettings,
         exclude: Collection[uuid.UUID] = (),
         supports: Callable[[str, str | None], bool] | None = None,
+        node_tags: frozenset[str] = frozenset(),
     ) -> list[ClaimedJob]:
         """Take over eligible TIMED_OUT jobs (epoch + 1), within the node's slots, and only
-        those ``supports(target, executor)`` accepts (None: any)."""
+        those ``supports(target, executor)`` accepts (None: any) and whose affinity
+        ``node_tags`` satisfy. Jobs whose takeover policy is FAIL are never taken over; a
+        RESTART job's checkpoint is dropped and its stalled attempt counted as failed."""
 
     def acquire_work(
         self,
@@ -690,14 +741,22 @@ class WatcherStore(Protocol):
         exclude: Collection[uuid.UUID] = (),
         supports: Callable[[str, str | None], bool] | None = None,
         without_row: bool = False,
+        node_tags: frozenset[str] = frozenset(),
     ) -> AcquiredWork:
         """One poll: takeovers (of jobs ``supports`` accepts), then reserved jobs started (only
         as many as the takeovers left room for; the others stay reserved), then claims."""
 
     def reserve(
-        self, node_id: str, limit: int, *, now: datetime, boost_interval: timedelta
+        self,
+        node_id: str,
+        limit: int,
+        *,
+        now: datetime,
+        boost_interval: timedelta,
+        node_tags: frozenset[str] = frozenset(),
     ) -> list[ClaimedJob]:
-        """Reserve due PENDING jobs as QUEUED (epoch + 1), within the node's prefetch."""
+        """Reserve due PENDING jobs that ``node_tags`` satisfy as QUEUED (epoch + 1), within the
+        node's prefetch."""
 
     def start_reserved(self, node_id: str, job_id: uuid.UUID, epoch: int, *, now: datetime) -> bool:
         """QUEUED -> RUNNING for the node that reserved it; False if the reservation is gone."""

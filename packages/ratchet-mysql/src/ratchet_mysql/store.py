@@ -153,24 +153,27 @@ class MySQLClaim(ClaimStatements):
         self._definition_processors: list[Any] | None = None
         self._definitions_head: str | None = None
 
-    def candidates_select(self, now: Any, limit: Any) -> Select[Any]:
-        """Per priority level, the ``limit`` oldest due jobs nobody holds, locked as read."""
+    def candidates_select(self, now: Any, limit: Any, node_tags: Sequence[Any] = ()) -> Select[Any]:
+        """Per priority level, the ``limit`` oldest due jobs nobody holds that a node with
+        ``node_tags`` may run, locked as read."""
         if not self.candidates_locked:
-            return super().candidates_select(now, limit)
+            return super().candidates_select(now, limit, node_tags)
         branches = [
-            self.level_candidates(level, now, limit).with_for_update(skip_locked=True)
+            self.level_candidates(level, now, limit, node_tags).with_for_update(skip_locked=True)
             for level in sorted(JobPriority, reverse=True)
         ]
         return union_all(*branches)  # type: ignore[return-value]
 
-    def candidates(self, conn: Connection, now: datetime, limit: int) -> list[Any]:
+    def candidates(
+        self, conn: Connection, now: datetime, limit: int, node_tags: frozenset[str] = frozenset()
+    ) -> list[Any]:
         # The rows are locked by this transaction and were PENDING when read (a locking read
         # sees the latest committed version): the generic claim's second, locking query is not
         # needed.
         if not self.candidates_locked:
-            return super().candidates(conn, now, limit)
+            return super().candidates(conn, now, limit, node_tags)
         try:
-            return super().candidates(conn, now, limit)
+            return super().candidates(conn, now, limit, node_tags)
         except ProgrammingError as exc:
             if error_code(exc) not in SYNTAX_ERRORS:
                 raise
@@ -181,8 +184,8 @@ class MySQLClaim(ClaimStatements):
                 exc.orig,
             )
             self.candidates_locked = False
-            self._candidate_stmt = None  # rebuilt without the locking union
-            return super().candidates(conn, now, limit)
+            self._candidate_stmts.clear()  # rebuilt without the locking union
+            return super().candidates(conn, now, limit, node_tags)
 
     def take(
         self, conn: Connection, node_id: str, chosen: Sequence[Any], now: datetime
@@ -197,7 +200,7 @@ class MySQLClaim(ClaimStatements):
         results = run_multi_query(
             conn,
             f"UPDATE {Q.name} SET status = '{_RUNNING}', picked_by = {node}, picked_at = {at},"
-            f" epoch = epoch + 1 WHERE job_id IN ({ids}) AND status = '{_PENDING}';\n"
+            f" epoch = epoch + 1, start_by = NULL WHERE job_id IN ({ids}) AND status = '{_PENDING}';\n"
             f"INSERT INTO {schema.job_execution.name}"
             " (job_id, attempt_no, epoch, node_id, started_at, outcome)"
             f" VALUES {attempts};\n{self._definitions_sql()}({ids})",

@@ -31,6 +31,7 @@ from ratchet.domain.lifecycle import JobPriority, JobStatus, check_transition
 from ratchet.domain.model import ClaimedJob, NewJob
 from ratchet.ports import InsertResult, iter_chunks
 from ratchet.sql import schema
+from ratchet.sql.affinity import AFFINITY_COLUMNS
 from ratchet.sql.claimed import claimed_job, has_flow_effects
 from ratchet.sql.hotpaths import (
     JOB_COLUMNS,
@@ -65,24 +66,44 @@ def normalize_url(url: str) -> str:
     return parsed.render_as_string(hide_password=False)
 
 
+#: ``ratchet.sql.affinity.affinity_allows`` for the queue row ``q``, the node's tags in the
+#: text array ``:ntags``: no affinity, or no affinity row that the node's tags violate.
+#: ``affinity`` is in the claim index (revision 0011), so a job without affinity is accepted from
+#: the index entry. ``OFFSET 0`` keeps the planner from turning the EXISTS into a hashed subplan
+#: that reads the whole affinity table on every claim: it stays a primary-key look-up, made only
+#: for jobs that have affinity rows.
+AFFINITY_ALLOWS = (
+    "(q.affinity = 0 OR NOT EXISTS (SELECT 1 FROM scheduler_job_affinity a"
+    " WHERE a.job_id = q.job_id AND (a.required = 1) <> (a.tag = ANY(CAST(:ntags AS text[])))"
+    " OFFSET 0))"
+)
+
+
 def _branch(level: int) -> str:
     # Literal status and priority: the planner then matches the partial claim index
     # (priority, scheduled_time, job_id) WHERE status = 'PENDING' even under a generic plan.
     return (
-        "(SELECT job_id, priority, scheduled_time FROM scheduler_job_queue"
+        "(SELECT job_id, priority, scheduled_time FROM scheduler_job_queue q"
         f" WHERE status = '{JobStatus.PENDING.value}' AND priority = {int(level)}"
-        " AND scheduled_time <= :now"
+        f" AND scheduled_time <= :now AND {AFFINITY_ALLOWS}"
         " ORDER BY scheduled_time, job_id LIMIT :cand)"
     )
 
 
-def claim_parameters(node_id: str, limit: int, now: datetime, boost: timedelta) -> dict[str, Any]:
+def claim_parameters(
+    node_id: str,
+    limit: int,
+    now: datetime,
+    boost: timedelta,
+    node_tags: frozenset[str] = frozenset(),
+) -> dict[str, Any]:
     """The bound parameters of :func:`claim_statement` (``boost`` only when the boost is on)."""
     params: dict[str, Any] = {
         "now": to_micros(now),
         "lim": limit,
         "cand": limit * CANDIDATES_PER_CLAIMED,
         "node": node_id,
+        "ntags": sorted(node_tags),
     }
     boost_us = boost // timedelta(microseconds=1)
     if boost_us > 0:
@@ -136,7 +157,8 @@ WITH cand AS (
     LIMIT :lim
 ), upd AS (
     UPDATE scheduler_job_queue q
-    SET status = '{running}', picked_by = :node, picked_at = :now, epoch = q.epoch + 1
+    SET status = '{running}', picked_by = :node, picked_at = :now, epoch = q.epoch + 1,
+        start_by = NULL
     FROM picked p
     WHERE q.job_id = p.job_id AND q.status = '{pending}'
     RETURNING q.job_id, q.priority, q.scheduled_time, q.epoch, q.attempts, p.eff
@@ -178,11 +200,13 @@ JOB_RECORD = (
     *((schema.job, c) for c in JOB_COLUMNS),
     (schema.job_queue, "status"),
     (schema.job_queue, "scheduled_time"),
+    (schema.job_queue, "affinity"),
+    (schema.job_queue, "start_by"),
 )
 
 
 @cache
-def insert_statement(tags: bool) -> str:
+def insert_statement(tags: bool, affinity: bool = False) -> str:
     """Insert a batch of jobs in one statement (driver SQL, ``%(name)s`` parameters).
 
     ``rows`` (one JSON array per job) is parsed once. The idempotency keys go in first with
@@ -207,6 +231,13 @@ def insert_statement(tags: bool) -> str:
             "t AS (INSERT INTO scheduler_job_tag (job_id, tag)"
             f" SELECT job_id, tag FROM ({_recordset('tags', tag_columns)}) t {fresh})"
         )
+    if affinity:
+        aff_columns = [(schema.job_affinity, c) for c in AFFINITY_COLUMNS]
+        parts.append(
+            f"a AS (INSERT INTO scheduler_job_affinity ({', '.join(AFFINITY_COLUMNS)})"
+            f" SELECT {', '.join(AFFINITY_COLUMNS)} FROM ({_recordset('aff', aff_columns)}) a"
+            f" {fresh})"
+        )
     return (
         "WITH "
         + ",\n".join(parts)
@@ -228,15 +259,19 @@ _JSON = json.JSONEncoder(separators=(",", ":"))
 INSERT_CHUNK = 250
 
 
-def _insert_params(jobs: Sequence[NewJob], now: datetime) -> tuple[bool, dict[str, Any]]:
-    """Whether ``jobs`` have tags, and the parameters of :func:`insert_statement` for them."""
-    _, job_rows, queue_rows, tag_rows = submit_rows(jobs, now, str)
-    # status and scheduled_time: the queue row's values that the job row lacks
-    records = [(*jr, qr[1], qr[3]) for jr, qr in zip(job_rows, queue_rows, strict=True)]
+def _insert_params(jobs: Sequence[NewJob], now: datetime) -> tuple[str, dict[str, Any]]:
+    """The statement (:func:`insert_statement`) that inserts ``jobs``, and its parameters."""
+    _, job_rows, queue_rows, tag_rows, aff_rows = submit_rows(jobs, now, str)
+    # status, scheduled_time, affinity and start_by: the queue row's values the job row lacks
+    records = [
+        (*jr, qr[1], qr[3], qr[7], qr[8]) for jr, qr in zip(job_rows, queue_rows, strict=True)
+    ]
     params: dict[str, Any] = {"now": to_micros(now), "rows": _json_records(records)}
     if tag_rows:
         params["tags"] = _json_records(tag_rows)
-    return bool(tag_rows), params
+    if aff_rows:
+        params["aff"] = _json_records(aff_rows)
+    return insert_statement(bool(tag_rows), bool(aff_rows)), params
 
 
 class _Replay:
@@ -315,9 +350,15 @@ class PostgresClaim(ClaimStatements):
     """The claim as one statement (:func:`claim_statement`)."""
 
     def claim(
-        self, conn: Connection, node_id: str, limit: int, now: datetime, boost: timedelta
+        self,
+        conn: Connection,
+        node_id: str,
+        limit: int,
+        now: datetime,
+        boost: timedelta,
+        node_tags: frozenset[str] = frozenset(),
     ) -> list[ClaimedJob]:
-        params = claim_parameters(node_id, limit, now, boost)
+        params = claim_parameters(node_id, limit, now, boost, node_tags)
         rows = conn.execute(claim_statement("boost" in params), params).all()
         return [
             claimed_job(r, r, now, epoch=r.epoch, scheduled_time=from_micros(r.scheduled_time))
@@ -340,8 +381,8 @@ class PostgresInsert(InsertStatements):
             _, sent, went_in = self.send(conn, iter_chunks(fresh, INSERT_CHUNK), now, {})
         else:
             sent = fresh
-            tags, params = _insert_params(fresh, now)
-            went_in = conn.exec_driver_sql(insert_statement(tags), params).rowcount
+            statement, params = _insert_params(fresh, now)
+            went_in = conn.exec_driver_sql(statement, params).rowcount
         return self.holders_after(conn, sent, went_in)
 
     def send(
@@ -369,8 +410,7 @@ class PostgresInsert(InsertStatements):
                     if not new:
                         continue
                     fresh.extend(new)
-                    tags, params = _insert_params(new, now)
-                    statement = insert_statement(tags)
+                    statement, params = _insert_params(new, now)
                     cursor = raw.cursor()
                     cursor.execute(statement, params)
                     cursors.append(cursor)

@@ -63,7 +63,8 @@ _S = JobStatus
 
 #: Every allowed (source, target) move. A retry is RUNNING -> PENDING; an operator's retry of a
 #: dead-lettered job is FAILED -> PENDING. Creation is modelled as a move from ``None``. The owner
-#: of a TIMED_OUT job may still finish it during its grace (TIMED_OUT -> SUCCEEDED).
+#: of a TIMED_OUT job may still finish it during its grace (TIMED_OUT -> SUCCEEDED). A job that
+#: misses its schedule-to-start deadline fails without running (PENDING -> FAILED).
 TRANSITIONS: frozenset[tuple[JobStatus | None, JobStatus]] = frozenset(
     {
         (None, _S.PENDING),
@@ -72,6 +73,7 @@ TRANSITIONS: frozenset[tuple[JobStatus | None, JobStatus]] = frozenset(
         (_S.PENDING, _S.RUNNING),
         (_S.PENDING, _S.PAUSED),
         (_S.PENDING, _S.CANCELED),
+        (_S.PENDING, _S.FAILED),
         (_S.QUEUED, _S.RUNNING),
         (_S.QUEUED, _S.PENDING),
         (_S.QUEUED, _S.CANCELED),

@@ -9,8 +9,10 @@ from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 from typing import Generic, NoReturn, TypeVar
 
+from ratchet.domain.affinity import NO_AFFINITY, Affinity
 from ratchet.domain.lifecycle import JobPriority, JobStatus
 from ratchet.domain.options import BackoffPolicy, validate_option_text
+from ratchet.domain.takeover import TakeoverPolicy
 from ratchet.domain.text import is_storable_text, storable_text
 from ratchet.domain.workflow import FlowEffect
 
@@ -49,6 +51,12 @@ class NewJob:
     at most :data:`MAX_TRACE_CONTEXT` characters); None: submitted without tracing."""
     caller_principal: str | None = None
     """Who submitted the job (stored once, never changed; None: anonymous)."""
+    affinity: Affinity = NO_AFFINITY
+    """The node tags a node must have (and must not have) to run the job."""
+    schedule_to_start: timedelta | None = None
+    """A job not started this long after it is due fails (T14; None: no deadline)."""
+    takeover_policy: TakeoverPolicy | None = None
+    """What a takeover of a stalled attempt does (None: resume from the last checkpoint)."""
 
 
 #: The longest trace context a job stores (a traceparent and a full 512-character tracestate fit).
@@ -190,6 +198,12 @@ class JobRecord:
     """Who submitted the job (None: anonymous)."""
     encryption_key_id: str | None = None
     """The key the stored arguments are sealed with (None: stored in plain JSON)."""
+    affinity: Affinity = NO_AFFINITY
+    """As :attr:`NewJob.affinity`."""
+    schedule_to_start: timedelta | None = None
+    """As :attr:`NewJob.schedule_to_start`."""
+    takeover_policy: TakeoverPolicy | None = None
+    """As :attr:`NewJob.takeover_policy`."""
 
     @property
     def attempts_started(self) -> int:
@@ -251,3 +265,5 @@ class NodeRecord:
     host: str | None = None
     pid: int | None = None
     slots: int | None = None
+    tags: frozenset[str] = frozenset()
+    """The node tags it declared (see :mod:`ratchet.domain.affinity`)."""

@@ -28,6 +28,7 @@ from typing import Any
 
 from ratchet.domain.errors import ConfigurationError, RatchetError
 from ratchet.domain.lifecycle import JobStatus
+from ratchet.domain.takeover import TakeoverPolicy, missed_start
 from ratchet.domain.workflow import FlowEffect
 
 
@@ -95,6 +96,8 @@ class NodeInfo:
     """Execution slots: RUNNING + TIMED_OUT jobs it may own at once."""
     prefetch: int = 0
     """QUEUED (reserved, not started) jobs it may hold besides."""
+    tags: frozenset[str] = frozenset()
+    """Its node tags: it claims and takes over only jobs whose affinity they satisfy."""
 
 
 @dataclass(frozen=True)
@@ -111,6 +114,10 @@ class JobLiveness:
     takeovers: int
     attempts: int
     stall_timeout: timedelta | None = None
+    takeover_policy: TakeoverPolicy | None = None
+    """None: :attr:`TakeoverPolicy.RESUME`."""
+    start_by: datetime | None = None
+    """When a job that never started must start (T14; None: no deadline)."""
 
     @property
     def last_activity(self) -> datetime | None:
@@ -138,8 +145,12 @@ class WatcherAction(enum.StrEnum):
     ORPHAN = "ORPHAN"
     """T13: RUNNING on a dead node -> TIMED_OUT, eligible for takeover at once."""
     EXPIRE = "EXPIRE"
-    """T9: TIMED_OUT and nobody took it over in the window (or the takeover cap is reached) ->
-    FAILED through the retry policy (a retry while retries remain, else the DLQ)."""
+    """T9: TIMED_OUT and nobody took it over in the window (or the takeover cap is reached, or
+    its takeover policy is FAIL and it became eligible) -> FAILED through the retry policy (a
+    retry while retries remain, else the DLQ)."""
+    MISSED_START = "MISSED_START"
+    """T14: PENDING, never started, and past its schedule-to-start deadline -> FAILED (the DLQ:
+    no retry, it never ran)."""
 
 
 def stall_limit(job: JobLiveness, settings: WatcherSettings) -> timedelta:
@@ -172,8 +183,12 @@ def classify(
         waited = now - job.timed_out_at
         if waited >= settings.timed_out_grace + settings.takeover_window:
             return WatcherAction.EXPIRE
-        if waited >= settings.timed_out_grace and job.takeovers >= settings.max_takeovers:
+        if waited >= settings.timed_out_grace and (
+            job.takeovers >= settings.max_takeovers or job.takeover_policy is TakeoverPolicy.FAIL
+        ):
             return WatcherAction.EXPIRE
+    if job.status is JobStatus.PENDING and missed_start(job.start_by, now):
+        return WatcherAction.MISSED_START
     return WatcherAction.NONE
 
 
@@ -191,6 +206,8 @@ def takeover_eligible(
     the takeover cap, and owned by another incarnation. Free slots are the caller's business.
     """
     if job.status is not JobStatus.TIMED_OUT or job.timed_out_at is None:
+        return False
+    if job.takeover_policy is TakeoverPolicy.FAIL:
         return False
     if job.picked_by == taker or job.takeovers >= settings.max_takeovers:
         return False
@@ -304,6 +321,8 @@ class WatcherReport:
     """The outcomes recorded for TIMED_OUT jobs nobody took over (T9)."""
     removed_nodes: int = 0
     """DEAD node rows deleted after ``dead_node_retention``."""
+    missed_start: tuple[uuid.UUID, ...] = ()
+    """Jobs failed because they did not start by their schedule-to-start deadline (T14)."""
     effects: tuple[FlowEffect, ...] = ()
     """What the expired jobs' ends trigger in flows, to apply after commit (callbacks, chain
     and branch events, wakeups)."""
@@ -311,5 +330,10 @@ class WatcherReport:
     @property
     def changed(self) -> bool:
         return bool(
-            self.dead_nodes or self.revoked or self.orphaned or self.stalled or self.expired
+            self.dead_nodes
+            or self.revoked
+            or self.orphaned
+            or self.stalled
+            or self.expired
+            or self.missed_start
         )

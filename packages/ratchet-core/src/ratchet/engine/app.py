@@ -12,9 +12,11 @@ from typing import Any
 
 from ratchet.clock import SystemClock
 from ratchet.config import RatchetConfig, WorkerConfig
+from ratchet.domain.affinity import StrandedJob
 from ratchet.domain.authorization import AuthorizationRequest, JobAction
 from ratchet.domain.errors import (
     ClassPolicyViolation,
+    ConfigurationError,
     DuplicateIdempotencyKeyError,
     InvalidJobOptions,
 )
@@ -30,9 +32,9 @@ from ratchet.engine.builder import JobBuilder, JobHandle
 from ratchet.engine.jobs_api import Jobs
 from ratchet.engine.limits_api import LimitsApi
 from ratchet.engine.recurring import RecurringMixin
-from ratchet.engine.tracing import submission
 from ratchet.engine.retention import RetentionMixin
 from ratchet.engine.security import Guard, Protection, as_principal, current_principal
+from ratchet.engine.tracing import submission
 from ratchet.engine.watchdog import cancellation_store
 from ratchet.engine.worker import Worker
 from ratchet.engine.workflows import apply_effects, batch_of, deliver_signal
@@ -561,6 +563,21 @@ class Ratchet(LimitsApi, RecurringMixin, RetentionMixin):
 
     def attempts(self, job_id: uuid.UUID) -> list[AttemptRecord]:
         return self.store.attempts(job_id)
+
+    def stranded_jobs(self, limit: int = 100) -> list[StrandedJob]:
+        """Live jobs waiting for a node whose affinity no ALIVE node's tags satisfy, oldest
+        first (docs/affinity-and-limits.md).
+
+        :raises ConfigurationError: the store cannot tell (no affinity capability).
+        """
+        from ratchet.ports import AffinityStore
+
+        store = self.store.capability(AffinityStore)  # type: ignore[type-abstract]
+        if store is None:
+            raise ConfigurationError(
+                f"the store at {self.store.location} has no node tag affinity capability"
+            )
+        return store.stranded_jobs(limit)
 
     # -- workers -----------------------------------------------------------------------------------
     def worker(self, config: WorkerConfig | None = None, **options: Any) -> Any:

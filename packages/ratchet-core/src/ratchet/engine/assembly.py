@@ -19,7 +19,7 @@ from ratchet.domain.masking import MaskingPolicy
 from ratchet.encryption import PayloadCipher
 from ratchet.engine.attempts import AttemptRunner
 from ratchet.engine.completer import Completer
-from ratchet.engine.gates import CircuitBreakerGate, PermitGate
+from ratchet.engine.gates import CircuitBreakerGate, PermitGate, TypeLimitGate
 from ratchet.engine.host import AppHost, Gate, PeriodicTask, WorkerHost
 from ratchet.engine.liveness import Liveness, WatcherTask, watcher_store
 from ratchet.engine.maintenance import PermitJanitor
@@ -157,7 +157,7 @@ def assemble_worker(worker: WorkerUnderAssembly) -> None:
 
 def worker_gates() -> list[Gate]:
     """The checks every attempt passes, in order, before its job's code runs."""
-    return [CircuitBreakerGate(), PermitGate()]
+    return [CircuitBreakerGate(), PermitGate(), TypeLimitGate()]
 
 
 def require_watcher_store(store: Store) -> WatcherStore:

@@ -30,8 +30,8 @@ from ratchet.engine.gates import breaker_service, reschedule
 from ratchet.engine.host import Gate
 from ratchet.engine.joblogger import JobLogBuffer, JobLogger, store_job_log
 from ratchet.engine.running import Attempt, seconds_text
-from ratchet.engine.tracing import NOT_RECORDED, end_span, record_failure, start_attempt_span
 from ratchet.engine.sanitizing import sanitized_error, sanitized_traceback
+from ratchet.engine.tracing import NOT_RECORDED, end_span, record_failure, start_attempt_span
 from ratchet.engine.watchdog import cancellation_store
 from ratchet.engine.workflows import signal_reader
 from ratchet.ports import ExecutorProvider, InterruptibleExecutor, JobCall

@@ -33,8 +33,8 @@ from ratchet.domain.workflow import (
     JobType,
     WorkflowCondition,
 )
-from ratchet.engine.tracing import submission
 from ratchet.engine.security import current_principal
+from ratchet.engine.tracing import submission
 from ratchet.engine.workflows import (
     Branch,
     Step,

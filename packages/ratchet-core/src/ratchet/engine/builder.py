@@ -11,6 +11,7 @@ from dataclasses import dataclass
 from datetime import datetime, timedelta
 from typing import TYPE_CHECKING, Any
 
+from ratchet.domain.affinity import NO_AFFINITY, Affinity, node_tags
 from ratchet.domain.authorization import check_principal
 from ratchet.domain.errors import InvalidJobOptions
 from ratchet.domain.lifecycle import JobPriority, JobStatus
@@ -23,6 +24,7 @@ from ratchet.domain.options import (
     validate_option_text,
 )
 from ratchet.domain.resources import validate_resource_name
+from ratchet.domain.takeover import TakeoverPolicy, schedule_to_start, takeover_policy
 from ratchet.engine.security import current_principal
 from ratchet.engine.workflows import (
     Branch,
@@ -184,6 +186,9 @@ class JobBuilder:
         self._principal_set = False
         self._resource: str | None = None
         self._stall_timeout: timedelta | None = None
+        self._affinity = NO_AFFINITY
+        self._schedule_to_start: timedelta | None = None
+        self._takeover_policy: TakeoverPolicy | None = None
         self._flow: FlowParts | None = None
         self._submitted = False
 
@@ -217,6 +222,44 @@ class JobBuilder:
         if not isinstance(timeout, timedelta) or timeout <= timedelta(0):
             raise InvalidJobOptions(f"stall timeout must be a positive timedelta, got {timeout!r}")
         self._stall_timeout = timeout
+        return self
+
+    def with_require_tags(self, *tags: str) -> JobBuilder:
+        """Run only on a node that has every one of these node tags (``ratchet worker --tags``).
+
+        :raises InvalidTag: a malformed tag.
+        :raises ConflictingAffinity: a tag is also excluded.
+        """
+        a = self._affinity
+        self._affinity = Affinity(a.require | node_tags(tags, "required tag"), a.exclude)
+        return self
+
+    def with_exclude_tags(self, *tags: str) -> JobBuilder:
+        """Never run on a node that has any of these node tags.
+
+        :raises InvalidTag: a malformed tag.
+        :raises ConflictingAffinity: a tag is also required.
+        """
+        a = self._affinity
+        self._affinity = Affinity(a.require, a.exclude | node_tags(tags, "excluded tag"))
+        return self
+
+    def with_schedule_to_start(self, deadline: timedelta) -> JobBuilder:
+        """Fail the job (without running it) if it has not started ``deadline`` after it is due
+        (the watcher's schedule-to-start rule; off by default).
+
+        :raises InvalidJobOptions: not a positive timedelta of at most a year.
+        """
+        self._schedule_to_start = schedule_to_start(deadline)
+        return self
+
+    def with_takeover_policy(self, policy: TakeoverPolicy | str) -> JobBuilder:
+        """What a takeover of a stalled attempt does: ``RESUME`` from the last checkpoint (the
+        default), ``RESTART`` from scratch, or ``FAIL`` (docs/clustering.md).
+
+        :raises InvalidJobOptions: an unknown policy.
+        """
+        self._takeover_policy = takeover_policy(policy)
         return self
 
     def with_tags(self, *tags: str) -> JobBuilder:
@@ -447,6 +490,9 @@ class JobBuilder:
             stall_timeout=self._stall_timeout,
             trace_context=trace_context,
             caller_principal=principal,
+            affinity=self._affinity,
+            schedule_to_start=self._schedule_to_start,
+            takeover_policy=self._takeover_policy,
         )
 
     def submit(self, connection: Any = None) -> JobHandle:

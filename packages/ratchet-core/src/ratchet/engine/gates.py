@@ -2,21 +2,23 @@
 
 A gate lets the attempt proceed or ends it with an outcome, usually a reschedule that consumes
 no retry: :class:`CircuitBreakerGate` while the target's breaker is open, :class:`PermitGate`
-while its resource is at capacity. The list a worker checks is built in
+while its resource is at capacity, :class:`TypeLimitGate` while its execution type is at its rate
+or concurrency limit. The list a worker checks is built in
 :func:`ratchet.engine.assembly.worker_gates`.
 """
 
 from __future__ import annotations
 
 import logging
-from datetime import datetime
+import threading
+from datetime import datetime, timedelta
 from typing import TYPE_CHECKING
 
 from ratchet.domain.breaker import spec_of
 from ratchet.domain.errors import StoreUnavailable
 from ratchet.domain.model import ClaimedJob, Outcome, OutcomeKind
 from ratchet.domain.resources import DEFAULT_RETRY_DELAY
-from ratchet.ports import BreakerRegistry, PermitStore
+from ratchet.ports import BreakerRegistry, PermitStore, TypeLimitStore
 
 if TYPE_CHECKING:
     from ratchet.engine.host import WorkerHost
@@ -148,3 +150,66 @@ class PermitGate:
         permits = self._permits(worker)
         if permits is not None:
             permits.release_permit(job.job_id, job.epoch)
+
+
+class TypeLimitGate:
+    """Admits the attempt under its execution type's limit (rate per minute, concurrency) and
+    marks it ended afterwards; over the limit, the attempt is rescheduled without consuming a
+    retry, to when the limit lets it start.
+
+    Which targets have a limit is read from the store at most every :attr:`refresh` and kept:
+    an attempt of an unlimited target costs no round trip, and a limit registered or removed
+    takes effect on running workers within that time.
+    """
+
+    name = "type-limit"
+    refresh = timedelta(seconds=5)
+
+    def __init__(self) -> None:
+        self._limited: frozenset[str] = frozenset()
+        self._read_at: datetime | None = None
+        self._lock = threading.Lock()
+
+    def _store(self, worker: WorkerHost) -> TypeLimitStore | None:
+        return worker.store.capability(TypeLimitStore)  # type: ignore[type-abstract]
+
+    def limited(self, worker: WorkerHost, now: datetime) -> frozenset[str]:
+        """The targets with a limit (re-read once :attr:`refresh` passed)."""
+        with self._lock:
+            stale = self._read_at is None or now - self._read_at >= self.refresh
+            if stale:
+                self._read_at = now
+        if stale:
+            store = self._store(worker)
+            try:
+                targets = frozenset(
+                    limit.target for limit in (store.list_type_limits() if store else [])
+                )
+            except StoreUnavailable:
+                targets = self._limited  # keep the last answer through an outage
+            self._limited = targets
+        return self._limited
+
+    def enter(self, worker: WorkerHost, job: ClaimedJob, now: datetime) -> Outcome | None:
+        if job.target not in self.limited(worker, now):
+            return None
+        store = self._store(worker)
+        if store is None:
+            return None
+        try:
+            decision = store.admit_type(job.target, job.job_id, job.epoch, worker.node_id, now=now)
+        except StoreUnavailable as exc:
+            return reschedule(job, now, now, now + DEFAULT_RETRY_DELAY, f"type limit: {exc}")
+        if decision.admitted:
+            return None
+        return reschedule(job, now, now, decision.retry_at or now, decision.reason or "limited")
+
+    def leave(self, worker: WorkerHost, job: ClaimedJob) -> None:
+        if job.target not in self._limited:
+            return
+        store = self._store(worker)
+        if store is not None:
+            try:
+                store.release_type(job.job_id, job.epoch)
+            except StoreUnavailable:
+                log.warning("job %s: could not release its type limit slot", job.job_id)

@@ -19,8 +19,9 @@ from ratchet.domain.resources import (
     parse_resource_limits,
     validate_resource_name,
 )
+from ratchet.domain.type_limits import DEFAULT_LIMIT_DELAY, TypeLimit
 from ratchet.events import EventKind, JobEvent
-from ratchet.ports import BreakerRegistry, PermitStore
+from ratchet.ports import BreakerRegistry, PermitStore, TypeLimitStore
 
 if TYPE_CHECKING:
     from ratchet.config import RatchetConfig
@@ -91,6 +92,56 @@ class LimitsApi:
     def permits(self, resource: str | None = None) -> list[PermitRecord]:
         """Permits held now (of one resource, or all): who executes against what."""
         return self._permit_store().list_permits(resource)
+
+    # -- per execution type limits ------------------------------------------------------------
+    def _type_store(self) -> TypeLimitStore:
+        store = self.store.capability(TypeLimitStore)  # type: ignore[type-abstract]
+        if store is None:
+            raise ConfigurationError(
+                f"the {self.store.capabilities.dialect} store does not support type limits"
+            )
+        return store
+
+    @staticmethod
+    def _type_name(target: str | Callable[..., Any]) -> str:
+        if isinstance(target, str):
+            return target.strip()
+        from ratchet.targets import target_of
+
+        return str(target_of(target))
+
+    def register_type_limit(
+        self,
+        target: str | Callable[..., Any],
+        *,
+        rate_per_minute: int | None = None,
+        max_concurrent: int | None = None,
+        retry_delay: timedelta = DEFAULT_LIMIT_DELAY,
+    ) -> TypeLimit:
+        """Bound the jobs of one execution type (a job function, or its ``module:qualname``)
+        across every worker sharing this database: at most ``rate_per_minute`` attempts start
+        in any 60 s window, at most ``max_concurrent`` execute at once. An attempt over a bound
+        is rescheduled without consuming a retry (to when the window frees a start, or after
+        ``retry_delay`` for the cap). Registering again replaces the limit; running workers see
+        it within 5 s.
+
+        :raises InvalidTypeLimit: a negative or non-integer bound, no bound, a bad target.
+        """
+        limit = TypeLimit(self._type_name(target), rate_per_minute, max_concurrent, retry_delay)
+        self._type_store().set_type_limit(limit, now=self.clock.now())
+        return limit
+
+    def type_limit(self, target: str | Callable[..., Any]) -> TypeLimit | None:
+        """The limit of an execution type, or None (unlimited)."""
+        return self._type_store().get_type_limit(self._type_name(target))
+
+    def type_limits(self) -> list[TypeLimit]:
+        """Every per execution type limit."""
+        return self._type_store().list_type_limits()
+
+    def remove_type_limit(self, target: str | Callable[..., Any]) -> bool:
+        """Make an execution type unlimited again; False if it had no limit."""
+        return self._type_store().delete_type_limit(self._type_name(target))
 
     # -- circuit breakers ----------------------------------------------------------------------
     def _registry(self) -> BreakerRegistry:

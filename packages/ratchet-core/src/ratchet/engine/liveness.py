@@ -195,6 +195,7 @@ class Liveness:
             pid=self.pid,
             slots=self.worker.config.concurrency,
             prefetch=self.worker.config.prefetch,
+            tags=self.worker.config.tags,
         )
 
     def register(self) -> list[str]:
@@ -423,8 +424,19 @@ class Liveness:
                 "revoked": report.revoked,
             }
             worker.app.emit(JobEvent(EventKind.STALLED, None, now, self.node_id, data))
-        if report.expired:
-            log.warning("watcher: %d TIMED_OUT job(s) nobody took over failed", len(report.expired))
+        for job_id in report.missed_start:
+            log.warning("job %s failed: it did not start by its schedule-to-start deadline", job_id)
+            worker.app.emit(
+                JobEvent(
+                    EventKind.DEAD_LETTERED, job_id, now, self.node_id, {"reason": "missed_start"}
+                )
+            )
+        stats.missed_start += len(report.missed_start)
+        if report.expired or report.effects:
+            if report.expired:
+                log.warning(
+                    "watcher: %d TIMED_OUT job(s) nobody took over failed", len(report.expired)
+                )
             worker.completer.report(list(report.expired), set(), report.effects)
         if report.changed:
             worker.producer.wake()
@@ -471,6 +483,7 @@ class Liveness:
                 exclude=local,
                 supports=self.supports,
                 without_row=not self._registered,  # a worker polled without start()
+                node_tags=worker.config.tags,
             )
             if work.state is not NodeState.ALIVE and not (
                 work.state is None and not self._registered
@@ -527,6 +540,7 @@ class Liveness:
                     prefetch - len(self._reserved),
                     now=now,
                     boost_interval=self.worker.app.config.boost_interval,
+                    node_tags=self.worker.config.tags,
                 )
             )
 

@@ -68,6 +68,9 @@ class LivenessStats:
     orphaned: int = 0
     expired: int = 0
     """TIMED_OUT jobs this worker's watcher failed (retry or DLQ) because nobody took them."""
+    missed_start: int = 0
+    """PENDING jobs this worker's watcher failed: not started by their schedule-to-start
+    deadline (T14)."""
     taken_over: int = 0
     revived: int = 0
     fenced_progress: int = 0

@@ -44,6 +44,14 @@ from ratchet.domain.model import ClaimedJob, NewJob, Outcome, OutcomeKind
 from ratchet.domain.priority import claim_order_key
 from ratchet.ports import InsertResult, iter_chunks
 from ratchet.sql import schema
+from ratchet.sql.affinity import (
+    AFFINITY_COLUMNS,
+    affinity_allows,
+    affinity_rows,
+    tag_binds,
+    tag_list,
+    tag_parameters,
+)
 from ratchet.sql.claimed import DEFINITIONS, attempt_rows, claimed_job
 from ratchet.sql.dialect import SqlDialect
 from ratchet.sql.prepared import PreparedInsert, PreparedKeyLookup, uuid_binder
@@ -55,6 +63,7 @@ J = schema.job
 IDEM = schema.idempotency_key
 EXE = schema.job_execution
 TAGS = schema.job_tag
+AFFINITY = schema.job_affinity
 
 
 def _ids() -> Any:
@@ -72,6 +81,7 @@ _CLAIM_MARK = (
         picked_by=bindparam("node"),
         picked_at=bindparam("now"),
         epoch=Q.c.epoch + 1,
+        start_by=None,  # started: the schedule-to-start deadline is met
     )
 )
 _OPEN_ATTEMPT = insert(EXE)
@@ -146,48 +156,62 @@ class ClaimStatements:
 
     def __init__(self, dialect: SqlDialect) -> None:
         self.dialect = dialect
-        self._candidate_stmt: Select[Any] | None = None
+        self._candidate_stmts: dict[int, Select[Any]] = {}
         self._lock_stmt = dialect.lock_for_claim(_STILL_PENDING)
 
-    def level_candidates(self, level: JobPriority, now: Any, limit: Any) -> Select[Any]:
-        """The ``limit`` oldest due PENDING jobs of one priority level (an index range scan on
-        (status, priority, scheduled_time, job_id)). Columns: job_id, priority, scheduled_time,
-        epoch, attempts."""
+    def level_candidates(
+        self, level: JobPriority, now: Any, limit: Any, node_tags: Sequence[Any] = ()
+    ) -> Select[Any]:
+        """The ``limit`` oldest due PENDING jobs of one priority level that a node with
+        ``node_tags`` may run (:func:`affinity_allows`; an index range scan on (status,
+        priority, scheduled_time, job_id)). Columns: job_id, priority, scheduled_time, epoch,
+        attempts."""
         return (
             select(Q.c.job_id, Q.c.priority, Q.c.scheduled_time, Q.c.epoch, Q.c.attempts)
             .where(
                 Q.c.status == JobStatus.PENDING.value,
                 Q.c.priority == int(level),
                 Q.c.scheduled_time <= now,
+                affinity_allows(node_tags),
             )
             .order_by(Q.c.scheduled_time, Q.c.job_id)
             .limit(limit)
         )
 
-    def candidates_select(self, now: Any, limit: Any) -> Select[Any]:
-        """Per priority level, the ``limit`` oldest due jobs (:meth:`level_candidates`); their
-        union holds the top ``limit``.
+    def candidates_select(self, now: Any, limit: Any, node_tags: Sequence[Any] = ()) -> Select[Any]:
+        """Per priority level, the ``limit`` oldest due jobs (:meth:`level_candidates`) a node
+        with ``node_tags`` may run; their union holds the top ``limit``.
 
         Within one level the age boost never reorders jobs (older means more boost), so the best
         ``limit`` jobs overall are among the best ``limit`` of each level: the claim stays
         O(batch) however many jobs wait.
         """
         branches = [
-            select(*self.level_candidates(level, now, limit).subquery().c) for level in JobPriority
+            select(*self.level_candidates(level, now, limit, node_tags).subquery().c)
+            for level in JobPriority
         ]
         return union_all(*branches)  # type: ignore[return-value]
 
-    def candidates(self, conn: Connection, now: datetime, limit: int) -> list[Any]:
-        """The candidates (:meth:`candidates_select`) due at ``now``, ``limit`` per level."""
-        stmt = self._candidate_stmt
+    def candidates(
+        self, conn: Connection, now: datetime, limit: int, node_tags: frozenset[str] = frozenset()
+    ) -> list[Any]:
+        """The candidates (:meth:`candidates_select`) due at ``now``, ``limit`` per level, that
+        a node with ``node_tags`` may run."""
+        stmt = self._candidate_stmts.get(len(node_tags))
         if stmt is None:
-            # Built once, with the time and the batch size as bound parameters: constructing
-            # (and compiling) the five-branch union costs more than running it.
+            # Built once per number of node tags, with the time, the batch size and the tags as
+            # bound parameters: constructing (and compiling) the five-branch union costs more
+            # than running it.
             stmt = self.candidates_select(
-                bindparam("c_now", type_=UTCMicros()), bindparam("c_limit", type_=Integer())
+                bindparam("c_now", type_=UTCMicros()),
+                bindparam("c_limit", type_=Integer()),
+                tag_binds(len(node_tags)),
             )
-            self._candidate_stmt = stmt
-        return list(conn.execute(stmt, {"c_now": now, "c_limit": limit}).all())
+            self._candidate_stmts[len(node_tags)] = stmt
+        params: dict[str, Any] = {"c_now": now, "c_limit": limit}
+        if node_tags:
+            params.update(tag_parameters(node_tags))
+        return list(conn.execute(stmt, params).all())
 
     def lock(self, conn: Connection, ids: Sequence[uuid.UUID]) -> Collection[uuid.UUID]:
         """Lock the ``ids`` still PENDING that nobody else holds; return them."""
@@ -206,10 +230,17 @@ class ClaimStatements:
         return marked, definitions
 
     def claim(
-        self, conn: Connection, node_id: str, limit: int, now: datetime, boost: timedelta
+        self,
+        conn: Connection,
+        node_id: str,
+        limit: int,
+        now: datetime,
+        boost: timedelta,
+        node_tags: frozenset[str] = frozenset(),
     ) -> list[ClaimedJob]:
-        """Claim up to ``limit`` due jobs for ``node_id`` in claim order."""
-        rows = self.candidates(conn, now, limit)
+        """Claim up to ``limit`` due jobs that a node with ``node_tags`` may run for
+        ``node_id``, in claim order."""
+        rows = self.candidates(conn, now, limit, node_tags)
         if not rows:
             return []
         rows.sort(
@@ -237,10 +268,11 @@ JOB_COLUMNS = (
     "timeout_ms", "params", "tags", "idempotency_key", "business_key", "executor",
     "created_at", "attempts", "resource_name", "recurring_master_id", "stall_timeout_ms",
     "caller_principal", "encryption_key_id",
+    "require_tags", "exclude_tags", "schedule_to_start_ms", "takeover_policy",
     "trace_context",
 )  # fmt: skip
 QUEUE_COLUMNS = ("job_id", "status", "priority", "scheduled_time", "attempts", "epoch",
-                 "business_key")  # fmt: skip
+                 "business_key", "affinity", "start_by")  # fmt: skip
 TAG_COLUMNS = ("job_id", "tag")
 
 
@@ -254,14 +286,16 @@ def _ms(value: timedelta | None) -> int | None:
 def submit_rows(
     jobs: Sequence[NewJob], now: datetime, db_uuid: Callable[[uuid.UUID], Any]
 ) -> tuple[list[tuple[Any, ...]], ...]:
-    """Value tuples for the key, job, queue and tag inserts of ``jobs`` (``KEY_COLUMNS``,
-    ``JOB_COLUMNS``, ``QUEUE_COLUMNS``, ``TAG_COLUMNS``): times as microseconds, durations as
-    milliseconds, ids through ``db_uuid``."""
+    """Value tuples for the key, job, queue, tag and affinity inserts of ``jobs``
+    (``KEY_COLUMNS``, ``JOB_COLUMNS``, ``QUEUE_COLUMNS``, ``TAG_COLUMNS``,
+    ``AFFINITY_COLUMNS``): times as microseconds, durations as milliseconds, ids through
+    ``db_uuid``."""
     now_us = to_micros(now)
     key_rows: list[tuple[Any, ...]] = []
     job_rows: list[tuple[Any, ...]] = []
     queue_rows: list[tuple[Any, ...]] = []
     tag_rows: list[tuple[Any, ...]] = []
+    aff_rows: list[tuple[Any, ...]] = []
     for j in jobs:
         jid = db_uuid(j.job_id)
         priority = int(j.priority)
@@ -289,14 +323,28 @@ def submit_rows(
                 None if j.stall_timeout is None else _ms(j.stall_timeout),
                 j.caller_principal,
                 envelope_key_id(j.payload),
+                tag_list(j.affinity.require),
+                tag_list(j.affinity.exclude),
+                None if j.schedule_to_start is None else _ms(j.schedule_to_start),
+                None if j.takeover_policy is None else j.takeover_policy.value,
                 j.trace_context,
             )
         )
         scheduled = created if j.scheduled_time == j.created_at else to_micros(j.scheduled_time)
-        queue_rows.append((jid, j.status.value, priority, scheduled, 0, 0, j.business_key))
+        start_by = (
+            None
+            if j.schedule_to_start is None
+            else scheduled + j.schedule_to_start // timedelta(microseconds=1)
+        )
+        affinity = 0 if j.affinity.empty else 1
+        queue_rows.append(
+            (jid, j.status.value, priority, scheduled, 0, 0, j.business_key, affinity, start_by)
+        )
         if j.tags:
             tag_rows.extend((jid, t) for t in j.tags)
-    return key_rows, job_rows, queue_rows, tag_rows
+        if affinity:
+            aff_rows.extend(affinity_rows(jid, j))
+    return key_rows, job_rows, queue_rows, tag_rows, aff_rows
 
 
 class SubmitStatements:
@@ -312,10 +360,12 @@ class SubmitStatements:
         self.job_insert = PreparedInsert(dialect, J, JOB_COLUMNS)
         self.queue_insert = PreparedInsert(dialect, Q, QUEUE_COLUMNS)
         self.tag_insert = PreparedInsert(dialect, TAGS, TAG_COLUMNS)
+        self.affinity_insert = PreparedInsert(dialect, AFFINITY, AFFINITY_COLUMNS)
         self.uuid = uuid_binder(dialect)
 
     def rows(self, jobs: Sequence[NewJob], now: datetime) -> tuple[list[tuple[Any, ...]], ...]:
-        """Driver-ready value tuples for the key, job, queue and tag inserts of ``jobs``."""
+        """Driver-ready value tuples for the key, job, queue, tag and affinity inserts of
+        ``jobs``."""
         return submit_rows(jobs, now, self.uuid)
 
     def lookup(self, conn: Connection, keys: Iterable[str]) -> dict[str, uuid.UUID]:
@@ -409,18 +459,20 @@ class InsertStatements:
             holders = prepared.lookup(conn, [j.idempotency_key for j in fresh])
             if holders:
                 fresh = [j for j in fresh if j.idempotency_key not in holders]
-            key_rows, job_rows, queue_rows, tag_rows = prepared.rows(fresh, now)
+            key_rows, job_rows, queue_rows, tag_rows, aff_rows = prepared.rows(fresh, now)
             self.insert_rows(conn, prepared.key_insert, key_rows)
         else:
-            key_rows, job_rows, queue_rows, tag_rows = prepared.rows(fresh, now)
+            key_rows, job_rows, queue_rows, tag_rows, aff_rows = prepared.rows(fresh, now)
             went_in = prepared.key_insert_ignoring.execute(conn, key_rows)
             holders = self.holders_after(conn, fresh, went_in)
             if holders:
                 fresh = [j for j in fresh if j.idempotency_key not in holders]
-                key_rows, job_rows, queue_rows, tag_rows = prepared.rows(fresh, now)
+                key_rows, job_rows, queue_rows, tag_rows, aff_rows = prepared.rows(fresh, now)
         self.insert_rows(conn, prepared.job_insert, job_rows)
         self.insert_rows(conn, prepared.queue_insert, queue_rows)
         self.insert_rows(conn, prepared.tag_insert, tag_rows)
+        if aff_rows:
+            self.insert_rows(conn, prepared.affinity_insert, aff_rows)
         return holders
 
 

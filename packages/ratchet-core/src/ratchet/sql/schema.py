@@ -83,7 +83,12 @@ job = Table(
     # migration 0010 (security): who submitted the job, the key sealing its arguments
     Column("caller_principal", String(255), nullable=True),
     Column("encryption_key_id", String(128), nullable=True),
-    Column("trace_context", String(1024), nullable=True),  # migration 0013 (tracing)
+    # migration 0013 (fleet): node tag affinity, the start deadline, the takeover policy
+    Column("require_tags", Text, nullable=True),
+    Column("exclude_tags", Text, nullable=True),
+    Column("schedule_to_start_ms", BigInteger, nullable=True),
+    Column("takeover_policy", String(16), nullable=True),
+    Column("trace_context", String(1024), nullable=True),  # migration 0014 (tracing)
     Index("idx_job_terminal", "terminal_status", "terminated_at"),
     Index("idx_job_recurring_master", "recurring_master_id"),
     Index("idx_job_batch", "batch_id"),
@@ -124,13 +129,25 @@ job_queue = Table(
     Column("last_progress_at", UTCMicros(), nullable=True),
     Column("timed_out_at", UTCMicros(), nullable=True),
     Column("takeovers", Integer, nullable=False, server_default="0"),
+    # migration 0013 (fleet): 1 when the job has affinity rows (the claim checks them only
+    # then), and the time by which a job never started must start (T14)
+    Column("affinity", SmallInteger, nullable=False, server_default="0"),
+    Column("start_by", UTCMicros(), nullable=True),
     UniqueConstraint("business_key", name="uq_queue_business_key"),
     Index("idx_queue_claim", "status", "priority", "scheduled_time", "job_id"),
     Index("idx_queue_owner", "picked_by", "status"),
     Index("idx_queue_waiting_for", "waiting_for"),
     Index("idx_queue_signal_key", "signal_key", "status"),
     Index("idx_queue_signal_deadline", "signal_deadline"),
-    Index("idx_queue_status_page", "status", "job_id"),  # migration 0011
+    Index("idx_queue_status_page", "status", "job_id"),  # migration 0012 (query)
+    # partial where the database has it: a row without a deadline costs no index entry on the
+    # claim's update (PostgreSQL writes every index of a row that is not updated in place)
+    Index(
+        "idx_queue_start_by",
+        "start_by",
+        postgresql_where=text("start_by IS NOT NULL"),
+        sqlite_where=text("start_by IS NOT NULL"),
+    ),
 )
 
 job_tag = Table(
@@ -138,8 +155,18 @@ job_tag = Table(
     metadata,
     Column("job_id", UUIDType(), ForeignKey("scheduler_job.job_id"), primary_key=True),
     Column("tag", String(64), primary_key=True),
-    Index("idx_job_tag_page", "tag", "job_id"),  # migration 0011
+    Index("idx_job_tag_page", "tag", "job_id"),  # migration 0012 (query)
 )
+
+job_affinity = Table(
+    "scheduler_job_affinity",
+    metadata,
+    Column("job_id", UUIDType(), ForeignKey("scheduler_job.job_id"), primary_key=True),
+    Column("tag", String(64), primary_key=True),
+    Column("required", SmallInteger, nullable=False),  # 1 required, 0 excluded
+)
+"""Migration 0013: the node tags a job requires (``required`` 1) or excludes (0). A tag is never
+both (the primary key). Rows stay after the job ends, like its tags."""
 
 idempotency_key = Table(
     "scheduler_idempotency_key",
@@ -177,6 +204,7 @@ node = Table(
     Column("pid", Integer, nullable=True),
     Column("slots", Integer, nullable=True),
     Column("prefetch", Integer, nullable=True),
+    Column("tags", Text, nullable=True),  # migration 0013 (fleet): its node tags, JSON
     Index("idx_node_heartbeat", "heartbeat_at"),
     Index("idx_node_name", "node_name", "host"),
 )
@@ -264,6 +292,33 @@ resource_permit = Table(
     Index("idx_permit_resource", "resource_name"),
     Index("idx_permit_node", "node_id"),
 )
+
+# -- per execution type limits (migration 0013) --------------------------------
+
+type_limit = Table(
+    "scheduler_type_limit",
+    metadata,
+    Column("target", String(512), primary_key=True),
+    Column("rate_per_minute", Integer, nullable=True),
+    Column("max_concurrent", Integer, nullable=True),
+    Column("retry_delay_ms", Integer, nullable=False),
+    Column("updated_at", UTCMicros(), nullable=False),
+)
+"""One row per limited execution type (job target). Admissions lock it, so they queue per type."""
+
+type_start = Table(
+    "scheduler_type_start",
+    metadata,
+    Column("job_id", UUIDType(), primary_key=True),
+    Column("epoch", Integer, primary_key=True),
+    Column("target", String(512), nullable=False),
+    Column("node_id", String(128), nullable=False),
+    Column("started_at", UTCMicros(), nullable=False),
+    Column("released", SmallInteger, nullable=False),  # 1 once the attempt ended
+    Index("idx_type_start_target", "target", "started_at"),
+)
+"""One row per attempt admitted under a type limit: the starts of the last minute (the rate) and
+the attempts executing (``released`` 0 and still owned under that epoch: the cap)."""
 
 # -- batches and workflow conditions (migration 0005, branch "workflows") ----------------------
 

@@ -31,6 +31,7 @@ from sqlalchemy import (
 from sqlalchemy.engine import Connection, Engine, Row, make_url
 from sqlalchemy.exc import DBAPIError, SQLAlchemyError
 
+from ratchet.domain.affinity import Affinity
 from ratchet.domain.envelope import envelope_key_id
 from ratchet.domain.errors import (
     DuplicateBusinessKeyError,
@@ -52,9 +53,11 @@ from ratchet.domain.model import (
     OutcomeWrite,
 )
 from ratchet.domain.options import BackoffPolicy
+from ratchet.domain.takeover import TakeoverPolicy
 from ratchet.domain.workflow import FlowEffect, FlowResolver
 from ratchet.ports import InsertResult, StoreCapabilities, iter_chunks
 from ratchet.sql import schema
+from ratchet.sql.affinity import AffinityStoreMixin, tag_list
 from ratchet.sql.caller_tx import CallerTransactions, caller_connection
 from ratchet.sql.cancellation import CancellationStoreMixin
 from ratchet.sql.dialect import ErrorKind, SqlDialect
@@ -73,6 +76,7 @@ from ratchet.sql.pool import ping_when_idle
 from ratchet.sql.query_store import QueryStoreMixin
 from ratchet.sql.recurring_store import RecurringStoreMixin
 from ratchet.sql.retention_store import RetentionStoreMixin
+from ratchet.sql.type_limits import TypeLimitStoreMixin
 from ratchet.sql.watcher_store import CHUNK, WatcherStoreMixin
 from ratchet.sql.workflow_store import REFUSE_ALL, WorkflowStoreMixin
 
@@ -115,10 +119,12 @@ class SqlStore(
     EncryptionKeyStoreMixin,
     QueueGaugeStoreMixin,
     QueryStoreMixin,
+    AffinityStoreMixin,
     PermitStoreMixin,
     CancellationStoreMixin,
     WorkflowStoreMixin,
     RecurringStoreMixin,
+    TypeLimitStoreMixin,
     WatcherStoreMixin,
     RetentionStoreMixin,
 ):
@@ -391,6 +397,10 @@ class SqlStore(
             "stall_timeout_ms": _ms(j.stall_timeout),
             "caller_principal": j.caller_principal,
             "encryption_key_id": envelope_key_id(j.payload),
+            "require_tags": tag_list(j.affinity.require),
+            "exclude_tags": tag_list(j.affinity.exclude),
+            "schedule_to_start_ms": _ms(j.schedule_to_start),
+            "takeover_policy": None if j.takeover_policy is None else j.takeover_policy.value,
             "trace_context": j.trace_context,
             "created_at": j.created_at,
             "attempts": 0,
@@ -437,21 +447,36 @@ class SqlStore(
             raise
 
     # ------------------------------------------------------------------ claim
-    def _candidates(self, now: datetime, limit: int) -> Select[Any]:
-        """Per priority level, the ``limit`` oldest due jobs (the claim's candidate query)."""
-        return self.hot_paths.claim.candidates_select(now, limit)
+    def _candidates(self, now: datetime, limit: int, node_tags: Sequence[Any] = ()) -> Select[Any]:
+        """Per priority level, the ``limit`` oldest due jobs a node with ``node_tags`` may run
+        (the claim's candidate query)."""
+        return self.hot_paths.claim.candidates_select(now, limit, node_tags)
 
     def claim(
-        self, node_id: str, limit: int, *, now: datetime, boost_interval: timedelta
+        self,
+        node_id: str,
+        limit: int,
+        *,
+        now: datetime,
+        boost_interval: timedelta,
+        node_tags: frozenset[str] = frozenset(),
     ) -> list[ClaimedJob]:
         if limit <= 0:
             return []
-        return self._run(lambda conn: self._claim(conn, node_id, limit, now, boost_interval))
+        return self._run(
+            lambda conn: self._claim(conn, node_id, limit, now, boost_interval, node_tags)
+        )
 
     def _claim(
-        self, conn: Connection, node_id: str, limit: int, now: datetime, boost: timedelta
+        self,
+        conn: Connection,
+        node_id: str,
+        limit: int,
+        now: datetime,
+        boost: timedelta,
+        node_tags: frozenset[str] = frozenset(),
     ) -> list[ClaimedJob]:
-        return self.hot_paths.claim.claim(conn, node_id, limit, now, boost)
+        return self.hot_paths.claim.claim(conn, node_id, limit, now, boost, node_tags)
 
     def owned_jobs(
         self, node_id: str, jobs: Sequence[tuple[uuid.UUID, int]]
@@ -784,6 +809,18 @@ class SqlStore(
             ),
             caller_principal=r.caller_principal,
             encryption_key_id=r.encryption_key_id,
+            affinity=Affinity(
+                frozenset(json.loads(r.require_tags)) if r.require_tags else frozenset(),
+                frozenset(json.loads(r.exclude_tags)) if r.exclude_tags else frozenset(),
+            ),
+            schedule_to_start=(
+                None
+                if r.schedule_to_start_ms is None
+                else timedelta(milliseconds=r.schedule_to_start_ms)
+            ),
+            takeover_policy=None
+            if r.takeover_policy is None
+            else TakeoverPolicy(r.takeover_policy),
         )
 
     def get_job(self, job_id: uuid.UUID) -> JobRecord | None:
@@ -872,6 +909,7 @@ class SqlStore(
                     r.host,
                     r.pid,
                     r.slots,
+                    frozenset(json.loads(r.tags)) if r.tags else frozenset(),
                 )
                 for r in conn.execute(select(NODE).order_by(NODE.c.node_id))
             ]

@@ -51,6 +51,7 @@ from ratchet.domain.errors import FencedOut
 from ratchet.domain.lifecycle import JobStatus, check_transition
 from ratchet.domain.model import ClaimedJob, NodeRecord, Outcome, OutcomeKind, OutcomeWrite
 from ratchet.domain.priority import claim_order_key
+from ratchet.domain.takeover import JobStartDeadlineMissed, TakeoverPolicy
 from ratchet.domain.watcher import (
     LIVE_NODE_STATES,
     AcquiredWork,
@@ -70,6 +71,7 @@ from ratchet.domain.watcher import (
 from ratchet.domain.workflow import FlowEffect, FlowResolver
 from ratchet.ports import iter_chunks
 from ratchet.sql import schema
+from ratchet.sql.affinity import affinity_allows, tag_list
 from ratchet.sql.claimed import DEFINITIONS, attempt_rows, claimed_job
 from ratchet.sql.types import to_micros
 from ratchet.sql.workflow_store import REFUSE_ALL
@@ -104,6 +106,7 @@ QUEUE_COLS = (
     Q.c.attempts,
     Q.c.priority,
     Q.c.scheduled_time,
+    Q.c.start_by,
 )
 LIVE = tuple(s.value for s in LIVE_NODE_STATES)
 #: Outcome of an attempt whose job was taken over (or handed back and taken over).
@@ -182,11 +185,30 @@ class WatcherStoreMixin:
             resolve: FlowResolver,
         ) -> OutcomeWrite: ...
 
-        def _candidates(self, now: datetime, limit: int) -> Any: ...
+        def _candidates(self, now: datetime, limit: int, node_tags: Sequence[Any] = ()) -> Any: ...
 
         def _claim(
-            self, conn: Connection, node_id: str, limit: int, now: datetime, boost: timedelta
+            self,
+            conn: Connection,
+            node_id: str,
+            limit: int,
+            now: datetime,
+            boost: timedelta,
+            node_tags: frozenset[str] = frozenset(),
         ) -> list[ClaimedJob]: ...
+
+        def _terminate(
+            self,
+            conn: Connection,
+            ids: Sequence[uuid.UUID],
+            status: JobStatus,
+            now: datetime,
+            *,
+            effects: list[FlowEffect],
+            resolve: FlowResolver,
+            superseded_by: uuid.UUID | None = None,
+            error: str | None = None,
+        ) -> None: ...
 
     # ------------------------------------------------------------------ node incarnations
     def register_incarnation(self, node: NodeInfo, *, now: datetime) -> list[NodeRecord]:
@@ -203,6 +225,7 @@ class WatcherStoreMixin:
                 "pid": node.pid,
                 "slots": node.slots,
                 "prefetch": node.prefetch,
+                "tags": tag_list(node.tags),
             }
             changed = conn.execute(
                 update(NODE).where(NODE.c.node_id == node.node_id).values(**values)
@@ -374,8 +397,14 @@ class WatcherStoreMixin:
 
     def _liveness_cols(self) -> list[Any]:
         stall = select(J.c.stall_timeout_ms).where(J.c.job_id == Q.c.job_id).scalar_subquery()
+        policy = select(J.c.takeover_policy).where(J.c.job_id == Q.c.job_id).scalar_subquery()
         owner_alive = case((Q.c.picked_by.in_(_live_nodes()), 1), else_=0)
-        return [*QUEUE_COLS, stall.label("stall_ms"), owner_alive.label("owner_alive")]
+        return [
+            *QUEUE_COLS,
+            stall.label("stall_ms"),
+            policy.label("takeover_policy"),
+            owner_alive.label("owner_alive"),
+        ]
 
     @staticmethod
     def _due(now: datetime, settings: WatcherSettings, judge_silence: bool = True) -> Any:
@@ -388,6 +417,7 @@ class WatcherStoreMixin:
         activity = case((and_(lp.is_not(None), or_(pa.is_(None), lp > pa)), lp), else_=pa)
         limit_ms = func.coalesce(stall_ms, settings.running_stall // timedelta(milliseconds=1))
         orphan = Q.c.picked_by.not_in(_live_nodes())
+        policy = select(J.c.takeover_policy).where(J.c.job_id == Q.c.job_id).scalar_subquery()
         grace_us = settings.timed_out_grace // timedelta(microseconds=1)
         window_us = grace_us + settings.takeover_window // timedelta(microseconds=1)
         due = or_(
@@ -411,9 +441,17 @@ class WatcherStoreMixin:
                 Q.c.status == JobStatus.TIMED_OUT.value,
                 or_(
                     tmo + window_us <= now_us,
-                    and_(Q.c.takeovers >= settings.max_takeovers, tmo + grace_us <= now_us),
+                    and_(
+                        or_(
+                            Q.c.takeovers >= settings.max_takeovers,
+                            policy == TakeoverPolicy.FAIL.value,
+                        ),
+                        tmo + grace_us <= now_us,
+                    ),
                 ),
             ),
+            # T14: never started, and past its schedule-to-start deadline
+            and_(Q.c.start_by <= now, Q.c.status == JobStatus.PENDING.value),
         )
         return due
 
@@ -436,8 +474,11 @@ class WatcherStoreMixin:
         stall: list[Any] = []
         orphaned: list[Any] = []
         expire: list[Any] = []
+        missed: list[Any] = []
         for r in rows:
             action = classify(_liveness(r), now, settings, owner_alive=bool(r.owner_alive))
+            if action is WatcherAction.MISSED_START:
+                missed.append(r)
             if action is WatcherAction.REVOKE:
                 revoke.append(r)
             elif action is WatcherAction.STALL and judge_silence:
@@ -476,13 +517,42 @@ class WatcherStoreMixin:
         effects: list[FlowEffect] = []
         if expire:
             outcomes, effects = self._expire(conn, expire, now, settings, decide, resolve)
+        if missed:
+            self._missed_start(conn, missed, now, effects, resolve)
         return WatcherReport(
             revoked=len(revoke),
             orphaned=len(orphaned),
             stalled=len(stall),
             expired=tuple(outcomes),
             effects=tuple(effects),
+            missed_start=tuple(r.job_id for r in missed),
         )
+
+    def _missed_start(
+        self,
+        conn: Connection,
+        rows: Sequence[Any],
+        now: datetime,
+        effects: list[FlowEffect],
+        resolve: FlowResolver,
+    ) -> None:
+        """T14: PENDING jobs past their schedule-to-start deadline end FAILED without running
+        (locked rows; each error names how late it is)."""
+        check_transition(JobStatus.PENDING, JobStatus.FAILED)
+        for r in rows:
+            late = now - r.start_by
+            self._terminate(
+                conn,
+                [r.job_id],
+                JobStatus.FAILED,
+                now,
+                effects=effects,
+                resolve=resolve,
+                error=(
+                    f"{JobStartDeadlineMissed.__name__}: the job did not start by its "
+                    f"schedule-to-start deadline ({r.start_by.isoformat()}; {late} late)"
+                ),
+            )
 
     def _relock(self, conn: Connection, candidates: Sequence[Row[Any]]) -> list[Any]:
         """Lock the queue rows of ``candidates`` (read without locks) by primary key, skipping
@@ -550,11 +620,12 @@ class WatcherStoreMixin:
         for r in rows:
             d = definitions[r.job_id]
             waited = now - r.timed_out_at
-            reason = (
-                f"no node took it over within {settings.takeover_window} after its grace"
-                if waited >= settings.timed_out_grace + settings.takeover_window
-                else f"it stalled again after {r.takeovers} takeover(s), the cap"
-            )
+            if waited >= settings.timed_out_grace + settings.takeover_window:
+                reason = f"no node took it over within {settings.takeover_window} after its grace"
+            elif r.takeover_policy == TakeoverPolicy.FAIL.value:
+                reason = "its takeover policy is FAIL"
+            else:
+                reason = f"it stalled again after {r.takeovers} takeover(s), the cap"
             stalled = StalledJob(
                 job_id=r.job_id,
                 epoch=r.epoch,
@@ -610,6 +681,7 @@ class WatcherStoreMixin:
         settings: WatcherSettings,
         exclude: Collection[uuid.UUID] = (),
         supports: Supports | None = None,
+        node_tags: frozenset[str] = frozenset(),
     ) -> list[ClaimedJob]:
         """T8: take over up to ``limit`` eligible TIMED_OUT jobs of other incarnations.
 
@@ -618,7 +690,9 @@ class WatcherStoreMixin:
         row; the abandoned attempt's row is closed as ``ABANDONED``. ``exclude``: jobs this
         process still runs locally (a restarted incarnation must not run them twice).
         ``supports(target, executor)``: whether this node can run a job (its class policy allows
-        the target and it has the executor); jobs it cannot run are left to other nodes.
+        the target and it has the executor); jobs it cannot run are left to other nodes, as are
+        jobs whose affinity its ``node_tags`` do not satisfy and jobs whose takeover policy is
+        FAIL.
 
         The candidates are read without locks; only the chosen rows are then locked (by primary
         key, skipping rows others hold) and their eligibility checked again on fresh values.
@@ -628,7 +702,7 @@ class WatcherStoreMixin:
 
         candidates = self._run(
             lambda conn: self._takeover_candidates(
-                conn, node_id, limit, now, settings, exclude, supports
+                conn, node_id, limit, now, settings, exclude, supports, node_tags
             ),
             write=False,
         )
@@ -647,6 +721,7 @@ class WatcherStoreMixin:
         settings: WatcherSettings,
         exclude: Collection[uuid.UUID],
         supports: Supports | None,
+        node_tags: frozenset[str] = frozenset(),
     ) -> list[Row[Any]]:
         """Eligible jobs this node can run, read without locks (:meth:`_takeover` locks and
         checks them again)."""
@@ -654,7 +729,14 @@ class WatcherStoreMixin:
         stmt = (
             self._eligible(node_id, now, settings)
             .with_only_columns(*self._liveness_cols(), definition.c.target, definition.c.executor)
-            .where(definition.c.job_id == Q.c.job_id)
+            .where(
+                definition.c.job_id == Q.c.job_id,
+                or_(
+                    definition.c.takeover_policy.is_(None),
+                    definition.c.takeover_policy != TakeoverPolicy.FAIL.value,
+                ),
+                affinity_allows(sorted(node_tags)),
+            )
         )
         if exclude:
             stmt = stmt.where(Q.c.job_id.not_in(list(exclude)))
@@ -674,6 +756,7 @@ class WatcherStoreMixin:
         exclude: Collection[uuid.UUID] = (),
         supports: Supports | None = None,
         without_row: bool = False,
+        node_tags: frozenset[str] = frozenset(),
     ) -> AcquiredWork:
         """One poll in one transaction: the node's state, then up to ``want`` jobs: takeovers
         first (T8, as :meth:`takeover`), then ``reserved`` jobs started (T3), then new claims
@@ -697,7 +780,7 @@ class WatcherStoreMixin:
                 return AcquiredWork(state)
             if not (row.eligible and state is NodeState.ALIVE):
                 claimed = self._run(
-                    lambda conn: self._claim(conn, node_id, want, now, boost_interval),
+                    lambda conn: self._claim(conn, node_id, want, now, boost_interval, node_tags),
                     autocommit=True,
                 )
                 return AcquiredWork(state, (), (), tuple(claimed))
@@ -711,14 +794,16 @@ class WatcherStoreMixin:
             taken: list[ClaimedJob] = []
             if row.eligible and state is NodeState.ALIVE:
                 candidates = self._takeover_candidates(
-                    conn, node_id, want, now, settings, exclude, supports
+                    conn, node_id, want, now, settings, exclude, supports, node_tags
                 )
                 if candidates:
                     taken = self._takeover(conn, node_id, want, now, settings, candidates)
             rest = want - len(taken)
             started = self._start_reserved(conn, node_id, reserved[:rest], now) if rest else []
             rest -= len(started)
-            claimed = self._claim(conn, node_id, rest, now, boost_interval) if rest > 0 else []
+            claimed = (
+                self._claim(conn, node_id, rest, now, boost_interval, node_tags) if rest > 0 else []
+            )
             return AcquiredWork(state, tuple(taken), tuple(started), tuple(claimed))
 
         return self._run(work)
@@ -778,6 +863,7 @@ class WatcherStoreMixin:
         if not rows:
             return []
         check_transition(JobStatus.TIMED_OUT, JobStatus.RUNNING)
+        restart = {r.job_id for r in rows if r.takeover_policy == TakeoverPolicy.RESTART.value}
         conn.execute(
             update(Q)
             .where(
@@ -792,8 +878,16 @@ class WatcherStoreMixin:
                 epoch=Q.c.epoch + 1,
                 takeovers=Q.c.takeovers + 1,
                 timed_out_at=None,
+                attempts=bindparam("b_attempts"),
             ),
-            [{"b_id": r.job_id, "b_epoch": r.epoch} for r in rows],
+            [
+                {
+                    "b_id": r.job_id,
+                    "b_epoch": r.epoch,
+                    "b_attempts": r.attempts + (r.job_id in restart),
+                }
+                for r in rows
+            ],
         )
         conn.execute(
             update(EXE)
@@ -805,6 +899,21 @@ class WatcherStoreMixin:
             .values(outcome=ABANDONED, finished_at=now),
             [{"b_id": r.job_id, "b_epoch": r.epoch} for r in rows],
         )
+        if restart:
+            # RESTART: the stalled attempt counted as failed, and the new run starts from scratch
+            conn.execute(
+                update(J)
+                .where(J.c.job_id.in_(list(restart)))
+                .values(
+                    checkpoint_step=None,
+                    checkpoint_data=None,
+                    checkpoint_epoch=None,
+                    checkpoint_at=None,
+                )
+            )
+            for r in rows:
+                if r.job_id in restart:
+                    r.attempts += 1
         self._open_attempts(conn, rows, node_id, now)
         return self._claimed(conn, rows, now, takeover=True)
 
@@ -831,7 +940,13 @@ class WatcherStoreMixin:
         ]
 
     def reserve(
-        self, node_id: str, limit: int, *, now: datetime, boost_interval: timedelta
+        self,
+        node_id: str,
+        limit: int,
+        *,
+        now: datetime,
+        boost_interval: timedelta,
+        node_tags: frozenset[str] = frozenset(),
     ) -> list[ClaimedJob]:
         """T2: reserve up to ``limit`` due PENDING jobs as QUEUED for ``node_id`` (epoch + 1),
         in claim order, never beyond the node's registered prefetch. Start them with
@@ -843,10 +958,18 @@ class WatcherStoreMixin:
         )
         if self._run(lambda conn: conn.execute(probe.limit(1)).first(), write=False) is None:
             return []
-        return self._run(lambda conn: self._reserve(conn, node_id, limit, now, boost_interval))
+        return self._run(
+            lambda conn: self._reserve(conn, node_id, limit, now, boost_interval, node_tags)
+        )
 
     def _reserve(
-        self, conn: Connection, node_id: str, limit: int, now: datetime, boost: timedelta
+        self,
+        conn: Connection,
+        node_id: str,
+        limit: int,
+        now: datetime,
+        boost: timedelta,
+        node_tags: frozenset[str],
     ) -> list[ClaimedJob]:
         me = self._node_capacity(conn, node_id)
         if me is None:
@@ -855,7 +978,7 @@ class WatcherStoreMixin:
             limit = min(limit, me.prefetch - self._held(conn, node_id, [JobStatus.QUEUED.value]))
         if limit <= 0:
             return []
-        rows = list(conn.execute(self._candidates(now, limit)).all())
+        rows = list(conn.execute(self._candidates(now, limit, sorted(node_tags))).all())
         rows.sort(
             key=lambda r: claim_order_key(r.priority, r.scheduled_time, str(r.job_id), now, boost)
         )
@@ -921,7 +1044,7 @@ class WatcherStoreMixin:
         conn.execute(
             update(Q)
             .where(Q.c.job_id.in_(list(held)), Q.c.status == JobStatus.QUEUED.value)
-            .values(status=JobStatus.RUNNING.value, picked_at=now)
+            .values(status=JobStatus.RUNNING.value, picked_at=now, start_by=None)
         )
         conn.execute(
             insert(EXE),
@@ -1103,6 +1226,8 @@ def _liveness(r: Any) -> JobLiveness:
         takeovers=r.takeovers,
         attempts=r.attempts,
         stall_timeout=None if r.stall_ms is None else timedelta(milliseconds=r.stall_ms),
+        takeover_policy=None if r.takeover_policy is None else TakeoverPolicy(r.takeover_policy),
+        start_by=r.start_by,
     )
 
 

@@ -44,6 +44,7 @@ from ratchet.domain.lifecycle import JobStatus, check_transition
 from ratchet.domain.model import FlowWrite, NewJob, Outcome, OutcomeKind
 from ratchet.domain.options import BackoffPolicy
 from ratchet.domain.retry import RetryPolicy, decide_retry
+from ratchet.domain.takeover import start_by
 from ratchet.domain.workflow import (
     BatchContext,
     EffectKind,
@@ -58,6 +59,7 @@ from ratchet.domain.workflow import (
 )
 from ratchet.ports import InsertResult, iter_chunks
 from ratchet.sql import schema
+from ratchet.sql.affinity import AFFINITY_COLUMNS, affinity_rows
 from ratchet.sql.caller_tx import caller_connection
 from ratchet.sql.claimed import has_flow_effects
 
@@ -276,6 +278,8 @@ class WorkflowStoreMixin:
                             now + fj.signal_wait if fj.signal_wait is not None else None
                         ),
                         "signal_payload": None,
+                        "affinity": 0 if fj.job.affinity.empty else 1,
+                        "start_by": start_by(fj.job.scheduled_time, fj.job.schedule_to_start),
                     }
                     for fj in chunk
                 ],
@@ -283,6 +287,13 @@ class WorkflowStoreMixin:
             tag_rows = [{"job_id": fj.job.job_id, "tag": t} for fj in chunk for t in fj.job.tags]
             if tag_rows:
                 conn.execute(insert(TAGS), tag_rows)
+            aff_rows = [
+                dict(zip(AFFINITY_COLUMNS, row, strict=True))
+                for fj in chunk
+                for row in affinity_rows(fj.job.job_id, fj.job)
+            ]
+            if aff_rows:
+                conn.execute(insert(schema.job_affinity), aff_rows)
 
     def _flow_job_row(self, fj: FlowJob) -> dict[str, Any]:
         row = self._job_row(fj.job)

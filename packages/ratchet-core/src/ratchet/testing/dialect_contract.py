@@ -22,6 +22,7 @@ store's own rendering sends on each path.
 from __future__ import annotations
 
 import copy
+import json
 import random
 import uuid
 from collections.abc import Callable, Iterator, Sequence
@@ -34,8 +35,10 @@ import pytest
 from sqlalchemy import event, select, update
 from sqlalchemy.engine import Connection
 
+from ratchet.domain.affinity import Affinity
 from ratchet.domain.lifecycle import JobPriority, JobStatus
 from ratchet.domain.model import ClaimedJob, NewJob, Outcome, OutcomeKind
+from ratchet.domain.takeover import TakeoverPolicy
 from ratchet.ports import InsertResult
 from ratchet.sql import schema
 from ratchet.sql.hotpaths import HotPaths
@@ -53,6 +56,20 @@ from ratchet.testing.store_contract import (
 TRICKY = 'it\'s \\ "q" 100% %s é 🚀 \x00'
 NODE = "me"
 OTHER = "other"
+#: Affinities the claim queue's jobs cycle through, and node tag sets to claim with.
+AFFINITIES = (
+    Affinity(),
+    Affinity(frozenset({"gpu"})),
+    Affinity(exclude=frozenset({"eu"})),
+    Affinity(frozenset({"gpu", "eu"})),
+    Affinity(frozenset({"gpu"}), frozenset({"eu"})),
+)
+NODE_TAG_SETS: tuple[frozenset[str], ...] = (
+    frozenset(),
+    frozenset({"gpu"}),
+    frozenset({"eu"}),
+    frozenset({"gpu", "eu"}),
+)
 
 
 @dataclass
@@ -159,6 +176,9 @@ class DialectEquivalenceContract:
                     params={"k": "v\\'" + str(i)} if i % 4 == 0 else {},
                     timeout=timedelta(seconds=i) if i % 5 == 0 else None,
                     executor="threads" if i % 6 == 0 else None,
+                    affinity=AFFINITIES[i % len(AFFINITIES)] if i % 2 else Affinity(),
+                    schedule_to_start=timedelta(hours=1) if i % 8 == 1 else None,
+                    takeover_policy=TakeoverPolicy.RESTART if i % 9 == 2 else None,
                 )
             )
         store.insert_jobs(jobs, now=base)
@@ -166,16 +186,19 @@ class DialectEquivalenceContract:
         assert len(store.claim(OTHER, 7, now=base, boost_interval=BOOST)) == 7
         return jobs
 
-    def due(self, store: Any, now: Any) -> int:
-        q = schema.job_queue
+    def due(self, store: Any, now: Any, node_tags: frozenset[str] = frozenset()) -> int:
+        """How many PENDING jobs due at ``now`` a node with ``node_tags`` may run."""
+        q, j = schema.job_queue, schema.job
         with store.engine.connect() as conn:
-            return len(
-                conn.execute(
-                    select(q.c.job_id).where(
-                        q.c.status == JobStatus.PENDING.value, q.c.scheduled_time <= now
-                    )
-                ).all()
-            )
+            rows = conn.execute(
+                select(j.c.require_tags, j.c.exclude_tags)
+                .join(q, q.c.job_id == j.c.job_id)
+                .where(q.c.status == JobStatus.PENDING.value, q.c.scheduled_time <= now)
+            ).all()
+        tags = [
+            (frozenset(json.loads(r[0] or "[]")), frozenset(json.loads(r[1] or "[]"))) for r in rows
+        ]
+        return sum(Affinity(req, exc).allows(node_tags) for req, exc in tags)
 
     # ------------------------------------------------------------------ the claim
     def test_claim_agrees_on_order_limits_and_boosts(self, store: Any, clock: FakeClock) -> None:
@@ -194,8 +217,21 @@ class DialectEquivalenceContract:
         assert cases == 30
 
     @staticmethod
-    def _claiming(limit: int, now: Any, boost: timedelta) -> Callable[[Any, Connection], Any]:
-        return lambda store, conn: store._claim(conn, NODE, limit, now, boost)
+    def _claiming(
+        limit: int, now: Any, boost: timedelta, node_tags: frozenset[str] = frozenset()
+    ) -> Callable[[Any, Connection], Any]:
+        return lambda store, conn: store._claim(conn, NODE, limit, now, boost, node_tags)
+
+    def test_claim_agrees_on_node_tags(self, store: Any, clock: FakeClock) -> None:
+        jobs = {j.job_id: j for j in self.claim_queue(store, clock)}
+        for tags in NODE_TAG_SETS:
+            for limit in (3, 500):
+                mine, theirs = self.both(store, self._claiming(limit, clock.now(), BOOST, tags))
+                self.assert_same(mine, theirs)
+                assert mine.answer, tags
+                assert all(jobs[c.job_id].affinity.allows(tags) for c in mine.answer), tags
+            # the largest claim took every due job those tags allow, and only those
+            assert len(mine.answer) == self.due(store, clock.now(), tags), tags
 
     def test_claim_agrees_with_rows_held_by_another_transaction(
         self, store: Any, clock: FakeClock
@@ -251,6 +287,12 @@ class DialectEquivalenceContract:
                 timeout=timedelta(seconds=3),
             ),
             new_job(clock, executor="threads", backoff_delay=timedelta(seconds=2)),
+            new_job(
+                clock,
+                affinity=AFFINITIES[4],
+                schedule_to_start=timedelta(minutes=5),
+                takeover_policy=TakeoverPolicy.FAIL,
+            ),
             new_job(clock, payload='{"args":["' + TRICKY.replace("\x00", "") + '"],"kwargs":{}}'),
         ]
         mine, theirs = self.both(store, lambda s, c: s._insert(c, jobs, clock.now()))
@@ -258,10 +300,14 @@ class DialectEquivalenceContract:
         assert mine.answer[1] == InsertResult(existing.job_id, False)
         assert mine.answer[2] == InsertResult(jobs[2].job_id, True)
         assert mine.answer[3] == InsertResult(jobs[2].job_id, False)
-        assert len(mine.rows["scheduler_job"]) == 1 + 5
+        assert len(mine.rows["scheduler_job"]) == 1 + 6
+        assert len(mine.rows["scheduler_job_affinity"]) == 2
         self.check_round_trips(store, "insert-taken", mine.statements, theirs.statements)
 
-        fresh = [new_job(clock, tags=("x",) if i % 2 else ()) for i in range(40)]
+        fresh = [
+            new_job(clock, tags=("x",) if i % 2 else (), affinity=AFFINITIES[i % 5])
+            for i in range(40)
+        ]
         mine, theirs = self.both(store, lambda s, c: s._insert(c, fresh, clock.now()))
         self.assert_same(mine, theirs)
         assert all(r.inserted for r in mine.answer)
