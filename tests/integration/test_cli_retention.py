@@ -71,7 +71,7 @@ def test_dlq_show_prints_attempts_and_the_log(db: Any) -> None:
     assert doc["status"] == "FAILED" and doc["attempt_history"][0]["outcome"]
     assert [line["level"] for line in doc["logs"]] == ["INFO", "ERROR"]
     assert run("jobs", "show", "--url", url, str(dead[0].id)).exit_code == 0
-    jobs_doc = json.loads(run("jobs", "show", "--url", url, str(dead[0].id)).output)
+    jobs_doc = json.loads(run("jobs", "show", "--json", "--url", url, str(dead[0].id)).output)
     assert jobs_doc["logs"] == doc["logs"], "jobs show prints the log too"
 
 

@@ -56,7 +56,7 @@ def test_jobs_stranded_lists_what_no_live_node_may_run(sqlite_url: str, clock: F
     assert sorted(r.split()[:4] for r in rows) == sorted(
         [[str(gpu.id), "PENDING", "gpu", "-"], [str(not_eu.id), "PENDING", "-", "eu"]]
     )
-    shown = json.loads(run("jobs", "show", "--url", sqlite_url, str(not_eu.id)).stdout)
+    shown = json.loads(run("jobs", "show", "--json", "--url", sqlite_url, str(not_eu.id)).stdout)
     assert (shown["require_tags"], shown["exclude_tags"]) == ([], ["eu"])
     # a worker that may run both drains the list
     app = Ratchet(sqlite_url, allowed_modules=["sample_jobs"], clock=clock)

@@ -284,8 +284,10 @@ class RecordingTracer:
                 yield
                 calls.append(("deactivated", job.job_id))
 
-            def failed(self, exc: BaseException, *, timed_out: bool) -> None:
-                calls.append(("failed", job.job_id, str(exc), timed_out))
+            def failed(
+                self, error_type: str, message: str, traceback: str, *, timed_out: bool
+            ) -> None:
+                calls.append(("failed", job.job_id, message, timed_out))
 
             def end(self, outcome: str) -> None:
                 calls.append(("end", job.job_id, outcome))

@@ -76,6 +76,21 @@ def test_a_timed_out_attempt_ends_its_span_at_the_deadline(
     assert event.attributes["ratchet.job.timed_out"] is True
 
 
+def test_a_failed_attempt_records_only_the_sanitised_error(
+    app: Ratchet, exporter: InMemorySpanExporter
+) -> None:
+    secret = "postgresql://shop:hunter2@db/orders password=s3cr3t"
+    handle = app.enqueue(sample_jobs.fail_always, secret).with_max_retries(0).submit()
+    assert app.worker().run_due() == 1
+    assert handle.status().value == "FAILED"
+    [span] = spans(exporter, "ratchet run")
+    [event] = span.events
+    recorded = " ".join(str(v) for v in event.attributes.values()) + str(span.status.description)
+    assert event.attributes["exception.type"] == "RuntimeError"
+    assert "fail_always" in str(event.attributes["exception.stacktrace"])
+    assert "hunter2" not in recorded and "s3cr3t" not in recorded, recorded
+
+
 def test_each_recurring_occurrence_is_a_trace_of_its_own(
     sqlite_url: str, tracer: OpenTelemetryTracer, exporter: InMemorySpanExporter
 ) -> None:

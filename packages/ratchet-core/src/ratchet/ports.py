@@ -1176,8 +1176,10 @@ class AttemptSpan(Protocol):
         """Make the span current for the block (spans the job makes become its children)."""
         ...
 
-    def failed(self, exc: BaseException, *, timed_out: bool) -> None:
-        """The attempt failed with ``exc`` (record it)."""
+    def failed(self, error_type: str, message: str, traceback: str, *, timed_out: bool) -> None:
+        """The attempt failed with an exception of class ``error_type`` (record it). ``message``
+        and ``traceback`` have been through the error sanitiser: a tracer never sees the raw
+        exception, so no secret the sanitiser removes reaches a tracing backend."""
         ...
 
     def end(self, outcome: str) -> None:

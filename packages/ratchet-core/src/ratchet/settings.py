@@ -40,8 +40,8 @@ CONNECTION_SETTINGS: tuple[tuple[str, Any, Any, str], ...] = (
     ("url", str, "sqlite:///ratchet.db", "Database URL of the store (SQLAlchemy form)."),
     ("coordinator", str, "local", "Wake-up coordinator name or URL."),
 )
-#: Fields that only code can set (objects, not values).
-CODE_ONLY = frozenset({"extra"})
+#: Fields that only code can set (objects, not values; ``retention`` takes a RetentionSettings).
+CODE_ONLY = frozenset({"extra", "retention"})
 
 _DURATION = re.compile(r"^\s*((?:\d+(?:\.\d*)?|\.\d+)(?:[eE][+-]?\d+)?)\s*(ms|s|m|h|d)?\s*$")
 _UNITS = {"ms": 0.001, "s": 1.0, "m": 60.0, "h": 3600.0, "d": 86400.0, None: 1.0}
@@ -122,9 +122,9 @@ def parse_value(kind: Any, raw: Any, where: str) -> Any:
             return raw
         if kind is timedelta:
             return _parse_duration(raw)
-        if origin is tuple:
+        if origin in (tuple, frozenset):
             items = raw.split(",") if isinstance(raw, str) else list(raw)
-            return tuple(str(i).strip() for i in items if str(i).strip())
+            return origin(str(i).strip() for i in items if str(i).strip())
         if origin in (Mapping, dict) or kind is dict:
             value = json.loads(raw) if isinstance(raw, str) else raw
             if not isinstance(value, dict):
@@ -252,13 +252,15 @@ class Settings:
 
 def shown_value(name: str, value: Any) -> Any:
     """``value`` as it may be printed: URLs without their password, secret-named settings
-    hidden, durations in seconds, tuples as lists."""
+    hidden, durations in seconds, tuples and sets as lists."""
     if value is None:
         return None
     if isinstance(value, timedelta):
         return value.total_seconds()
     if isinstance(value, tuple):
         return list(value)
+    if isinstance(value, frozenset):
+        return sorted(value)
     if isinstance(value, str) and "://" in value:
         return hide_password(value)
     if any(word in name.lower() for word in _SECRET_WORDS):

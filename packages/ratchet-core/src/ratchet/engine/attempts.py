@@ -354,10 +354,10 @@ class AttemptRunner:
             backoff_base=job.backoff_delay,
             policy=self.worker.app.retry_policy,
         )
-        if not late and attempt is not None and attempt.span is not None:
-            record_failure(attempt.span, exc, timed_out)
         app = self.worker.app
         error = sanitized_error(app, exc)
+        if not late and attempt is not None and attempt.span is not None:
+            record_failure(attempt.span, exc, error, sanitized_traceback(app, exc), timed_out)
         log.log(
             logging.DEBUG if late else logging.WARNING,
             "job %s attempt %d %s: %s (%s)",

@@ -92,10 +92,16 @@ def start_attempt_span(tracer: Tracer, job: ClaimedJob, node_id: str) -> Attempt
         return None
 
 
-def record_failure(span: AttemptSpan, exc: BaseException, timed_out: bool) -> None:
-    """Record on ``span`` that its attempt failed with ``exc`` (a tracer's error is logged)."""
+def record_failure(
+    span: AttemptSpan, exc: BaseException, error: str, traceback: str, timed_out: bool
+) -> None:
+    """Record on ``span`` that its attempt failed with ``exc``, described by the sanitised
+    ``error`` (``module.Class: message``) and ``traceback`` (a tracer's error is logged)."""
+    _, separator, message = error.partition(": ")
     try:
-        span.failed(exc, timed_out=timed_out)
+        span.failed(
+            type(exc).__name__, message if separator else error, traceback, timed_out=timed_out
+        )
     except Exception:
         log.exception("the tracer could not record a failure")
 

@@ -173,9 +173,19 @@ class _Attempt:
         ):
             yield
 
-    def failed(self, exc: BaseException, *, timed_out: bool) -> None:
-        self._span.record_exception(exc, attributes={"ratchet.job.timed_out": timed_out})
-        description = f"{type(exc).__name__}: {exc}"[:_DESCRIPTION_CHARS]
+    def failed(self, error_type: str, message: str, traceback: str, *, timed_out: bool) -> None:
+        # The exception event of the OpenTelemetry conventions, built from the sanitised text
+        # (record_exception would read the raw exception).
+        self._span.add_event(
+            "exception",
+            attributes={
+                "exception.type": error_type,
+                "exception.message": message,
+                "exception.stacktrace": traceback,
+                "ratchet.job.timed_out": timed_out,
+            },
+        )
+        description = f"{error_type}: {message}"[:_DESCRIPTION_CHARS]
         self._span.set_status(self._trace.Status(self._trace.StatusCode.ERROR, description))
 
     def end(self, outcome: str) -> None:
