@@ -86,7 +86,7 @@ def test_job_commands_show_the_principal_and_mask_secrets(
                 .submit()
             )
         app.worker().run_due()
-    code, out = invoke("jobs", "show", "--url", sqlite_url, str(handle.id))
+    code, out = invoke("jobs", "show", "--json", "--url", sqlite_url, str(handle.id))
     assert code == 0, out
     doc = json.loads(out)
     assert doc["caller_principal"] == "alice"
@@ -95,7 +95,7 @@ def test_job_commands_show_the_principal_and_mask_secrets(
     assert doc["result"]["token"] == MASK
     assert "hunter2" not in out and "token-of-ann" not in out
     code, out = invoke("jobs", "list", "--url", sqlite_url, "--json")
-    assert "hunter2" not in out and json.loads(out)[0]["caller_principal"] == "alice"
+    assert "hunter2" not in out and json.loads(out)["jobs"][0]["caller_principal"] == "alice"
 
 
 def test_encrypted_jobs_show_as_a_note_without_the_key(sqlite_url: str, clock: FakeClock) -> None:
@@ -106,7 +106,7 @@ def test_encrypted_jobs_show_as_a_note_without_the_key(sqlite_url: str, clock: F
         key_provider=StaticKeyProvider({"k1": K1}, "k1"),
     ) as app:
         handle = app.enqueue(security_jobs.double, 1).submit()
-    code, out = invoke("jobs", "show", "--url", sqlite_url, str(handle.id))
+    code, out = invoke("jobs", "show", "--json", "--url", sqlite_url, str(handle.id))
     assert code == 0, out
     doc = json.loads(out)
     assert doc["payload"]["encrypted"] is True and doc["payload"]["key_id"] == "k1"
@@ -114,6 +114,7 @@ def test_encrypted_jobs_show_as_a_note_without_the_key(sqlite_url: str, clock: F
     code, out = invoke(
         "jobs",
         "show",
+        "--json",
         "--url",
         sqlite_url,
         str(handle.id),

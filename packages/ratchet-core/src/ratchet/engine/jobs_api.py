@@ -9,12 +9,13 @@ from __future__ import annotations
 
 import builtins
 import uuid
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from dataclasses import fields
 from datetime import timedelta
 from typing import TYPE_CHECKING, Any
 
-from ratchet.domain.errors import ConfigurationError, JobNotFound
+from ratchet.domain.authorization import JobAction
+from ratchet.domain.errors import ConfigurationError, JobNotFound, NotAuthorized
 from ratchet.domain.model import JobRecord
 from ratchet.domain.query import (
     DEFAULT_PAGE,
@@ -101,9 +102,25 @@ class Jobs:
         after = None if cursor is None else decode_cursor(cursor, wanted)
         rows = self._store.query_jobs(wanted, after=after, limit=limit + 1)
         if len(rows) <= limit:
-            return JobPage(tuple(rows), None)
-        items = tuple(rows[:limit])
-        return JobPage(items, encode_cursor(items[-1].job_id, wanted))
+            return JobPage(tuple(self._visible(rows)), None)
+        read = rows[:limit]
+        # The cursor follows what was read, so a page the principal sees only part of is short
+        # but the next one still continues where it ended.
+        return JobPage(tuple(self._visible(read)), encode_cursor(read[-1].job_id, wanted))
+
+    def _visible(self, records: Sequence[JobRecord]) -> builtins.list[JobRecord]:
+        """``records`` as readers see them (decrypted where the keys are at hand, sensitive
+        fields masked), without those the current principal may not read."""
+        app = self._app
+        shown: builtins.list[JobRecord] = []
+        for record in records:
+            if not app.guard.permits_all:
+                try:
+                    app.guard.job_action(JobAction.READ, record.job_id, record)
+                except NotAuthorized:
+                    continue
+            shown.append(app.protection.reveal(record))
+        return shown
 
     def iterate(
         self, query: JobQuery | None = None, *, page_size: int = MAX_PAGE, **filters: Any
@@ -119,11 +136,11 @@ class Jobs:
             cursor = page.next_cursor
 
     def get(self, job_id: uuid.UUID) -> JobRecord:
-        """The job.
+        """The job, as :meth:`ratchet.Ratchet.get_job` shows it.
 
         :raises JobNotFound: there is no job ``job_id``.
         """
-        record = self._app.store.get_job(job_id)
+        record = self._app.get_job(job_id)  # authorised, decrypted and masked as readers see it
         if record is None:
             raise JobNotFound(f"no job {job_id}")
         return record
@@ -158,7 +175,7 @@ class Jobs:
         """
         check_limit(limit)
         self.get(job_id)
-        return self._store.dependants(job_id, limit=limit)
+        return self._visible(self._store.dependants(job_id, limit=limit))
 
     def batch_children(
         self, batch_id: uuid.UUID, *, cursor: str | None = None, limit: int = DEFAULT_PAGE
