@@ -1,0 +1,44 @@
+"""Instructions a default worker executes per no-op job on SQLite, counted by callgrind.
+
+Wall-clock figures move by 2x with the machine's load; instruction counts do not. Run on demand,
+once per N, and take the difference between two N as the per-job cost (start-up cancels out)::
+
+    valgrind --tool=callgrind --callgrind-out-file=/tmp/cg.100 python benchmarks/bench_instructions.py 100
+    valgrind --tool=callgrind --callgrind-out-file=/tmp/cg.600 python benchmarks/bench_instructions.py 600
+
+and read ``Collected : ...`` from each run's output: (count(600) - count(100)) / 500.
+Threads are serialised under valgrind and time spent waiting is not counted, so this measures the
+work per job, not the cost of threads handing work to each other.
+"""
+
+from __future__ import annotations
+
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+
+import bench_jobs
+
+from ratchet import Ratchet
+
+
+def main(n: int) -> None:
+    with tempfile.TemporaryDirectory() as workdir:
+        app = Ratchet(f"sqlite:///{workdir}/jobs.db", allowed_modules=["bench_jobs"])
+        if n:
+            app.submit_many([app.enqueue(bench_jobs.noop, i) for i in range(n)])
+        worker = app.worker()  # the defaults a user gets
+        started = time.perf_counter()
+        worker.start()
+        drained = worker.wait_until(lambda: worker.stats.succeeded >= n, timeout=3600)
+        elapsed = time.perf_counter() - started
+        worker.stop()
+        app.close()
+        print(f"n={n} drained={drained} in {elapsed:.1f} s", file=sys.stderr)
+
+
+if __name__ == "__main__":
+    main(int(sys.argv[1]) if len(sys.argv) > 1 else 100)
