@@ -356,8 +356,9 @@ class AttemptRunner:
         )
         app = self.worker.app
         error = sanitized_error(app, exc)
-        if not late and attempt is not None and attempt.span is not None:
-            record_failure(attempt.span, exc, error, sanitized_traceback(app, exc), timed_out)
+        traceback = None if late else sanitized_traceback(app, exc)
+        if traceback is not None and attempt is not None and attempt.span is not None:
+            record_failure(attempt.span, exc, error, traceback, timed_out)
         log.log(
             logging.DEBUG if late else logging.WARNING,
             "job %s attempt %d %s: %s (%s)",
@@ -378,7 +379,7 @@ class AttemptRunner:
             error=error,
             retry_at=decision.retry_at,
             flow_effects=job.flow_effects,
-            traceback=None if late else sanitized_traceback(app, exc),
+            traceback=traceback,
         )
 
     # ------------------------------------------------------------------ timeouts and cancellation
