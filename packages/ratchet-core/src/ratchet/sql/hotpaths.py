@@ -421,6 +421,16 @@ class InsertStatements:
             self._prepared[key] = found
         return found
 
+    def driver_statement(
+        self, fresh: Sequence[NewJob], now: datetime
+    ) -> tuple[str, Any] | None:
+        """One statement in the driver's own SQL, and its parameters, that does what
+        :meth:`insert` does for ``fresh`` except looking up the holders of taken keys, its row
+        count being the number of jobs that went in; None (the default) where the dialect has
+        no such statement for this batch. The store then runs it without a SQLAlchemy
+        ``Connection`` around it."""
+        return None
+
     def insert_rows(
         self, conn: Connection, statement: PreparedInsert, rows: Sequence[tuple[Any, ...]]
     ) -> None:
