@@ -201,9 +201,14 @@ def check_arguments(
         return
     as_method = bound_method or ref.bean
     shape = found[3] if as_method else found[2]
-    if shape is not None and not kwargs:  # positional arguments only: a count decides
-        if shape.low <= len(args) and (shape.high is None or len(args) <= shape.high):
-            return
+    # Positional arguments only: their count decides.
+    if (
+        shape is not None
+        and not kwargs
+        and shape.low <= len(args)
+        and (shape.high is None or len(args) <= shape.high)
+    ):
+        return
     signature = found[1] if as_method else found[0]
     try:
         signature.bind(*args, **kwargs)

@@ -385,9 +385,7 @@ class PostgresInsert(InsertStatements):
             went_in = conn.exec_driver_sql(statement, params).rowcount
         return self.holders_after(conn, sent, went_in)
 
-    def driver_statement(
-        self, fresh: Sequence[NewJob], now: datetime
-    ) -> tuple[str, Any] | None:
+    def driver_statement(self, fresh: Sequence[NewJob], now: datetime) -> tuple[str, Any] | None:
         """:func:`insert_statement` for a batch of one chunk at most (a larger one is sent in
         pipelined chunks by :meth:`insert`)."""
         return _insert_params(fresh, now) if len(fresh) <= INSERT_CHUNK else None

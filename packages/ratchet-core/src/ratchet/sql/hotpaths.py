@@ -421,9 +421,7 @@ class InsertStatements:
             self._prepared[key] = found
         return found
 
-    def driver_statement(
-        self, fresh: Sequence[NewJob], now: datetime
-    ) -> tuple[str, Any] | None:
+    def driver_statement(self, fresh: Sequence[NewJob], now: datetime) -> tuple[str, Any] | None:
         """One statement in the driver's own SQL, and its parameters, that does what
         :meth:`insert` does for ``fresh`` except looking up the holders of taken keys, its row
         count being the number of jobs that went in; None (the default) where the dialect has
