@@ -208,19 +208,26 @@ JOB_RECORD = (
 def insert_statement(tags: bool, affinity: bool = False) -> str:
     """Insert a batch of jobs in one statement (driver SQL, ``%(name)s`` parameters).
 
-    ``rows`` (one JSON array per job) is parsed once. The idempotency keys go in first with
-    ``ON CONFLICT DO NOTHING``; only the jobs whose key went in are inserted into the job, tag
-    and queue tables. The statement itself is the queue insert, so its row count is the number
-    of jobs inserted and it returns no rows to process. (JSON, because psycopg builds text
+    ``rows`` (one JSON array per job) is parsed once. The idempotency keys go in first, with
+    ``ON CONFLICT DO NOTHING`` unless a key is its job's own (new) id; only the jobs whose key
+    went in are inserted into the job, tag and queue tables. The statement itself is the queue
+    insert, so its row count is the number of jobs inserted and it returns no rows to process. (JSON, because psycopg builds text
     arrays in Python, which costs more than the database's JSON parser.)
     """
-    fresh = "WHERE job_id IN (SELECT job_id FROM idem)"
+    fresh = "WHERE job_id IN (SELECT job_id FROM idem UNION ALL SELECT job_id FROM own)"
     queue_values = ", ".join("0" if c in ("attempts", "epoch") else c for c in QUEUE_COLUMNS)
+    key_insert = (
+        "INSERT INTO scheduler_idempotency_key (idempotency_key, job_id, created_at)"
+        " SELECT idempotency_key, job_id, CAST(%(now)s AS BIGINT) FROM r"
+    )
+    own_key = "idempotency_key = CAST(job_id AS TEXT)"
     parts = [
         f"r AS MATERIALIZED ({_recordset('rows', JOB_RECORD)})",
-        "idem AS (INSERT INTO scheduler_idempotency_key (idempotency_key, job_id, created_at)"
-        " SELECT idempotency_key, job_id, CAST(%(now)s AS BIGINT) FROM r"
-        " ON CONFLICT DO NOTHING RETURNING job_id)",
+        # A key given (or kept from an earlier submission) may be taken already: skipped then.
+        f"idem AS ({key_insert} WHERE NOT {own_key} ON CONFLICT DO NOTHING RETURNING job_id)",
+        # A job's own id as its key (the default) is new with the job: a plain insert, which
+        # costs the server less than one that checks for a conflict first.
+        f"own AS ({key_insert} WHERE {own_key} RETURNING job_id)",
         f"j AS (INSERT INTO scheduler_job ({', '.join(JOB_COLUMNS)})"
         f" SELECT {', '.join(JOB_COLUMNS)} FROM r {fresh})",
     ]
