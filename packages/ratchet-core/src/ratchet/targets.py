@@ -148,6 +148,7 @@ def _shape(signature: inspect.Signature) -> _Shape | None:
 _Signatures = tuple[inspect.Signature, inspect.Signature, _Shape | None, _Shape | None] | None
 _SIGNATURES: weakref.WeakKeyDictionary[Any, _Signatures] = weakref.WeakKeyDictionary()
 _SIGNATURES_LOCK = threading.Lock()
+_UNREAD: Any = object()
 _POSITIONAL = (inspect.Parameter.POSITIONAL_ONLY, inspect.Parameter.POSITIONAL_OR_KEYWORD)
 
 
@@ -158,11 +159,11 @@ def _signatures(func: Any) -> _Signatures:
     A decorated function is checked as its wrapper (the object the worker calls) accepts.
     """
     try:
-        with _SIGNATURES_LOCK:
-            if func in _SIGNATURES:
-                return _SIGNATURES[func]
+        cached = _SIGNATURES.get(func, _UNREAD)  # a read needs no lock
     except TypeError:  # not weakly referenceable: read it every time
-        pass
+        cached = _UNREAD
+    if cached is not _UNREAD:
+        return cached  # type: ignore[no-any-return]
     try:
         full = inspect.signature(func, follow_wrapped=False)
     except (TypeError, ValueError):
