@@ -261,7 +261,13 @@ class SqlStore(
         delay = 0.005
         for attempt in range(1, RETRY_ATTEMPTS + 1):
             try:
-                raw = engine.raw_connection()
+                try:
+                    raw = engine.raw_connection()  # a failed connect raises the driver's error
+                except driver_error as exc:
+                    lost = dialect.is_disconnect(exc, None, None)
+                    raise DBAPIError.instance(
+                        None, None, exc, driver_error, dialect=dialect, connection_invalidated=lost
+                    ) from exc
                 try:
                     return work(raw.driver_connection)
                 except driver_error as exc:
