@@ -53,7 +53,6 @@ class _Group(click.Group):
             click.echo(f"error: the database refused: {_one_line(text)}", err=True)
             ctx.exit(2)
 
-
     def list_commands(self, ctx: click.Context) -> list[str]:
         return sorted({*super().list_commands(ctx), *_extension_commands()})
 

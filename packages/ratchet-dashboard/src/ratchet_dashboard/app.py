@@ -2,8 +2,8 @@
 
 from __future__ import annotations
 
+import hmac
 import logging
-import uuid
 from collections.abc import Awaitable, Callable
 from pathlib import Path
 from typing import Any
@@ -103,7 +103,9 @@ class Dashboard:
             lstrip_blocks=True,
         )
         self.env.filters["age"] = lambda then, now: views.age(now, then)
-        self.env.filters["when"] = lambda t: "-" if t is None else t.strftime("%Y-%m-%d %H:%M:%S %Z")
+        self.env.filters["when"] = lambda t: (
+            "-" if t is None else t.strftime("%Y-%m-%d %H:%M:%S %Z")
+        )
         self.env.globals["Markup"] = Markup
 
     def endpoint(
@@ -128,7 +130,9 @@ class Dashboard:
                     return self._finish(Response("form too large", status_code=413), new_session)
                 page.form = parse_qs(body.decode("utf-8", "replace"), keep_blank_values=True)
                 sent = page.field(security.CSRF_FIELD)
-                if not security.csrf_valid(settings, request.cookies.get(security.SESSION_COOKIE), sent):
+                if not security.csrf_valid(
+                    settings, request.cookies.get(security.SESSION_COOKIE), sent
+                ):
                     return self._finish(
                         Response(
                             "the form's CSRF token is missing or wrong: reload the page and try again",
@@ -250,7 +254,9 @@ def dlq_bulk(request: Request, page: Page) -> Response:
     if job_id and verb == "replay":
         ident = views.parse_id(job_id)
         done = app.dlq.replay(ident)
-        security.audit(page.who, "dlq-replay", f"job:{ident}", "ok" if done else "refused", page.client())
+        security.audit(
+            page.who, "dlq-replay", f"job:{ident}", "ok" if done else "refused", page.client()
+        )
         if not done:
             return page.render("error.html", 409, message=f"job {ident} is not a dead letter")
         return RedirectResponse(page.url(f"/jobs/{ident}"), status_code=303)
@@ -284,7 +290,11 @@ def recurring_action(request: Request, page: Page) -> Response:
     }[name]
     done = method(master)
     security.audit(
-        page.who, f"recurring-{name}", f"recurring:{master}", "ok" if done else "refused", page.client()
+        page.who,
+        f"recurring-{name}",
+        f"recurring:{master}",
+        "ok" if done else "refused",
+        page.client(),
     )
     if not done:
         return page.render(
@@ -304,7 +314,7 @@ def login(request: Request, page: Page) -> Response:
     if request.method == "GET":
         return page.render("login.html", failed=False)
     sent = page.field("token")
-    if security.hmac.compare_digest(sent.encode(), settings.token.encode()):
+    if hmac.compare_digest(sent.encode(), settings.token.encode()):
         response = RedirectResponse(page.url("/"), status_code=303)
         response.set_cookie(
             security.LOGIN_COOKIE,

@@ -3,6 +3,7 @@ through the ``ratchet.commands`` entry point group)."""
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 import os
 from typing import Any
@@ -52,9 +53,13 @@ def dashboard(
 
     from ratchet_dashboard.app import create_dashboard
 
-    settings = DashboardSettings.from_env(**({"read_only": True} if read_only else {}))
+    settings = DashboardSettings.from_env()
+    if read_only:
+        settings = dataclasses.replace(settings, read_only=True)
     check_bind(host, settings)  # before anything connects to the database
-    logging.basicConfig(level=log_level.upper(), format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    logging.basicConfig(
+        level=log_level.upper(), format="%(asctime)s %(levelname)s %(name)s: %(message)s"
+    )
     app = _app(url, app_spec)
     try:
         server = create_dashboard(app, settings=settings)

@@ -20,7 +20,6 @@ from ratchet.domain.lifecycle import TERMINAL_STATUSES, JobStatus
 from ratchet.domain.model import JobRecord
 from ratchet.domain.query import MAX_PAGE, InvalidQuery, JobQuery
 from ratchet.domain.retention import DeadLetterFilter
-
 from ratchet_dashboard.charts import Sample, Throughput, bars, line_chart, timeline
 
 #: How many of the newest dead letters the DLQ page groups.
@@ -109,27 +108,26 @@ def _instant(text: str, name: str) -> datetime | None:
     return value if value.tzinfo is not None else value.replace(tzinfo=UTC)
 
 
-def parse_job_filters(params: Mapping[str, str], statuses: list[str]) -> tuple[JobQuery, dict[str, Any]]:
+def parse_job_filters(
+    params: Mapping[str, str], statuses: list[str]
+) -> tuple[JobQuery, dict[str, Any]]:
     """The jobs page's query from its URL parameters, and the values to show in the form.
 
     :raises BadRequest: a value the query API refuses (its message says why).
     """
-    form = {
-        "status": [s.upper() for s in statuses if s],
-        "target": params.get("target", "").strip(),
-        "tag": params.get("tag", "").strip(),
-        "business_key": params.get("business_key", "").strip(),
-        "created_after": params.get("created_after", "").strip(),
-        "created_before": params.get("created_before", "").strip(),
+    text = {
+        name: params.get(name, "").strip()
+        for name in ("target", "tag", "business_key", "created_after", "created_before")
     }
+    form: dict[str, Any] = {"status": [s.upper() for s in statuses if s], **text}
     try:
         query = JobQuery(
             statuses=tuple(JobStatus(s) for s in form["status"]),
-            target=form["target"] or None,
-            tag=form["tag"].lower() or None,
-            business_key=form["business_key"] or None,
-            created_after=_instant(form["created_after"], "created after"),
-            created_before=_instant(form["created_before"], "created before"),
+            target=text["target"] or None,
+            tag=text["tag"].lower() or None,
+            business_key=text["business_key"] or None,
+            created_after=_instant(text["created_after"], "created after"),
+            created_before=_instant(text["created_before"], "created before"),
         )
     except ValueError as exc:  # InvalidQuery, or an unknown status
         raise BadRequest(str(exc)) from None
@@ -310,9 +308,7 @@ def cluster_page(app: Ratchet) -> dict[str, Any]:
         if abandoned:
             taken.append({"job": history.job, "from": abandoned[-1]})
     breakers = (
-        sorted(app.resilience.states().items())
-        if isinstance(app.resilience, BreakerStates)
-        else []
+        sorted(app.resilience.states().items()) if isinstance(app.resilience, BreakerStates) else []
     )
     return {
         "nodes": [
