@@ -5,7 +5,8 @@ Load it with ``-p ratchet.testing.pytest_plugin``. It provides:
 * ``--run-slow`` (or ``RATCHET_RUN_SLOW=1``): tests marked ``slow`` are skipped without it.
 * ``--require-backends=postgres,mysql`` (or ``RATCHET_REQUIRE_BACKENDS``; the option wins;
   ``all`` means every backend): a backend fixture that cannot provide its server then FAILS
-  the test instead of skipping it. Backends: sqlite, postgres, mysql, redis, prometheus.
+  the test instead of skipping it. Backends: sqlite, postgres, mysql, redis, prometheus,
+  chromium (Debian's headless browser, for the dashboard's browser tests).
 * ``prometheus_factory``: starts a throwaway Prometheus scraping the given targets.
 * session fixtures ``postgres_server``, ``mariadb_server`` and ``redis_server``: a throwaway
   server from :mod:`ratchet.testing.servers`, started the first time a test asks for it and
@@ -31,7 +32,7 @@ from ratchet.testing.servers import (
     ServerError,
 )
 
-BACKENDS: tuple[str, ...] = ("sqlite", "postgres", "mysql", "redis", "prometheus")
+BACKENDS: tuple[str, ...] = ("sqlite", "postgres", "mysql", "redis", "prometheus", "chromium")
 _TRUE = {"1", "true", "yes", "on"}
 _required_key = pytest.StashKey[frozenset[str]]()
 _S = TypeVar("_S", PostgresServer, MariaDBServer, RedisServer)
@@ -59,7 +60,7 @@ def pytest_addoption(parser: pytest.Parser) -> None:
         default=None,
         metavar="LIST",
         help=(
-            "comma list of backends (sqlite,postgres,mysql,redis,prometheus or 'all') whose "
+            "comma list of backends (sqlite,postgres,mysql,redis,prometheus,chromium or 'all') whose "
             "servers must "
             "be available: their fixtures fail instead of skipping "
             "(default: $RATCHET_REQUIRE_BACKENDS)"
