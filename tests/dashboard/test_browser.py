@@ -221,6 +221,8 @@ def test_an_operator_session_in_chromium(
             # The cluster shows the worker's node.
             page.goto(base + "/cluster")
             assert worker.node_id in page.inner_text("#nodes")
+            assert "carrier-api" in page.inner_text("#resources")
+            assert "dashboard_jobs.ship" in page.inner_text("#breakers")  # this process's
             shoot("cluster")
             assert errors == []
             page.close()

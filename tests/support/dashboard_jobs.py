@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import threading
 
 from ratchet import JobContext
 
@@ -37,3 +38,15 @@ def fails_until(marker: str) -> str:
 
 def tick() -> None:
     """A recurring job's target."""
+
+
+#: ``hold`` waits on these (by name) until a test sets them, at most 30 s.
+GATES: dict[str, threading.Event] = {}
+#: Names of the ``hold`` runs that have started.
+STARTED: list[str] = []
+
+
+def hold(name: str) -> str:
+    STARTED.append(name)
+    GATES.setdefault(name, threading.Event()).wait(timeout=30)
+    return name

@@ -115,7 +115,13 @@ class Dashboard:
         settings = self.settings
 
         async def run(request: Request) -> Response:
-            who = "anonymous" if public else security.identify(settings, request)
+            # Off the event loop: a host application's check may be blocking (Django's
+            # session store, for one).
+            who = (
+                "anonymous"
+                if public
+                else await run_in_threadpool(security.identify, settings, request)
+            )
             if who is None:
                 page_url = request.scope.get("root_path", "").rstrip("/") + "/login"
                 return self._finish(security.refusal(settings, request, page_url), None)

@@ -18,7 +18,7 @@ from ratchet import Ratchet
 from ratchet.domain.errors import JobNotFound
 from ratchet.domain.lifecycle import TERMINAL_STATUSES, JobStatus
 from ratchet.domain.model import JobRecord
-from ratchet.domain.query import MAX_PAGE, InvalidQuery, JobQuery
+from ratchet.domain.query import InvalidQuery, JobQuery
 from ratchet.domain.retention import DeadLetterFilter
 from ratchet_dashboard.charts import Sample, Throughput, bars, line_chart, timeline
 
@@ -36,6 +36,12 @@ LIVE = [
     JobStatus.PAUSED,
 ]
 ALL_STATUSES = [s.value for s in JobStatus]
+#: How many held jobs the cluster page reads (by node, then id).
+RUNNING_SHOWN = 200
+#: How many of them the cluster page looks at for an abandoned earlier run.
+TAKEOVER_CHECKED = 25
+#: How many of them it lists under each node.
+HELD_PER_NODE = 10
 #: Attempt outcome of a run whose node was declared dead and whose job another node took.
 ABANDONED = "ABANDONED"
 
@@ -291,32 +297,35 @@ def cluster_page(app: Ratchet) -> dict[str, Any]:
         for n in nodes
         if n.state in ("ALIVE", "DRAINING") and now - n.heartbeat_at <= STALE_HEARTBEAT
     }
-    running = app.jobs.running(limit=MAX_PAGE)
+    running = app.jobs.running(limit=RUNNING_SHOWN)
     held: dict[str, list[Any]] = {}
     for r in running:
         held.setdefault(r.node_id, []).append(r)
     stalled = [r for r in running if r.node_id not in fresh]
     timed_out = app.jobs.list(status=JobStatus.TIMED_OUT, limit=50).items
-    # Taken over: a live job one of whose runs was abandoned by a dead node (first 25 looked at).
+    # Taken over: a held job one of whose runs a dead node abandoned (the first few looked at).
     taken: list[dict[str, Any]] = []
-    for r in running[:25]:
-        try:
-            history = app.jobs.history(r.job_id)
-        except JobNotFound:
-            continue
-        abandoned = [a for a in history.attempts if a.outcome == ABANDONED]
+    for r in running[:TAKEOVER_CHECKED]:
+        abandoned = [a for a in app.attempts(r.job_id) if a.outcome == ABANDONED]
         if abandoned:
-            taken.append({"job": history.job, "from": abandoned[-1]})
+            taken.append({"job": r, "from": abandoned[-1]})
     breakers = (
         sorted(app.resilience.states().items()) if isinstance(app.resilience, BreakerStates) else []
     )
     return {
         "nodes": [
-            {"node": n, "age": age(now, n.heartbeat_at), "jobs": held.get(n.node_id, [])}
+            {
+                "node": n,
+                "age": age(now, n.heartbeat_at),
+                "jobs": held.get(n.node_id, [])[:HELD_PER_NODE],
+                "more": max(len(held.get(n.node_id, [])) - HELD_PER_NODE, 0),
+            }
             for n in nodes
         ],
         "running": running,
-        "stalled": stalled,
+        "running_capped": len(running) == RUNNING_SHOWN,
+        "stalled": stalled[:50],
+        "stalled_more": max(len(stalled) - 50, 0),
         "timed_out": timed_out,
         "taken": taken,
         "limits": app.resource_limits(),
