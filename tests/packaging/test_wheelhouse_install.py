@@ -215,10 +215,13 @@ def test_the_readme_install_runs_a_job_on_sqlite(fresh_venv: Venv, tmp_path: Pat
     assert report["result"] == 5
     assert Path(report["ratchet"]).is_relative_to(fresh_venv.path), "imported outside the venv"
     assert report["version"] == V
-    assert report["adapters"] == [V] * 4
+    assert report["adapters"] == [V] * 5
 
     version = run([str(fresh_venv.path / "bin" / "ratchet"), "--version"], timeout=60)
     assert V in version
+    # The dashboard's wheel carries its templates and adds its command to `ratchet`.
+    dashboard = run([str(fresh_venv.path / "bin" / "ratchet"), "dashboard", "--help"], timeout=60)
+    assert "Serve the web dashboard" in dashboard
 
 
 OTHER_PYPROJECT = """
