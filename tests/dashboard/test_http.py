@@ -489,4 +489,7 @@ def test_cluster_page_shows_limits_and_permits(app: Ratchet) -> None:
     resources = re.search(r'<table id="resources">(.*?)</table>', html, re.DOTALL)
     assert resources and re.search(r"carrier-api</td><td class=\"num\">3<", resources.group(1))
     types = re.search(r'<table id="type-limits">(.*?)</table>', html, re.DOTALL)
-    assert types and "dashboard_jobs:ship</td><td class=\"num\">2</td><td class=\"num\">30<" in types.group(1)
+    assert (
+        types
+        and 'dashboard_jobs:ship</td><td class="num">2</td><td class="num">30<' in types.group(1)
+    )
