@@ -82,6 +82,31 @@ def test_another_address_without_auth_is_refused(tmp_path: Path) -> None:
     assert not db.exists()  # refused before anything touched the database
 
 
+def test_a_database_without_the_schema_is_one_line(tmp_path: Path) -> None:
+    empty = tmp_path / "empty.db"
+    empty.touch()
+    done = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "ratchet.cli",
+            "dashboard",
+            "--url",
+            f"sqlite:///{empty}",
+            "--port",
+            str(free_port()),
+        ],
+        env=env_without_auth(),
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+    )
+    assert done.returncode == 2, done.stderr
+    assert done.stderr.startswith("error: ") and "ratchet db upgrade" in done.stderr
+    assert "Traceback" not in done.stderr
+
+
 def test_by_default_it_listens_on_loopback_only(tmp_path: Path) -> None:
     url = f"sqlite:///{tmp_path / 'jobs.db'}"
     Ratchet(url, allow_empty_class_policy=True).close()  # creates the schema

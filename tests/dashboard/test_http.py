@@ -93,7 +93,23 @@ def test_overview_shows_counts_and_queue_health(app: Ratchet) -> None:
     assert re.search(r'id="pending">1<', html)  # the one job submitted after the run
     assert re.search(r'id="failed">2<', html)  # ship and logs_then_fails: dead letters
     assert re.search(r'id="minute">2 ok · 2 failed<', html)
-    assert "<svg" in html and "polyline" not in html  # one sample: the chart is collecting
+
+
+def test_the_throughput_chart_starts_with_the_hour_before(app: Ratchet) -> None:
+    submit_mix(app)
+    with client_for(app) as client:
+        client.get("/")
+        throughput = client.app.state.dashboard.throughput  # type: ignore[attr-defined]
+        assert throughput.history_loaded.wait(timeout=30)
+        html = client.get("/live").text
+        samples = throughput.samples()
+    assert html.count("<polyline") == 2  # succeeded and failed
+    # The five-minute buckets of the hour before, oldest first, then the live sample (which
+    # stands for the newest bucket: both count the jobs that just ended).
+    assert len(samples) == 12
+    assert [s.at for s in samples] == sorted(s.at for s in samples)
+    assert all((s.succeeded, s.failed) == (0, 0) for s in samples[:-1])
+    assert (samples[-1].succeeded, samples[-1].failed) == (2, 2)
 
 
 def test_jobs_filters_by_status_target_tag_and_business_key(app: Ratchet) -> None:
@@ -115,6 +131,9 @@ def test_jobs_filters_by_status_target_tag_and_business_key(app: Ratchet) -> Non
         assert listed(business_key="order-7") == {str(ids["charge"])}
         future = (datetime.now(UTC) + timedelta(hours=1)).strftime("%Y-%m-%dT%H:%M:%S")
         assert listed(created_after=future) == set()
+        assert listed(created_before=future) == {str(i) for i in ids.values()}
+        assert listed(finished_before=future, target="dashboard_jobs:ship") == {str(ids["ship"])}
+        assert listed(finished_after=future) == set()
 
 
 def test_jobs_page_through_keyset_cursors(app: Ratchet) -> None:

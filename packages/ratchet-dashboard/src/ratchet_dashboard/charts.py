@@ -2,37 +2,49 @@
 
 from __future__ import annotations
 
+import logging
 import threading
 from collections import deque
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 
 from markupsafe import Markup, escape
 
-#: One sample a minute would need an hour to fill; samples closer than this are merged.
+from ratchet.domain.query import QueueHealth
+
+log = logging.getLogger("ratchet.dashboard")
+
+#: Samples closer than this are merged (the overview refreshes every few seconds).
 MIN_SPACING = timedelta(seconds=10)
+#: The history loaded at start: this many buckets of this width before now.
+HISTORY_BUCKETS = 12
+HISTORY_WIDTH = timedelta(minutes=5)
 
 
 @dataclass(frozen=True)
 class Sample:
-    """Jobs that ended in the minute before ``at``."""
+    """Jobs that ended per minute just before ``at`` (an average over longer history buckets)."""
 
     at: datetime
-    succeeded: int
-    failed: int
+    succeeded: float
+    failed: float
 
 
 class Throughput:
-    """The dashboard's own record of queue health samples (newest last), at most ``size``.
+    """The dashboard's record of how many jobs ended per minute (oldest first), at most ``size``.
 
-    Each overview render adds one, so the chart covers the time the dashboard has been watched;
-    nothing is stored in the database for it.
+    Each overview render adds a sample of the minute before it. The hour before the dashboard
+    started is filled in once, in the background (:meth:`load_history`), from queue health
+    windows; nothing is stored in the database for the chart.
     """
 
-    def __init__(self, size: int = 360) -> None:
+    def __init__(self, size: int = 400) -> None:
         self._samples: deque[Sample] = deque(maxlen=size)
         self._lock = threading.Lock()
+        self._history_started = False
+        self.history_loaded = threading.Event()
+        """Set once :meth:`load_history` finished (or gave up)."""
 
     def add(self, sample: Sample) -> None:
         with self._lock:
@@ -40,6 +52,55 @@ class Throughput:
                 self._samples[-1] = sample
             else:
                 self._samples.append(sample)
+
+    def load_history(
+        self,
+        health: Callable[[timedelta], QueueHealth],
+        *,
+        buckets: int = HISTORY_BUCKETS,
+        width: timedelta = HISTORY_WIDTH,
+    ) -> None:
+        """Start filling in the ``buckets`` x ``width`` before now, once, in a thread.
+
+        ``health(window)`` is :meth:`ratchet.engine.jobs_api.Jobs.health`: window ``k`` x
+        ``width`` minus window ``k - 1`` x ``width`` is what ended in bucket ``k``.
+        """
+        with self._lock:
+            if self._history_started:
+                return
+            self._history_started = True
+        threading.Thread(
+            target=self._history,
+            args=(health, buckets, width),
+            name="ratchet-dashboard-history",
+            daemon=True,
+        ).start()
+
+    def _history(
+        self, health: Callable[[timedelta], QueueHealth], buckets: int, width: timedelta
+    ) -> None:
+        try:
+            totals = [health(width * k) for k in range(1, buckets + 1)]
+        except Exception as exc:  # the chart then starts from the live samples alone
+            log.warning("the dashboard could not read the throughput history: %s", exc)
+            self.history_loaded.set()
+            return
+        per_minute = width / timedelta(minutes=1)
+        history = []
+        previous_ok = previous_failed = 0
+        for k, h in enumerate(totals):
+            ok = max(h.succeeded_in_window - previous_ok, 0)
+            failed = max(h.failed_in_window - previous_failed, 0)
+            previous_ok, previous_failed = h.succeeded_in_window, h.failed_in_window
+            at = totals[0].at - width * k
+            history.append(Sample(at, ok / per_minute, failed / per_minute))
+        with self._lock:
+            live = list(self._samples)
+            first = live[0].at if live else None
+            older = [s for s in reversed(history) if first is None or s.at < first - MIN_SPACING]
+            self._samples.clear()
+            self._samples.extend([*older, *live][-(self._samples.maxlen or 0) :])
+        self.history_loaded.set()
 
     def samples(self) -> list[Sample]:
         with self._lock:
@@ -52,14 +113,14 @@ def line_chart(
     """Succeeded and failed jobs per minute over the samples' time, as an ``<svg>`` element."""
     pad_left, pad_bottom, pad_top = 40, 20, 10
     inner_w, inner_h = width - pad_left - 10, height - pad_bottom - pad_top
-    peak = max([1, *(max(s.succeeded, s.failed) for s in samples)])
+    peak = max([1.0, *(max(s.succeeded, s.failed) for s in samples)])
     parts = [
         f'<svg class="chart" role="img" viewBox="0 0 {width} {height}" '
         f'width="{width}" height="{height}" xmlns="http://www.w3.org/2000/svg">',
         f"<title>{escape(title)}</title>",
         f'<line x1="{pad_left}" y1="{pad_top + inner_h}" x2="{pad_left + inner_w}" '
         f'y2="{pad_top + inner_h}" class="axis"/>',
-        f'<text x="{pad_left - 4}" y="{pad_top + 8}" text-anchor="end" class="tick">{peak}</text>',
+        f'<text x="{pad_left - 4}" y="{pad_top + 8}" text-anchor="end" class="tick">{peak:.3g}</text>',
         f'<text x="{pad_left - 4}" y="{pad_top + inner_h}" text-anchor="end" class="tick">0</text>',
     ]
     if len(samples) < 2:
@@ -71,7 +132,7 @@ def line_chart(
         start, end = samples[0].at, samples[-1].at
         span = max((end - start).total_seconds(), 1.0)
 
-        def points(values: Sequence[int]) -> str:
+        def points(values: Sequence[float]) -> str:
             return " ".join(
                 f"{pad_left + inner_w * (s.at - start).total_seconds() / span:.1f},"
                 f"{pad_top + inner_h * (1 - v / peak):.1f}"

@@ -62,6 +62,9 @@ def dashboard(
     )
     app = _app(url, app_spec)
     try:
+        require_schema = getattr(app.store, "require_schema", None)
+        if require_schema is not None:  # one line now, rather than an error on every page
+            require_schema()
         server = create_dashboard(app, settings=settings)
         mode = "read-only" if settings.read_only else "read-write"
         auth = "authenticated" if settings.authenticated else "loopback clients only"

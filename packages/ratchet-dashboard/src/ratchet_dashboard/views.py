@@ -78,6 +78,7 @@ def pretty_json(text: str | None) -> str:
 
 def overview(app: Ratchet, throughput: Throughput) -> dict[str, Any]:
     """Queue health now, the throughput samples and the nodes at a glance."""
+    throughput.load_history(lambda window: app.jobs.health(window=window))
     health = app.jobs.health(window=timedelta(minutes=1))
     throughput.add(Sample(health.at, health.succeeded_in_window, health.failed_in_window))
     samples = throughput.samples()
@@ -123,7 +124,15 @@ def parse_job_filters(
     """
     text = {
         name: params.get(name, "").strip()
-        for name in ("target", "tag", "business_key", "created_after", "created_before")
+        for name in (
+            "target",
+            "tag",
+            "business_key",
+            "created_after",
+            "created_before",
+            "finished_after",
+            "finished_before",
+        )
     }
     form: dict[str, Any] = {"status": [s.upper() for s in statuses if s], **text}
     try:
@@ -134,6 +143,8 @@ def parse_job_filters(
             business_key=text["business_key"] or None,
             created_after=_instant(text["created_after"], "created after"),
             created_before=_instant(text["created_before"], "created before"),
+            finished_after=_instant(text["finished_after"], "ended after"),
+            finished_before=_instant(text["finished_before"], "ended before"),
         )
     except ValueError as exc:  # InvalidQuery, or an unknown status
         raise BadRequest(str(exc)) from None
