@@ -4,8 +4,9 @@ downloaded browser), against a real worker on a throwaway PostgreSQL database.
 One scenario, in the order an operator would go: every page loads (and, with
 ``RATCHET_DASHBOARD_SCREENSHOTS=DIR``, is photographed into DIR); the jobs are filtered; a failed
 job shows its traceback; replayed from the dead-letter queue it succeeds on the worker; a
-recurring master is paused. The browser is the ``chromium`` backend: with it required
-(``RATCHET_REQUIRE_BACKENDS``, as in CI) a missing browser fails the test instead of skipping it.
+recurring master is paused. The browser is the plugin's ``chromium_browser``, the ``chromium``
+backend: with it required (``RATCHET_REQUIRE_BACKENDS``, as in CI) a missing browser fails the
+test instead of skipping it.
 """
 
 from __future__ import annotations
@@ -14,7 +15,6 @@ import os
 import socket
 import threading
 import time
-from collections.abc import Iterator
 from datetime import timedelta
 from pathlib import Path
 from typing import Any
@@ -22,36 +22,11 @@ from typing import Any
 import pytest
 
 from ratchet import JobStatus, Ratchet
-from ratchet.testing.pytest_plugin import backend_unavailable
 from ratchet_dashboard import DashboardSettings, create_dashboard
 
-pytestmark = pytest.mark.postgres
-
-CHROMIUM = "/usr/bin/chromium"
+pytestmark = [pytest.mark.postgres, pytest.mark.chromium]
 #: Every wait of the scenario ends by this many seconds (the whole test stays well under a minute).
 WAIT = 20.0
-
-
-@pytest.fixture(scope="module")
-def browser(request: pytest.FixtureRequest) -> Iterator[Any]:
-    """Debian's Chromium, headless, through Playwright."""
-    if not os.access(CHROMIUM, os.X_OK):
-        backend_unavailable(request.config, "chromium", f"no {CHROMIUM} (apt-get install chromium)")
-    try:
-        from playwright.sync_api import Error, sync_playwright
-    except ImportError as exc:
-        backend_unavailable(request.config, "chromium", f"playwright is not installed: {exc}")
-    driver = sync_playwright().start()
-    try:
-        launched = driver.chromium.launch(
-            executable_path=CHROMIUM, args=["--headless", "--no-sandbox", "--disable-gpu"]
-        )
-    except Error as exc:
-        driver.stop()
-        backend_unavailable(request.config, "chromium", f"cannot launch {CHROMIUM}: {exc}")
-    yield launched
-    launched.close()
-    driver.stop()
 
 
 def free_port() -> int:
@@ -100,7 +75,7 @@ def wait_until(check: Any, what: str) -> None:
 
 
 def test_an_operator_session_in_chromium(
-    browser: Any, postgres_store_url: str, support_path: Path, tmp_path: Path
+    chromium_browser: Any, postgres_store_url: str, support_path: Path, tmp_path: Path
 ) -> None:
     import dashboard_jobs as jobs
 
@@ -133,7 +108,7 @@ def test_an_operator_session_in_chromium(
 
         settings = DashboardSettings(refresh_seconds=0.5)
         with Served(app, settings) as base:
-            page = browser.new_page(viewport={"width": 1280, "height": 800})
+            page = chromium_browser.new_page(viewport={"width": 1280, "height": 800})
             errors: list[str] = []
             page.on("pageerror", lambda exc: errors.append(str(exc)))
             page.on(
