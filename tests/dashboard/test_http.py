@@ -512,3 +512,37 @@ def test_cluster_page_shows_limits_and_permits(app: Ratchet) -> None:
         types
         and 'dashboard_jobs:ship</td><td class="num">2</td><td class="num">30<' in types.group(1)
     )
+
+
+def test_job_page_draws_the_jobs_waiting_on_it_as_a_tree(app: Ratchet) -> None:
+    import dashboard_jobs as jobs
+
+    chain = app.enqueue(jobs.ok, 1).then(jobs.ok, 2).then(jobs.ok, 3).submit()
+    branches = (
+        app.enqueue(jobs.ok, 4).then_on_success(jobs.ok, 5).then_on_failure(jobs.ok, 6).submit()
+    )
+    with client_for(app) as client:
+
+        def boxes(job_id: uuid.UUID) -> dict[str, int]:
+            """Each drawn job's id suffix and the x of its box (170 per level)."""
+            html = client.get(f"/jobs/{job_id}").text
+            graph = re.search(r'<div id="graph">(.*?)</div>', html, re.DOTALL)
+            assert graph, "no graph"
+            found = re.findall(
+                r'<rect x="(\d+)"[^>]*/><text[^>]*>ok ([0-9a-f]{6})<', graph.group(1)
+            )
+            assert graph.group(1).count('class="edge"') == len(found) - 1
+            return {suffix: int(x) for x, suffix in found}
+
+        step2, step3 = app.jobs.dependants(chain.id)
+        assert boxes(chain.id) == {
+            str(chain.id)[-6:]: 0,
+            str(step2.job_id)[-6:]: 170,
+            str(step3.job_id)[-6:]: 340,  # waits on step 2, not on the head
+        }
+        on_ok, on_failure = app.jobs.dependants(branches.id)
+        assert boxes(branches.id) == {
+            str(branches.id)[-6:]: 0,
+            str(on_ok.job_id)[-6:]: 170,
+            str(on_failure.job_id)[-6:]: 170,  # both branches wait on the head
+        }

@@ -221,7 +221,7 @@ def jobs(request: Request, page: Page) -> Response:
 
 def job(request: Request, page: Page) -> Response:
     job_id = views.parse_id(request.path_params["job_id"])
-    found = views.job_page(page.app, job_id)
+    found = views.job_page(page.app, job_id, page.url)
     if found is None:
         return page.render("error.html", 404, message=f"no job {job_id}")
     return page.render("job.html", **found)

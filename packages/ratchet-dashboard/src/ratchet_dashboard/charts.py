@@ -205,3 +205,59 @@ def timeline(
         )
     parts.append("</svg>")
     return Markup("".join(parts))
+
+
+@dataclass(frozen=True)
+class GraphNode:
+    """One job of a flow graph: its id, label, status and the job it waits on (None: the root)."""
+
+    job_id: str
+    label: str
+    status: str
+    parent: str | None
+    href: str
+
+
+def flow_graph(nodes: Sequence[GraphNode], *, box: int = 170, row: int = 30) -> Markup:
+    """A tree of jobs, left to right: each job after the one it waits on, as an ``<svg>``."""
+    children: dict[str | None, list[GraphNode]] = {}
+    for node in nodes:
+        children.setdefault(node.parent, []).append(node)
+    placed: dict[str, tuple[int, int]] = {}
+    order: list[GraphNode] = []
+
+    def visit(node: GraphNode, depth: int) -> None:
+        placed[node.job_id] = (depth, len(order))
+        order.append(node)
+        for child in children.get(node.job_id, []):
+            visit(child, depth + 1)
+
+    for root in children.get(None, []):
+        visit(root, 0)
+    if not order:
+        return Markup("")
+    width = (max(d for d, _ in placed.values()) + 1) * box
+    height = len(order) * row + 4
+    parts = [
+        f'<svg class="flow" role="img" viewBox="0 0 {width} {height}" width="{width}" '
+        f'height="{height}" xmlns="http://www.w3.org/2000/svg">'
+    ]
+    for node in order:
+        if node.parent in placed:
+            (pd, pr), (d, r) = placed[node.parent], placed[node.job_id]
+            parts.append(
+                f'<path class="edge" fill="none" d="M{pd * box + box - 20} {pr * row + 14} '
+                f"C{d * box - 10} {pr * row + 14}, {d * box - 10} {r * row + 14}, "
+                f'{d * box} {r * row + 14}"/>'
+            )
+    for node in order:
+        depth, index = placed[node.job_id]
+        x, y = depth * box, index * row + 2
+        parts.append(
+            f'<a href="{escape(node.href)}"><rect x="{x}" y="{y}" width="{box - 20}" '
+            f'height="{row - 6}" rx="4" class="node s-{escape(node.status.lower())}"/>'
+            f'<text x="{x + 6}" y="{y + 16}" class="label">{escape(node.label[:24])}</text>'
+            f"<title>{escape(node.job_id)} {escape(node.status)}</title></a>"
+        )
+    parts.append("</svg>")
+    return Markup("".join(parts))

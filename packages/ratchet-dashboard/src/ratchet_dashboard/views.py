@@ -9,10 +9,12 @@ from __future__ import annotations
 
 import json
 import uuid
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 from typing import Any
+
+from markupsafe import Markup
 
 from ratchet import Ratchet
 from ratchet.domain.errors import JobNotFound
@@ -20,10 +22,20 @@ from ratchet.domain.lifecycle import TERMINAL_STATUSES, JobStatus
 from ratchet.domain.model import JobRecord
 from ratchet.domain.query import InvalidQuery, JobQuery
 from ratchet.domain.retention import DeadLetterFilter
-from ratchet_dashboard.charts import Sample, Throughput, bars, line_chart, timeline
+from ratchet_dashboard.charts import (
+    GraphNode,
+    Sample,
+    Throughput,
+    bars,
+    flow_graph,
+    line_chart,
+    timeline,
+)
 
 #: How many of the newest dead letters the DLQ page groups.
 DLQ_GROUPED = 500
+#: The largest set of dependants drawn as a graph (each costs one more dependants query).
+GRAPH_LIMIT = 12
 #: A RUNNING job whose node's heartbeat is older than this counts as stalled on the cluster page.
 STALE_HEARTBEAT = timedelta(seconds=60)
 #: The live statuses, in lifecycle order (the overview's counts).
@@ -181,7 +193,43 @@ def job_actions(job: JobRecord) -> list[str]:
     return actions
 
 
-def job_page(app: Ratchet, job_id: uuid.UUID) -> dict[str, Any] | None:
+def dependants_graph(
+    app: Ratchet, job: JobRecord, dependants: list[JobRecord], href: Callable[[str], str]
+) -> Markup:
+    """``job`` and the jobs waiting on it as a tree (empty when there are none or too many).
+
+    The query API lists a job's dependants, not what each waits on: a dependant's parent is the
+    one of its ancestors with the fewest dependants (the nearest), found with one more
+    :meth:`~ratchet.engine.jobs_api.Jobs.dependants` query per dependant.
+    """
+    if not dependants or len(dependants) > GRAPH_LIMIT:
+        return Markup("")
+    below = {
+        d.job_id: {x.job_id for x in app.jobs.dependants(d.job_id, limit=GRAPH_LIMIT)}
+        for d in dependants
+    }
+    below[job.job_id] = {d.job_id for d in dependants}
+
+    def parent(child: uuid.UUID) -> uuid.UUID:
+        ancestors = [a for a, under in below.items() if child in under]
+        return min(ancestors, key=lambda a: len(below[a]))
+
+    def node(rec: JobRecord, up: uuid.UUID | None) -> GraphNode:
+        name = rec.target.rpartition(":")[2]
+        return GraphNode(
+            str(rec.job_id),
+            f"{name} {str(rec.job_id)[-6:]}",
+            rec.status.value,
+            None if up is None else str(up),
+            href(f"/jobs/{rec.job_id}"),
+        )
+
+    return flow_graph([node(job, None), *(node(d, parent(d.job_id)) for d in dependants)])
+
+
+def job_page(
+    app: Ratchet, job_id: uuid.UUID, href: Callable[[str], str] = lambda path: path
+) -> dict[str, Any] | None:
     """One job as ``jobs show`` shows it (masked), its attempts, log and flow; None if unknown."""
     try:
         history = app.jobs.history(job_id)
@@ -198,6 +246,7 @@ def job_page(app: Ratchet, job_id: uuid.UUID) -> dict[str, Any] | None:
         }
         for a in history.attempts
     ]
+    dependants = app.jobs.dependants(job_id, limit=100)
     batch = app.get_batch(job_id)
     children = app.jobs.batch_children(job_id, limit=50).items if batch is not None else ()
     return {
@@ -213,7 +262,8 @@ def job_page(app: Ratchet, job_id: uuid.UUID) -> dict[str, Any] | None:
             now,
         ),
         "logs": app.retention.job_logs(job_id, limit=1000),
-        "dependants": app.jobs.dependants(job_id, limit=100),
+        "dependants": dependants,
+        "graph": dependants_graph(app, job, dependants, href),
         "batch": batch,
         "children": list(children),
         "actions": job_actions(job),
