@@ -546,3 +546,22 @@ def test_job_page_draws_the_jobs_waiting_on_it_as_a_tree(app: Ratchet) -> None:
             str(on_ok.job_id)[-6:]: 170,
             str(on_failure.job_id)[-6:]: 170,  # both branches wait on the head
         }
+
+
+def test_job_text_is_escaped_on_every_page(app: Ratchet) -> None:
+    import dashboard_jobs as jobs
+
+    handle = (
+        app.enqueue(jobs.charge, 1, note="<script>alert('x')</script>")
+        .with_business_key("<img src=x onerror=alert(1)>")
+        .submit()
+    )
+    with client_for(app) as client:
+        pages = [
+            client.get(f"/jobs/{handle.id}").text,
+            client.get("/jobs", params={"business_key": "<img src=x onerror=alert(1)>"}).text,
+        ]
+    for html in pages:
+        assert "<script>alert" not in html and "<img src=x" not in html
+    assert "&lt;script&gt;alert" in pages[0]
+    assert "&lt;img src=x onerror=alert(1)&gt;" in pages[1]
