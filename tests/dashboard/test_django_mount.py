@@ -8,7 +8,7 @@ import subprocess
 import sys
 from pathlib import Path
 
-SITE = '''
+SITE = """
 import os, sys, json
 os.environ["DJANGO_SETTINGS_MODULE"] = "site_settings"
 
@@ -40,23 +40,23 @@ with TestClient(application, client=("127.0.0.1", 50000)) as client:
         "django_text": shop.text,
     }))
 app.close()
-'''
+"""
 
-SETTINGS = '''
+SETTINGS = """
 SECRET_KEY = "test-only"
 DEBUG = False
 ALLOWED_HOSTS = ["*"]
 ROOT_URLCONF = "site_urls"
 INSTALLED_APPS = []
 DATABASES = {}
-'''
+"""
 
-URLS = '''
+URLS = """
 from django.http import HttpResponse
 from django.urls import path
 
 urlpatterns = [path("shop/", lambda request: HttpResponse("the shop"))]
-'''
+"""
 
 
 def test_mounted_beside_a_django_asgi_application(tmp_path: Path) -> None:
