@@ -522,17 +522,21 @@ def test_job_page_draws_the_jobs_waiting_on_it_as_a_tree(app: Ratchet) -> None:
         app.enqueue(jobs.ok, 4).then_on_success(jobs.ok, 5).then_on_failure(jobs.ok, 6).submit()
     )
     with client_for(app) as client:
+        labels: dict[str, str] = {}
 
         def boxes(job_id: uuid.UUID) -> dict[str, int]:
-            """Each drawn job's id suffix and the x of its box (170 per level)."""
+            """Each drawn job's id suffix and the x of its box (170 per level); the branch
+            condition in its label goes to ``labels``."""
             html = client.get(f"/jobs/{job_id}").text
             graph = re.search(r'<div id="graph">(.*?)</div>', html, re.DOTALL)
             assert graph, "no graph"
             found = re.findall(
-                r'<rect x="(\d+)"[^>]*/><text[^>]*>ok ([0-9a-f]{6})<', graph.group(1)
+                r'<rect x="(\d+)"[^>]*/><text[^>]*>ok ([0-9a-f]{6})(?: \((on [A-Z_]+)\))?<',
+                graph.group(1),
             )
             assert graph.group(1).count('class="edge"') == len(found) - 1
-            return {suffix: int(x) for x, suffix in found}
+            labels.update({suffix: condition for _, suffix, condition in found})
+            return {suffix: int(x) for x, suffix, _ in found}
 
         step2, step3 = app.jobs.dependants(chain.id)
         assert boxes(chain.id) == {
@@ -546,6 +550,16 @@ def test_job_page_draws_the_jobs_waiting_on_it_as_a_tree(app: Ratchet) -> None:
             str(on_ok.job_id)[-6:]: 170,
             str(on_failure.job_id)[-6:]: 170,  # both branches wait on the head
         }
+        assert labels[str(on_ok.job_id)[-6:]] == "on SUCCESS"
+        assert labels[str(on_failure.job_id)[-6:]] == "on FAILURE"
+        assert labels[str(step2.job_id)[-6:]] == "", "a chain step has no condition"
+        branch_page = client.get(f"/jobs/{on_failure.job_id}").text
+        assert f'Waits for <a href="/jobs/{branches.id}">{branches.id}</a>: runs on FAILURE' in (
+            branch_page
+        )
+        step_page = client.get(f"/jobs/{step3.job_id}").text
+        assert f"{step2.job_id}</a>: runs when it succeeds" in step_page
+        assert "This job waits for no other job." in client.get(f"/jobs/{chain.id}").text
 
 
 def test_job_text_is_escaped_on_every_page(app: Ratchet) -> None:

@@ -32,7 +32,7 @@ from ratchet.domain.model import (
     Outcome,
     OutcomeWrite,
 )
-from ratchet.domain.query import JobQuery, QueueHealth, RunningJob
+from ratchet.domain.query import JobLink, JobQuery, QueueHealth, RunningJob
 from ratchet.domain.recurring import (
     FirePlan,
     MaterializedFire,
@@ -499,6 +499,10 @@ class QueryStore(Protocol):
     def dependants(self, job_id: uuid.UUID, *, limit: int) -> list[JobRecord]:
         """The jobs that wait for ``job_id`` to end (chain steps and branches), and theirs in
         turn, nearest first; at most ``limit``."""
+
+    def job_links(self, job_ids: Sequence[uuid.UUID], *, limit: int) -> list[JobLink]:
+        """The workflow edges that touch any of ``job_ids`` (as parent or as child), with the
+        branch conditions; at most ``limit``, children of one parent in creation order."""
 
     def queue_health(self, *, now: datetime, window: timedelta) -> QueueHealth:
         """Counts by live status, the dead-letter count, what is due at ``now`` and how long

@@ -20,7 +20,7 @@ from ratchet import Ratchet
 from ratchet.domain.errors import JobNotFound
 from ratchet.domain.lifecycle import TERMINAL_STATUSES, JobStatus
 from ratchet.domain.model import JobRecord
-from ratchet.domain.query import InvalidQuery, JobQuery
+from ratchet.domain.query import InvalidQuery, JobLink, JobQuery
 from ratchet.domain.retention import DeadLetterFilter
 from ratchet_dashboard.charts import (
     GraphNode,
@@ -34,8 +34,10 @@ from ratchet_dashboard.charts import (
 
 #: How many of the newest dead letters the DLQ page groups.
 DLQ_GROUPED = 500
-#: The largest set of dependants drawn as a graph (each costs one more dependants query).
+#: The largest set of dependants drawn as a graph.
 GRAPH_LIMIT = 12
+#: How many levels of dependants the graph follows (one links query per level).
+GRAPH_DEPTH = 12
 #: A RUNNING job whose node's heartbeat is older than this counts as stalled on the cluster page.
 STALE_HEARTBEAT = timedelta(seconds=60)
 #: The live statuses, in lifecycle order (the overview's counts).
@@ -193,38 +195,43 @@ def job_actions(job: JobRecord) -> list[str]:
     return actions
 
 
-def dependants_graph(
-    app: Ratchet, job: JobRecord, dependants: list[JobRecord], href: Callable[[str], str]
-) -> Markup:
-    """``job`` and the jobs waiting on it as a tree (empty when there are none or too many).
+def condition_text(link: JobLink) -> str:
+    """How a branch's condition reads on a page (empty for a chain step)."""
+    if link.condition is None:
+        return ""
+    text = f"on {link.condition.type.value}"
+    if link.condition.expression is not None:
+        text += f" {link.condition.expression}"
+    return text
 
-    The query API lists a job's dependants, not what each waits on: a dependant's parent is the
-    one of its ancestors with the fewest dependants (the nearest), found with one more
-    :meth:`~ratchet.engine.jobs_api.Jobs.dependants` query per dependant.
-    """
+
+def dependants_graph(
+    app: Ratchet,
+    job: JobRecord,
+    dependants: list[JobRecord],
+    links: list[JobLink],
+    href: Callable[[str], str],
+) -> Markup:
+    """``job`` and the jobs waiting on it as a tree, each under the job it waits for and
+    labelled with its branch condition (empty when there are none or too many)."""
     if not dependants or len(dependants) > GRAPH_LIMIT:
         return Markup("")
-    below = {
-        d.job_id: {x.job_id for x in app.jobs.dependants(d.job_id, limit=GRAPH_LIMIT)}
-        for d in dependants
-    }
-    below[job.job_id] = {d.job_id for d in dependants}
+    parent_of = {link.child_id: link for link in links}
 
-    def parent(child: uuid.UUID) -> uuid.UUID:
-        ancestors = [a for a, under in below.items() if child in under]
-        return min(ancestors, key=lambda a: len(below[a]))
-
-    def node(rec: JobRecord, up: uuid.UUID | None) -> GraphNode:
+    def node(rec: JobRecord, root: bool) -> GraphNode:
         name = rec.target.rpartition(":")[2]
+        link = None if root else parent_of.get(rec.job_id)
+        condition = "" if link is None else condition_text(link)
         return GraphNode(
             str(rec.job_id),
-            f"{name} {str(rec.job_id)[-6:]}",
+            f"{name} {str(rec.job_id)[-6:]}" + (f" ({condition})" if condition else ""),
             rec.status.value,
-            None if up is None else str(up),
+            None if link is None else str(link.parent_id),
             href(f"/jobs/{rec.job_id}"),
         )
 
-    return flow_graph([node(job, None), *(node(d, parent(d.job_id)) for d in dependants)])
+    drawn = [d for d in dependants if d.job_id in parent_of]
+    return flow_graph([node(job, True), *(node(d, False) for d in drawn)])
 
 
 def job_page(
@@ -247,6 +254,8 @@ def job_page(
         for a in history.attempts
     ]
     dependants = app.jobs.dependants(job_id, limit=100)
+    links = app.jobs.links(job_id, depth=GRAPH_DEPTH, limit=200)
+    waits_for = next((link for link in links if link.child_id == job_id), None)
     batch = app.get_batch(job_id)
     children = app.jobs.batch_children(job_id, limit=50).items if batch is not None else ()
     return {
@@ -263,7 +272,9 @@ def job_page(
         ),
         "logs": app.retention.job_logs(job_id, limit=1000),
         "dependants": dependants,
-        "graph": dependants_graph(app, job, dependants, href),
+        "graph": dependants_graph(app, job, dependants, links, href),
+        "waits_for": waits_for,
+        "waits_for_condition": "" if waits_for is None else condition_text(waits_for),
         "batch": batch,
         "children": list(children),
         "actions": job_actions(job),
