@@ -10,6 +10,7 @@ import uuid
 from collections.abc import Iterator
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
+from typing import Any
 
 import pytest
 from starlette.applications import Starlette
@@ -512,6 +513,31 @@ def test_cluster_page_shows_limits_and_permits(app: Ratchet) -> None:
         types
         and 'dashboard_jobs:ship</td><td class="num">2</td><td class="num">30<' in types.group(1)
     )
+
+
+def test_cluster_page_shows_the_breakers_each_node_published(app: Ratchet) -> None:
+    from ratchet.domain.watcher import NodeInfo
+
+    store: Any = app.store
+    now = app.now()
+    for node_id, name in (("web-1-a", "web-1"), ("web-2-a", "web-2")):
+        store.register_incarnation(NodeInfo(node_id, name, "host", 1, 4), now=now)
+    assert store.beat("web-1-a", now=now, breakers={"payments": "OPEN"})
+    assert store.beat("web-2-a", now=now, breakers={"mail": "HALF_OPEN"})
+    store.register_incarnation(NodeInfo("old-1-a", "old-1", "host", 1, 4), now=now)
+    assert store.beat("old-1-a", now=now, breakers={"stale": "OPEN"})
+    store.declare_dead(["old-1-a"], now=now)
+    with client_for(app) as client:
+        html = client.get("/cluster").text
+    table = re.search(r'<table id="breakers">(.*?)</table>', html, re.DOTALL)
+    assert table
+    rows = re.findall(
+        r'<tr><td[^>]*>([^<]+)</td><td class="mono">([^<]+)</td><td>.*?>([A-Z_]+)<',
+        table.group(1),
+    )
+    assert ("web-1", "payments", "OPEN") in rows
+    assert ("web-2", "mail", "HALF_OPEN") in rows
+    assert not any(service == "stale" for _, service, _ in rows), "a dead node's are not shown"
 
 
 def test_job_page_draws_the_jobs_waiting_on_it_as_a_tree(app: Ratchet) -> None:

@@ -8,7 +8,7 @@ checks a store against :class:`Store`.
 from __future__ import annotations
 
 import uuid
-from collections.abc import Callable, Collection, Iterable, Iterator, Sequence
+from collections.abc import Callable, Collection, Iterable, Iterator, Mapping, Sequence
 from concurrent.futures import Future
 from contextlib import AbstractContextManager
 from dataclasses import dataclass, field
@@ -689,8 +689,12 @@ class WatcherStore(Protocol):
     def register_incarnation(self, node: NodeInfo, *, now: datetime) -> list[NodeRecord]:
         """Register ``node`` ALIVE; return the other live incarnations with its name and host."""
 
-    def beat(self, node_id: str, *, now: datetime) -> bool:
-        """Refresh a live incarnation's heartbeat; False if it is DEAD or gone."""
+    def beat(
+        self, node_id: str, *, now: datetime, breakers: Mapping[str, str] | None = None
+    ) -> bool:
+        """Refresh a live incarnation's heartbeat, and with ``breakers`` (service name to
+        state, as :func:`~ratchet.domain.breaker.published_breakers` makes it) the breakers it
+        publishes; False if it is DEAD or gone."""
 
     def set_draining(self, node_id: str, *, now: datetime) -> bool:
         """ALIVE -> DRAINING; False unless it was ALIVE."""

@@ -381,9 +381,19 @@ def cluster_page(app: Ratchet) -> dict[str, Any]:
         abandoned = [a for a in app.attempts(r.job_id) if a.outcome == ABANDONED]
         if abandoned:
             taken.append({"job": r, "from": abandoned[-1]})
-    breakers = (
-        sorted(app.resilience.states().items()) if isinstance(app.resilience, BreakerStates) else []
-    )
+    # Each live node's breakers as it published them with its last heartbeat, then this
+    # process's own (a dashboard mounted in a worker, or one that runs jobs inline).
+    breakers: list[dict[str, str | None]] = [
+        {"where": n.node_name or n.node_id, "node_id": n.node_id, "service": name, "state": state}
+        for n in nodes
+        if n.state in ("ALIVE", "DRAINING")
+        for name, state in sorted(n.breakers.items())
+    ]
+    if isinstance(app.resilience, BreakerStates):
+        breakers += [
+            {"where": "this process", "node_id": None, "service": name, "state": state.value}
+            for name, state in sorted(app.resilience.states().items())
+        ]
     return {
         "nodes": [
             {
