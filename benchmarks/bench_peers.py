@@ -11,8 +11,9 @@ What it measures (no-op jobs throughout; the median of ``--rounds`` rounds, min-
 
 - **processing** of ``--jobs`` prefilled jobs by one worker process, at each system's defaults
   and at its best settings: ``ratchet worker bench_peers:app`` (plus :data:`RATCHET_BEST` for the
-  best) against ``pgq run bench_peers:pgq_factory`` (``--batch-size 200`` for the best), timed
-  from the first claim to the last completion by the database's own timestamps;
+  best) against pgqueuer's worker on :func:`pgq_factory` as ``pgq run`` runs it (batch 200 for
+  the best), timed from the first claim to the last completion by the database's own
+  timestamps;
 - on SQLite, a default ``app.worker()`` against huey's thread consumer (one worker, then
   ``--huey-workers``), in this process, start-up included: from starting the consumer until the
   last job has finished;
