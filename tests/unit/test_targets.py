@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import functools
+from typing import Any
 
 import pytest
 import sample_jobs
@@ -73,3 +74,54 @@ def test_unknown_targets_on_resolution() -> None:
         resolve_attribute(TargetRef("sample_jobs", "gone"))
     with pytest.raises(UnknownJobTarget, match="module:qualname"):
         TargetRef.parse("not-a-reference")
+
+
+def test_a_redefined_function_is_checked_again(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The reference of a function is remembered after its first check, but only while its
+    module still names that very function."""
+    import sys
+    import types
+
+    module = types.ModuleType("ratchet_redefined_jobs")
+    exec("def job(n):\n    return n\n", module.__dict__)
+    monkeypatch.setitem(sys.modules, module.__name__, module)
+    first = module.job
+    assert target_of(first) == TargetRef(module.__name__, "job")
+    assert target_of(first) == TargetRef(module.__name__, "job")  # remembered
+    exec("def job(n):\n    return -n\n", module.__dict__)  # the module now names another one
+    with pytest.raises(InvalidJobTarget, match="does not name this function"):
+        target_of(first)
+    assert target_of(module.job) == TargetRef(module.__name__, "job")
+
+
+def _plain(a, b): ...
+def _defaults(a, b=1, c=2): ...
+def _star(a, *rest): ...
+def _positional_only(a, /, b=0): ...
+def _keyword_default(a, *, k=1): ...
+def _keyword_required(a, *, k): ...
+def _nothing(): ...
+
+
+@pytest.mark.parametrize(
+    "fn",
+    [_plain, _defaults, _star, _positional_only, _keyword_default, _keyword_required, _nothing],
+)
+@pytest.mark.parametrize("count", range(5))
+def test_positional_calls_are_refused_exactly_when_the_signature_refuses_them(
+    fn: Any, count: int
+) -> None:
+    """The count-only check of positional calls agrees with binding the signature."""
+    import inspect
+
+    from ratchet.domain.errors import InvalidJobArguments
+    from ratchet.targets import check_arguments
+
+    args = tuple(range(count))
+    try:
+        inspect.signature(fn).bind(*args)
+    except TypeError:
+        with pytest.raises(InvalidJobArguments):
+            check_arguments(fn, TargetRef("m", fn.__name__), args, {})
+    else:
+        check_arguments(fn, TargetRef("m", fn.__name__), args, {})

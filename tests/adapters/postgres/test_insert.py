@@ -159,3 +159,51 @@ def test_replayed_chunks_are_drawn_from_their_source_once() -> None:
     assert second_try[0] is first_try
     assert drawn == [0, 1, 2]
     assert replay.jobs() == [c[0] for c in second_try]
+
+
+def test_a_small_batch_goes_as_one_driver_statement_outside_a_connection(
+    store: PostgresStore,
+) -> None:
+    """Without a caller's connection, a batch of one chunk at most is one statement on a bare
+    DBAPI connection; a taken key still names its holder, a business key still conflicts."""
+    clock = FakeClock()
+    first = new_job(clock, idempotency_key="shared", business_key="b1")
+    [result] = store.insert_jobs([first], now=clock.now())
+    assert result == InsertResult(first.job_id, True)
+    again = new_job(clock, idempotency_key="shared")
+    fresh = new_job(clock)
+    assert store.insert_jobs([again, fresh], now=clock.now()) == [
+        InsertResult(first.job_id, False),
+        InsertResult(fresh.job_id, True),
+    ]
+    with pytest.raises(DuplicateBusinessKeyError) as raised:
+        store.insert_jobs([new_job(clock, business_key="b1")], now=clock.now())
+    assert raised.value.key == "b1"
+    assert store.count_by_status() == {"PENDING": 2}
+
+
+def test_a_small_batch_survives_the_server_dropping_the_pooled_connection(
+    store: PostgresStore, postgres_store_url: str
+) -> None:
+    clock = FakeClock()
+    store.insert_jobs([new_job(clock)], now=clock.now())  # a pooled autocommit connection
+    with psycopg.connect(libpq_url(postgres_store_url), autocommit=True) as admin:
+        admin.execute(
+            "SELECT pg_terminate_backend(pid, 5000) FROM pg_stat_activity"
+            " WHERE application_name = 'ratchet' AND datname = current_database()"
+        )
+    store.insert_jobs([new_job(clock)], now=clock.now())
+    assert store.count_by_status() == {"PENDING": 2}
+
+
+def test_a_small_batch_to_an_unreachable_server_is_unavailable() -> None:
+    from ratchet.testing.servers import free_port
+
+    store = PostgresStore(f"postgresql://nobody@127.0.0.1:{free_port()}/nothing")
+    store._schema_ready = True  # straight to the insert: no schema check first
+    clock = FakeClock()
+    try:
+        with pytest.raises(StoreUnavailable):
+            store.insert_jobs([new_job(clock)], now=clock.now())
+    finally:
+        store.close()

@@ -78,7 +78,7 @@ class StoreCapabilities:
     extras: frozenset[str] = field(default_factory=frozenset)
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, slots=True)
 class InsertResult:
     """What happened to one job of a submission."""
 

@@ -251,6 +251,14 @@ NO_ARGUMENTS = '{"args":[],"kwargs":{}}'
 #: Types that JSON holds as they are (no tagging, no checks): the common arguments.
 _PLAIN = frozenset({int, str, bool, type(None)})
 _PAYLOAD_JSON = json.JSONEncoder(separators=(",", ":"), ensure_ascii=False, allow_nan=False)
+#: The same encoding of plain arguments, made once (``JSONEncoder.encode`` makes its C encoder
+#: on every call); without the circular-reference check, which plain values cannot need.
+_C_ENCODER: Any = getattr(json.encoder, "c_make_encoder", None)
+_PLAIN_ENCODE: Any = (
+    None
+    if _C_ENCODER is None
+    else _C_ENCODER(None, None, json.encoder.encode_basestring, None, ":", ",", False, False, False)
+)
 
 
 def encode_payload(
@@ -266,12 +274,16 @@ def encode_payload(
     plain = _PLAIN
     if all(type(a) in plain for a in args) and all(type(v) in plain for v in kwargs.values()):
         doc = {"args": list(args), "kwargs": dict(kwargs)}
+        if _PLAIN_ENCODE is not None and all(type(k) is str for k in kwargs):
+            text = "".join(_PLAIN_ENCODE(doc, 0))
+        else:
+            text = _PAYLOAD_JSON.encode(doc)
     else:
         doc = {
             "args": [_encode(a, f"argument {i}", enums) for i, a in enumerate(args)],
             "kwargs": {k: _encode(v, f"argument {k!r}", enums) for k, v in kwargs.items()},
         }
-    text = _PAYLOAD_JSON.encode(doc)
+        text = _PAYLOAD_JSON.encode(doc)
     try:
         size = len(text) if text.isascii() else len(text.encode())
     except UnicodeEncodeError:

@@ -4,7 +4,9 @@ from __future__ import annotations
 
 import importlib
 import inspect
+import sys
 import threading
+import types
 import weakref
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
@@ -42,6 +44,11 @@ class TargetRef:
         return cls(module, qualname, flag == "bean")
 
 
+#: The references of module-level functions already checked (a submission of many jobs of one
+#: function checks it once); an entry stands only while its module still names the function.
+_CHECKED: weakref.WeakKeyDictionary[Any, TargetRef] = weakref.WeakKeyDictionary()
+
+
 def target_of(fn: Callable[..., Any]) -> TargetRef:
     """The reference under which ``fn`` can be stored and found again by another process.
 
@@ -51,6 +58,19 @@ def target_of(fn: Callable[..., Any]) -> TargetRef:
     :raises InvalidJobTarget: lambdas, closures, nested functions, ``__main__`` callables,
         builtins and other objects that another process could not import.
     """
+    if type(fn) is types.FunctionType:
+        ref = _CHECKED.get(fn)
+        # Still the function its module names (a redefinition makes the check run again).
+        if ref is not None and getattr(sys.modules.get(ref.module), ref.qualname, None) is fn:
+            return ref
+        ref = _target_of(fn)
+        if "." not in ref.qualname:
+            _CHECKED[fn] = ref
+        return ref
+    return _target_of(fn)
+
+
+def _target_of(fn: Callable[..., Any]) -> TargetRef:
     if not callable(fn):
         raise InvalidJobTarget(f"a job target must be callable, got {type(fn).__name__}")
     bean = False
@@ -101,9 +121,34 @@ def target_of(fn: Callable[..., Any]) -> TargetRef:
     return ref
 
 
-_Signatures = tuple[inspect.Signature, inspect.Signature] | None
+@dataclass(frozen=True, slots=True)
+class _Shape:
+    """What a signature accepts when called with positional arguments only, if that is a range
+    of counts (no keyword-only parameter without a default): ``low`` to ``high`` arguments
+    (``high`` None: any number above ``low``)."""
+
+    low: int
+    high: int | None
+
+
+def _shape(signature: inspect.Signature) -> _Shape | None:
+    low, high, unbounded = 0, 0, False
+    for p in signature.parameters.values():
+        if p.kind in _POSITIONAL:
+            high += 1
+            if p.default is p.empty:
+                low = high
+        elif p.kind is p.VAR_POSITIONAL:
+            unbounded = True
+        elif p.kind is p.KEYWORD_ONLY and p.default is p.empty:
+            return None
+    return _Shape(low, None if unbounded else high)
+
+
+_Signatures = tuple[inspect.Signature, inspect.Signature, _Shape | None, _Shape | None] | None
 _SIGNATURES: weakref.WeakKeyDictionary[Any, _Signatures] = weakref.WeakKeyDictionary()
 _SIGNATURES_LOCK = threading.Lock()
+_UNREAD: Any = object()
 _POSITIONAL = (inspect.Parameter.POSITIONAL_ONLY, inspect.Parameter.POSITIONAL_OR_KEYWORD)
 
 
@@ -114,11 +159,11 @@ def _signatures(func: Any) -> _Signatures:
     A decorated function is checked as its wrapper (the object the worker calls) accepts.
     """
     try:
-        with _SIGNATURES_LOCK:
-            if func in _SIGNATURES:
-                return _SIGNATURES[func]
+        cached = _SIGNATURES.get(func, _UNREAD)  # a read needs no lock
     except TypeError:  # not weakly referenceable: read it every time
-        pass
+        cached = _UNREAD
+    if cached is not _UNREAD:
+        return cached  # type: ignore[no-any-return]
     try:
         full = inspect.signature(func, follow_wrapped=False)
     except (TypeError, ValueError):
@@ -126,7 +171,8 @@ def _signatures(func: Any) -> _Signatures:
     else:
         params = list(full.parameters.values())
         rest = params[1:] if params and params[0].kind in _POSITIONAL else params
-        found = (full, full.replace(parameters=rest))
+        method = full.replace(parameters=rest)
+        found = (full, method, _shape(full), _shape(method))
     try:
         with _SIGNATURES_LOCK:
             _SIGNATURES[func] = found
@@ -154,7 +200,17 @@ def check_arguments(
     found = _signatures(getattr(fn, "__func__", fn) if bound_method else fn)
     if found is None:
         return
-    signature = found[1] if bound_method or ref.bean else found[0]
+    as_method = bound_method or ref.bean
+    shape = found[3] if as_method else found[2]
+    # Positional arguments only: their count decides.
+    if (
+        shape is not None
+        and not kwargs
+        and shape.low <= len(args)
+        and (shape.high is None or len(args) <= shape.high)
+    ):
+        return
+    signature = found[1] if as_method else found[0]
     try:
         signature.bind(*args, **kwargs)
     except TypeError as exc:

@@ -36,6 +36,7 @@ from ratchet.sql.claimed import claimed_job, has_flow_effects
 from ratchet.sql.hotpaths import (
     JOB_COLUMNS,
     QUEUE_COLUMNS,
+    RECORD_QUEUE_COLUMNS,
     ClaimStatements,
     HotPaths,
     InsertStatements,
@@ -43,7 +44,7 @@ from ratchet.sql.hotpaths import (
     PlannedOutcome,
     first_of_each_key,
     insert_results,
-    submit_rows,
+    job_records,
 )
 from ratchet.sql.store import SqlStore
 from ratchet.sql.types import from_micros, to_micros
@@ -195,13 +196,11 @@ def _recordset(param: str, columns: Sequence[tuple[Table, str]]) -> str:
     return f"SELECT {values} FROM jsonb_array_elements(CAST(%({param})s AS jsonb)) AS e"
 
 
-#: One JSON array per job: the job row, then the queue row's own columns.
+#: One JSON array per job (:func:`~ratchet.sql.hotpaths.job_records`): the job row, then the
+#: queue row's own columns.
 JOB_RECORD = (
     *((schema.job, c) for c in JOB_COLUMNS),
-    (schema.job_queue, "status"),
-    (schema.job_queue, "scheduled_time"),
-    (schema.job_queue, "affinity"),
-    (schema.job_queue, "start_by"),
+    *((schema.job_queue, c) for c in RECORD_QUEUE_COLUMNS),
 )
 
 
@@ -209,19 +208,26 @@ JOB_RECORD = (
 def insert_statement(tags: bool, affinity: bool = False) -> str:
     """Insert a batch of jobs in one statement (driver SQL, ``%(name)s`` parameters).
 
-    ``rows`` (one JSON array per job) is parsed once. The idempotency keys go in first with
-    ``ON CONFLICT DO NOTHING``; only the jobs whose key went in are inserted into the job, tag
-    and queue tables. The statement itself is the queue insert, so its row count is the number
-    of jobs inserted and it returns no rows to process. (JSON, because psycopg builds text
+    ``rows`` (one JSON array per job) is parsed once. The idempotency keys go in first, with
+    ``ON CONFLICT DO NOTHING`` unless a key is its job's own (new) id; only the jobs whose key
+    went in are inserted into the job, tag and queue tables. The statement itself is the queue
+    insert, so its row count is the number of jobs inserted and it returns no rows to process. (JSON, because psycopg builds text
     arrays in Python, which costs more than the database's JSON parser.)
     """
-    fresh = "WHERE job_id IN (SELECT job_id FROM idem)"
+    fresh = "WHERE job_id IN (SELECT job_id FROM idem UNION ALL SELECT job_id FROM own)"
     queue_values = ", ".join("0" if c in ("attempts", "epoch") else c for c in QUEUE_COLUMNS)
+    key_insert = (
+        "INSERT INTO scheduler_idempotency_key (idempotency_key, job_id, created_at)"
+        " SELECT idempotency_key, job_id, CAST(%(now)s AS BIGINT) FROM r"
+    )
+    own_key = "idempotency_key = CAST(job_id AS TEXT)"
     parts = [
         f"r AS MATERIALIZED ({_recordset('rows', JOB_RECORD)})",
-        "idem AS (INSERT INTO scheduler_idempotency_key (idempotency_key, job_id, created_at)"
-        " SELECT idempotency_key, job_id, CAST(%(now)s AS BIGINT) FROM r"
-        " ON CONFLICT DO NOTHING RETURNING job_id)",
+        # A key given (or kept from an earlier submission) may be taken already: skipped then.
+        f"idem AS ({key_insert} WHERE NOT {own_key} ON CONFLICT DO NOTHING RETURNING job_id)",
+        # A job's own id as its key (the default) is new with the job: a plain insert, which
+        # costs the server less than one that checks for a conflict first.
+        f"own AS ({key_insert} WHERE {own_key} RETURNING job_id)",
         f"j AS (INSERT INTO scheduler_job ({', '.join(JOB_COLUMNS)})"
         f" SELECT {', '.join(JOB_COLUMNS)} FROM r {fresh})",
     ]
@@ -246,6 +252,12 @@ def insert_statement(tags: bool, affinity: bool = False) -> str:
     )
 
 
+@cache
+def _encoded(statement: str) -> bytes:
+    """``statement`` as the bytes the driver sends (psycopg encodes a ``str`` on every call)."""
+    return statement.encode()
+
+
 def _json_records(rows: Sequence[tuple[Any, ...]]) -> str:
     """``rows`` as a JSON array of arrays."""
     return _JSON.encode(rows)
@@ -261,11 +273,7 @@ INSERT_CHUNK = 250
 
 def _insert_params(jobs: Sequence[NewJob], now: datetime) -> tuple[str, dict[str, Any]]:
     """The statement (:func:`insert_statement`) that inserts ``jobs``, and its parameters."""
-    _, job_rows, queue_rows, tag_rows, aff_rows = submit_rows(jobs, now, str)
-    # status, scheduled_time, affinity and start_by: the queue row's values the job row lacks
-    records = [
-        (*jr, qr[1], qr[3], qr[7], qr[8]) for jr, qr in zip(job_rows, queue_rows, strict=True)
-    ]
+    records, tag_rows, aff_rows = job_records(jobs, now, str)
     params: dict[str, Any] = {"now": to_micros(now), "rows": _json_records(records)}
     if tag_rows:
         params["tags"] = _json_records(tag_rows)
@@ -384,6 +392,14 @@ class PostgresInsert(InsertStatements):
             statement, params = _insert_params(fresh, now)
             went_in = conn.exec_driver_sql(statement, params).rowcount
         return self.holders_after(conn, sent, went_in)
+
+    def driver_statement(self, fresh: Sequence[NewJob], now: datetime) -> tuple[str, Any] | None:
+        """:func:`insert_statement` for a batch of one chunk at most (a larger one is sent in
+        pipelined chunks by :meth:`insert`)."""
+        if len(fresh) > INSERT_CHUNK:
+            return None
+        statement, params = _insert_params(fresh, now)
+        return _encoded(statement), params
 
     def send(
         self,

@@ -82,9 +82,11 @@ def is_envelope(text: str | None) -> bool:
     in user dicts."""
     if text is None:
         return False
-    return text.startswith(PREFIX) or (
-        text.startswith("{") and _LOOSE_PREFIX.match(text) is not None
-    )
+    if text.startswith(PREFIX):
+        return True
+    if text.startswith('{"'):  # a first key without space before it: the tag key or no envelope
+        return text.startswith('{"__ratchet__"') and _LOOSE_PREFIX.match(text) is not None
+    return text.startswith("{") and _LOOSE_PREFIX.match(text) is not None
 
 
 def envelope_key_id(text: str | None) -> str | None:

@@ -19,7 +19,7 @@ from ratchet.domain.workflow import FlowEffect
 T = TypeVar("T")
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, slots=True)
 class NewJob:
     """A job about to be inserted. ``status`` is PENDING (or WAITING for signal jobs)."""
 

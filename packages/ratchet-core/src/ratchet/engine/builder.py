@@ -82,7 +82,7 @@ def validate_idempotency_key(key: str) -> str:
     return key
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, slots=True)
 class JobHandle:
     """A submitted job. ``inserted`` is False when an idempotency key matched an earlier job."""
 
@@ -151,6 +151,16 @@ class JobHandle:
 class JobBuilder:
     """Collects the options of one job; nothing is stored until :meth:`submit`."""
 
+    # Slots: a submission of many jobs holds a builder per job, and fewer objects per builder
+    # keep the garbage collector's passes over them short.
+    __slots__ = (
+        "__weakref__", "_affinity", "_app", "_args", "_backoff", "_backoff_delay", "_business_key", "_delay",
+        "_executor", "_flow", "_idempotency_key", "_immediate", "_kwargs", "_max_retries",
+        "_params", "_principal", "_principal_set", "_priority", "_ref", "_resource", "_run_at",
+        "_schedule_to_start", "_stall_timeout", "_submitted", "_tags", "_takeover_policy",
+        "_timeout",
+    )  # fmt: skip
+
     def __init__(
         self,
         app: AppHost,
@@ -167,7 +177,7 @@ class JobBuilder:
             raise InvalidJobOptions("run_at must be a timezone-aware datetime")
         self._app = app
         self._ref = ref
-        self._args = list(args)
+        self._args = tuple(args)
         self._kwargs = dict(kwargs)
         self._delay = delay
         self._run_at = run_at

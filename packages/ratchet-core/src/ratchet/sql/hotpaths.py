@@ -283,33 +283,51 @@ def _ms(value: timedelta | None) -> int | None:
     return None if value is None else int(value / _MILLISECOND)
 
 
-def submit_rows(
+#: The queue row's own columns that a job record (:func:`job_records`) carries after the job
+#: row's: the rest of the queue row repeats job columns or starts at zero.
+RECORD_QUEUE_COLUMNS = ("status", "scheduled_time", "affinity", "start_by")
+_JOB_ID, _PRIORITY, _IDEMPOTENCY_KEY, _BUSINESS_KEY = (
+    JOB_COLUMNS.index(c) for c in ("job_id", "priority", "idempotency_key", "business_key")
+)
+_STATUS, _SCHEDULED, _AFFINITY, _START_BY = range(len(JOB_COLUMNS), len(JOB_COLUMNS) + 4)
+
+
+def job_records(
     jobs: Sequence[NewJob], now: datetime, db_uuid: Callable[[uuid.UUID], Any]
-) -> tuple[list[tuple[Any, ...]], ...]:
-    """Value tuples for the key, job, queue, tag and affinity inserts of ``jobs``
-    (``KEY_COLUMNS``, ``JOB_COLUMNS``, ``QUEUE_COLUMNS``, ``TAG_COLUMNS``,
-    ``AFFINITY_COLUMNS``): times as microseconds, durations as milliseconds, ids through
-    ``db_uuid``."""
+) -> tuple[list[tuple[Any, ...]], list[tuple[Any, ...]], list[tuple[Any, ...]]]:
+    """One value tuple per job of ``jobs``: its job row (``JOB_COLUMNS``), then its queue row's
+    ``RECORD_QUEUE_COLUMNS``; and the tag and affinity rows (``TAG_COLUMNS``,
+    ``AFFINITY_COLUMNS``). Times as microseconds, durations as milliseconds, ids through
+    ``db_uuid``. Built in one pass: a submission of many jobs spends a good part of its CPU
+    here."""
     now_us = to_micros(now)
-    key_rows: list[tuple[Any, ...]] = []
-    job_rows: list[tuple[Any, ...]] = []
-    queue_rows: list[tuple[Any, ...]] = []
+    records: list[tuple[Any, ...]] = []
     tag_rows: list[tuple[Any, ...]] = []
     aff_rows: list[tuple[Any, ...]] = []
+    record = records.append
     for j in jobs:
         jid = db_uuid(j.job_id)
-        priority = int(j.priority)
         created = now_us if j.created_at == now else to_micros(j.created_at)
-        key_rows.append((j.idempotency_key, jid, now_us))
-        job_rows.append(
+        scheduled = created if j.scheduled_time == j.created_at else to_micros(j.scheduled_time)
+        to_start = j.schedule_to_start
+        affinity = j.affinity
+        if affinity.empty:
+            has_affinity, required, excluded = 0, None, None
+        else:
+            has_affinity = 1
+            required, excluded = tag_list(affinity.require), tag_list(affinity.exclude)
+            aff_rows.extend(affinity_rows(jid, j))
+        if j.tags:
+            tag_rows.extend((jid, t) for t in j.tags)
+        record(
             (
                 jid,
                 j.target,
                 j.payload,
-                priority,
+                int(j.priority),
                 j.max_retries,
-                j.backoff.value,
-                _ms(j.backoff_delay),
+                j.backoff._value_,
+                _ms(j.backoff_delay) if j.backoff_delay else 0,
                 None if j.timeout is None else _ms(j.timeout),
                 json.dumps(dict(j.params)) if j.params else None,
                 json.dumps(list(j.tags)) if j.tags else None,
@@ -323,27 +341,39 @@ def submit_rows(
                 None if j.stall_timeout is None else _ms(j.stall_timeout),
                 j.caller_principal,
                 envelope_key_id(j.payload),
-                tag_list(j.affinity.require),
-                tag_list(j.affinity.exclude),
-                None if j.schedule_to_start is None else _ms(j.schedule_to_start),
-                None if j.takeover_policy is None else j.takeover_policy.value,
+                required,
+                excluded,
+                None if to_start is None else _ms(to_start),
+                None if j.takeover_policy is None else j.takeover_policy._value_,
                 j.trace_context,
+                j.status._value_,
+                scheduled,
+                has_affinity,
+                None if to_start is None else scheduled + to_start // _MICROSECOND,
             )
         )
-        scheduled = created if j.scheduled_time == j.created_at else to_micros(j.scheduled_time)
-        start_by = (
-            None
-            if j.schedule_to_start is None
-            else scheduled + j.schedule_to_start // timedelta(microseconds=1)
-        )
-        affinity = 0 if j.affinity.empty else 1
-        queue_rows.append(
-            (jid, j.status.value, priority, scheduled, 0, 0, j.business_key, affinity, start_by)
-        )
-        if j.tags:
-            tag_rows.extend((jid, t) for t in j.tags)
-        if affinity:
-            aff_rows.extend(affinity_rows(jid, j))
+    return records, tag_rows, aff_rows
+
+
+_MICROSECOND = timedelta(microseconds=1)
+
+
+def submit_rows(
+    jobs: Sequence[NewJob], now: datetime, db_uuid: Callable[[uuid.UUID], Any]
+) -> tuple[list[tuple[Any, ...]], ...]:
+    """Value tuples for the key, job, queue, tag and affinity inserts of ``jobs``
+    (``KEY_COLUMNS``, ``JOB_COLUMNS``, ``QUEUE_COLUMNS``, ``TAG_COLUMNS``,
+    ``AFFINITY_COLUMNS``), from :func:`job_records`."""
+    now_us = to_micros(now)
+    records, tag_rows, aff_rows = job_records(jobs, now, db_uuid)
+    width = len(JOB_COLUMNS)
+    key_rows = [(r[_IDEMPOTENCY_KEY], r[_JOB_ID], now_us) for r in records]
+    job_rows = [r[:width] for r in records]
+    queue_rows = [
+        (r[_JOB_ID], r[_STATUS], r[_PRIORITY], r[_SCHEDULED], 0, 0, r[_BUSINESS_KEY],
+         r[_AFFINITY], r[_START_BY])
+        for r in records
+    ]  # fmt: skip
     return key_rows, job_rows, queue_rows, tag_rows, aff_rows
 
 
@@ -420,6 +450,14 @@ class InsertStatements:
             found = SubmitStatements(dialect, self.dialect.skip_duplicate_keys_clause)
             self._prepared[key] = found
         return found
+
+    def driver_statement(self, fresh: Sequence[NewJob], now: datetime) -> tuple[str, Any] | None:
+        """One statement in the driver's own SQL, and its parameters, that does what
+        :meth:`insert` does for ``fresh`` except looking up the holders of taken keys, its row
+        count being the number of jobs that went in; None (the default) where the dialect has
+        no such statement for this batch. The store then runs it without a SQLAlchemy
+        ``Connection`` around it."""
+        return None
 
     def insert_rows(
         self, conn: Connection, statement: PreparedInsert, rows: Sequence[tuple[Any, ...]]

@@ -231,16 +231,58 @@ class SqlStore(
                 with engine.begin() as conn:
                     return work(conn)
             except DBAPIError as exc:
-                kind = self._translate(exc)
-                if kind is ErrorKind.RETRYABLE and attempt < RETRY_ATTEMPTS:
-                    self.retried_errors += 1
-                    log.debug("retrying after %s (attempt %d)", exc.orig, attempt)
-                    time.sleep(delay)
-                    delay = min(delay * 2, 0.5)
-                    continue
-                if kind is ErrorKind.TRANSIENT or exc.connection_invalidated:
-                    raise StoreUnavailable(f"database unavailable: {exc.orig}") from exc
-                raise
+                self._retry_or_raise(exc, attempt, delay)
+                delay = min(delay * 2, 0.5)
+        raise AssertionError("unreachable")
+
+    def _retry_or_raise(self, exc: DBAPIError, attempt: int, delay: float) -> None:
+        """Sleep ``delay`` before another attempt when ``exc`` is worth retrying (a deadlock
+        or busy error, attempts left); else raise it (a lost database as StoreUnavailable)."""
+        kind = self._translate(exc)
+        if kind is ErrorKind.RETRYABLE and attempt < RETRY_ATTEMPTS:
+            self.retried_errors += 1
+            log.debug("retrying after %s (attempt %d)", exc.orig, attempt)
+            time.sleep(delay)
+            return
+        if kind is ErrorKind.TRANSIENT or exc.connection_invalidated:
+            raise StoreUnavailable(f"database unavailable: {exc.orig}") from exc
+        raise exc
+
+    def _run_dbapi(self, work: Callable[[Any], T]) -> T:
+        """Run ``work`` on a DBAPI connection of the autocommit pool: for one statement, atomic
+        on its own, whose caller wants no SQLAlchemy ``Connection`` (setting one up and taking
+        it down costs more CPU than a small insert itself). The same retries as :meth:`_run`;
+        the driver's errors are raised as SQLAlchemy's ``DBAPIError``, as :meth:`_run` raises
+        them."""
+        if not self._schema_ready:
+            self.require_schema()
+        engine = self._autocommit or self._autocommit_engine()
+        dialect = engine.dialect
+        driver_error = dialect.loaded_dbapi.Error
+        delay = 0.005
+        for attempt in range(1, RETRY_ATTEMPTS + 1):
+            try:
+                try:
+                    raw = engine.raw_connection()  # a failed connect raises the driver's error
+                except driver_error as exc:
+                    lost = dialect.is_disconnect(exc, None, None)
+                    raise DBAPIError.instance(
+                        None, None, exc, driver_error, dialect=dialect, connection_invalidated=lost
+                    ) from exc
+                try:
+                    return work(raw.driver_connection)
+                except driver_error as exc:
+                    lost = dialect.is_disconnect(exc, raw.dbapi_connection, None)
+                    if lost:
+                        raw.invalidate(exc)
+                    raise DBAPIError.instance(
+                        None, None, exc, driver_error, dialect=dialect, connection_invalidated=lost
+                    ) from exc
+                finally:
+                    raw.close()
+            except DBAPIError as exc:
+                self._retry_or_raise(exc, attempt, delay)
+                delay = min(delay * 2, 0.5)
         raise AssertionError("unreachable")
 
     def _locked(self, stmt: Select[Any], *, skip_locked: bool = False) -> Select[Any]:
@@ -315,12 +357,45 @@ class SqlStore(
                 self._raise_duplicate(exc, jobs)
                 raise
         try:
+            direct = self._insert_direct(jobs, now) if self.atomic_insert else None
+            if direct is not None:
+                return direct
             return self._run(
                 lambda conn: self._insert(conn, jobs, now), autocommit=self.atomic_insert
             )
         except DBAPIError as exc:
             self._raise_duplicate(exc, jobs)
             raise
+
+    def _insert_direct(self, jobs: Sequence[NewJob], now: datetime) -> list[InsertResult] | None:
+        """:meth:`_insert` as the one driver statement the dialect renders for a small batch
+        (:meth:`~ratchet.sql.hotpaths.InsertStatements.driver_statement`), on a bare DBAPI
+        connection; None when it renders none."""
+        if not jobs:
+            return []
+        first: dict[str, NewJob] = {}
+        fresh = first_of_each_key(jobs, first)
+        insert = self.hot_paths.insert
+        found = insert.driver_statement(fresh, now)
+        if found is None:
+            return None
+        statement, params = found
+
+        def work(raw: Any) -> int:
+            cursor = raw.cursor()
+            try:
+                cursor.execute(statement, params)
+                return int(cursor.rowcount)
+            finally:
+                cursor.close()
+
+        went_in = self._run_dbapi(work)
+        holders = (
+            {}
+            if went_in == len(fresh)
+            else self._run(lambda conn: insert.holders_after(conn, fresh, went_in))
+        )
+        return insert_results(jobs, first, holders)
 
     def _raise_duplicate(self, exc: DBAPIError, jobs: Sequence[NewJob]) -> None:
         """Raise a taken key as its typed error, naming the key and its holder (if ``exc`` is

@@ -1,0 +1,641 @@
+"""Ratchet side by side with its peers: pgqueuer (PostgreSQL) and huey's SqliteHuey (SQLite).
+
+One command, one machine, one throwaway PostgreSQL 15 (server defaults: ``fsync`` and
+``synchronous_commit`` on), every measurement interleaved round by round so that a change in the
+machine's load hits both sides of a ratio alike::
+
+    uv sync --group bench       # pgqueuer, asyncpg and huey: benchmark-only, never runtime deps
+    uv run --no-sync python benchmarks/bench_peers.py [--rounds 3] [--jobs 20000] [--quick]
+
+What it measures (no-op jobs throughout; the median of ``--rounds`` rounds, min-max beside it):
+
+- **processing** of ``--jobs`` prefilled jobs by one worker process, at each system's defaults
+  and at its best settings: ``ratchet worker bench_peers:app`` (plus :data:`RATCHET_BEST` for the
+  best) against pgqueuer's worker on :func:`pgq_factory` as ``pgq run`` runs it (batch 200 for
+  the best), timed from the first claim to the last completion by the database's own
+  timestamps;
+- on SQLite, a default ``app.worker()`` against huey's thread consumer (one worker, then
+  ``--huey-workers``), in this process, start-up included: from starting the consumer until the
+  last job has finished;
+- **batch enqueue**, 1,000 jobs per call (building the jobs included), and **single enqueue**,
+  one transaction per job;
+- two references without a peer: the **bare psycopg loop** (claim 100 with ``SKIP LOCKED``,
+  complete them in one statement: what the server can do) and the **PostgresStore alone**
+  (claim 100 + record 100 outcomes, no worker).
+
+``--ratchet-only`` runs Ratchet's side alone (the peers need not be installed); ``--quick`` is a
+bounded smoke run (the test suite runs it with ``--ratchet-only``). This file is also the job
+module of every worker it starts.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import os
+import platform
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+import uuid
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass, field
+from datetime import UTC, datetime, timedelta
+from pathlib import Path
+from typing import Any
+
+HERE = Path(__file__).resolve().parent
+URL_ENV = "RATCHET_BENCH_URL"
+
+#: The worker flags the performance guide recommends for short jobs on PostgreSQL.
+RATCHET_BEST = ("--concurrency", "192", "--batch-size", "500")
+#: pgqueuer's best setting measured for one process (its default batch is 10).
+PGQ_BEST = ("--batch-size", "200")
+#: Ratchet's best SQLite worker settings (the guide: 64 slots are enough on SQLite).
+SQLITE_BEST = {"concurrency": 64, "batch_size": 200}
+
+_app: Any = None
+
+
+# ---------------------------------------------------------------------- the job module side
+def noop(i: int) -> None:
+    """The benchmarked job: does nothing."""
+
+
+def __getattr__(name: str) -> Any:
+    global _app
+    if name != "app":
+        raise AttributeError(name)
+    if _app is None:
+        from ratchet import Ratchet
+
+        _app = Ratchet(os.environ[URL_ENV], allowed_modules=["bench_peers"])
+    return _app
+
+
+async def pgq_factory() -> Any:
+    """pgqueuer's side: one ``noop`` entrypoint over an asyncpg connection (its usual driver)."""
+    import asyncpg
+    from pgqueuer import PgQueuer
+
+    connection = await asyncpg.connect(_libpq(os.environ[URL_ENV]))
+    pgq = PgQueuer.from_asyncpg_connection(connection)
+
+    @pgq.entrypoint("noop")
+    async def pgq_noop(job: Any) -> None:
+        """Does nothing."""
+
+    return pgq
+
+
+def pgq_worker(batch_size: int) -> None:
+    """Runs pgqueuer's worker on :func:`pgq_factory` until terminated (``pgq run``'s loop)."""
+
+    async def main() -> None:
+        pgq = await pgq_factory()
+        await pgq.run(batch_size=batch_size)
+
+    asyncio.run(main())
+
+
+# ---------------------------------------------------------------------- helpers
+def _libpq(url: str) -> str:
+    return url.replace("postgresql+psycopg://", "postgresql://", 1)
+
+
+def fn(name: str) -> Callable[..., Any]:
+    """A job function imported as ``bench_peers.<name>`` (not ``__main__``)."""
+    if str(HERE) not in sys.path:
+        sys.path.insert(0, str(HERE))
+    import bench_peers
+
+    return getattr(bench_peers, name)  # type: ignore[no-any-return]
+
+
+def scalar(url: str, query: str) -> Any:
+    import psycopg
+
+    with psycopg.connect(_libpq(url), autocommit=True) as conn:
+        row = conn.execute(query).fetchone()
+        return None if row is None else row[0]
+
+
+def child_env(url: str) -> dict[str, str]:
+    env = {k: v for k, v in os.environ.items() if k != "PYTHONDONTWRITEBYTECODE"}
+    env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(HERE), env.get("PYTHONPATH")]))
+    env[URL_ENV] = url
+    return env
+
+
+def wait_for_empty(url: str, table: str, proc: subprocess.Popen[bytes], timeout: float) -> None:
+    """Polls (five times a second) until ``table`` is empty; fails if ``proc`` died first."""
+    deadline = time.monotonic() + timeout
+    while scalar(url, f"SELECT count(*) FROM {table}") > 0:
+        if proc.poll() is not None:
+            raise RuntimeError(f"{proc.args!r} exited with {proc.returncode}")
+        if time.monotonic() > deadline:
+            raise TimeoutError(f"{table} not drained within {timeout:.0f} s")
+        time.sleep(0.2)
+
+
+def stop(proc: subprocess.Popen[bytes]) -> None:
+    proc.terminate()
+    try:
+        proc.wait(timeout=60)
+    except subprocess.TimeoutExpired:
+        proc.kill()
+        proc.wait()
+
+
+class Server:
+    """Fresh databases on one PostgreSQL server."""
+
+    def __init__(self, server_url: str) -> None:
+        import psycopg
+        from sqlalchemy.engine import make_url
+
+        self.server_url = server_url
+        self._make_url = make_url
+        admin = make_url(server_url).set(database="postgres").render_as_string(False)
+        self.admin = psycopg.connect(_libpq(admin), autocommit=True)
+
+    @contextmanager
+    def database(self, migrate: bool = True) -> Iterator[str]:
+        name = f"peers_{uuid.uuid4().hex[:10]}"
+        self.admin.execute(f"CREATE DATABASE {name}")
+        url = self._make_url(self.server_url).set(database=name).render_as_string(False)
+        if migrate:
+            from ratchet_postgres import PostgresStore
+
+            store = PostgresStore(url)
+            store.migrate()
+            store.close()
+        try:
+            yield url
+        finally:
+            self.admin.execute(f"DROP DATABASE {name} WITH (FORCE)")
+
+
+# ---------------------------------------------------------------------- Ratchet, PostgreSQL
+def prefill_ratchet(url: str, n: int) -> None:
+    from ratchet import Ratchet
+
+    app = Ratchet(url, allowed_modules=["bench_peers"])
+    job = fn("noop")
+    for chunk in range(0, n, 5000):
+        app.submit_many([app.enqueue(job, i) for i in range(chunk, min(n, chunk + 5000))])
+    app.close()
+
+
+def ratchet_process(server: Server, n: int, flags: tuple[str, ...]) -> float:
+    """Jobs/s of one ``ratchet worker`` process draining ``n`` prefilled jobs."""
+    with server.database() as url:
+        prefill_ratchet(url, n)
+        ratchet = Path(sys.executable).with_name("ratchet")
+        proc = subprocess.Popen(
+            [str(ratchet), "worker", "bench_peers:app", "--log-level", "warning", *flags],
+            env=child_env(url),
+            stdout=subprocess.DEVNULL,
+        )
+        try:
+            wait_for_empty(url, "scheduler_job_queue", proc, timeout=600)
+        finally:
+            stop(proc)
+        done = scalar(url, "SELECT count(*) FROM scheduler_job WHERE terminal_status = 'SUCCEEDED'")
+        assert done == n, f"{done} of {n} jobs succeeded"
+        span_us = scalar(
+            url,
+            "SELECT (SELECT max(terminated_at) FROM scheduler_job)"
+            " - (SELECT min(started_at) FROM scheduler_job_execution)",
+        )
+    return n / (span_us / 1e6)
+
+
+def ratchet_batch_enqueue(server: Server, n: int) -> float:
+    """Jobs/s of ``submit_many`` by 1,000, building the jobs included."""
+    from ratchet import Ratchet
+
+    with server.database() as url:
+        app = Ratchet(url, allowed_modules=["bench_peers"])
+        job = fn("noop")
+        app.submit_many([app.enqueue(job, -1)])  # connect and warm up outside the timing
+        started = time.perf_counter()
+        for chunk in range(0, n, 1000):
+            app.submit_many([app.enqueue(job, i) for i in range(chunk, min(n, chunk + 1000))])
+        elapsed = time.perf_counter() - started
+        app.close()
+    return n / elapsed
+
+
+def ratchet_single_enqueue(server: Server, n: int) -> float:
+    """Jobs/s of ``enqueue(...).submit()``, one transaction each."""
+    from ratchet import Ratchet
+
+    with server.database() as url:
+        app = Ratchet(url, allowed_modules=["bench_peers"])
+        job = fn("noop")
+        for i in range(20):
+            app.enqueue(job, -i).submit()
+        started = time.perf_counter()
+        for i in range(n):
+            app.enqueue(job, i).submit()
+        elapsed = time.perf_counter() - started
+        app.close()
+    return n / elapsed
+
+
+def _store_loop(url: str, batch: int) -> int:
+    from ratchet.domain.model import Outcome, OutcomeKind
+    from ratchet_postgres import PostgresStore
+
+    store = PostgresStore(url)
+    boost = timedelta(minutes=15)
+    done = 0
+    try:
+        while True:
+            now = datetime.now(UTC)
+            claimed = store.claim("loop", batch, now=now, boost_interval=boost)
+            if not claimed:
+                return done
+            outcomes = [
+                Outcome(
+                    c.job_id, c.epoch, c.attempt, OutcomeKind.SUCCEEDED, now, now, result="null"
+                )
+                for c in claimed
+            ]
+            store.record_outcomes("loop", outcomes, now=now)
+            done += len(claimed)
+    finally:
+        store.close()
+
+
+def store_alone(server: Server, n: int) -> float:
+    """Jobs/s of the PostgresStore alone: claim 100, record their outcomes, until empty."""
+    with server.database() as url:
+        prefill_ratchet(url, n)
+        started = time.perf_counter()
+        done = _store_loop(url, 100)
+        elapsed = time.perf_counter() - started
+    assert done == n, f"{done} of {n}"
+    return n / elapsed
+
+
+# ---------------------------------------------------------------------- bare psycopg loop
+RAW_SCHEMA = """
+CREATE TABLE raw_queue (id bigserial PRIMARY KEY, priority int NOT NULL DEFAULT 0,
+    status text NOT NULL DEFAULT 'queued', payload bytea, created timestamptz DEFAULT now());
+CREATE INDEX raw_queue_pick ON raw_queue (priority DESC, id) WHERE status = 'queued';
+CREATE TABLE raw_done (id bigint PRIMARY KEY, status text NOT NULL, done timestamptz NOT NULL)
+"""
+RAW_CLAIM = """
+UPDATE raw_queue SET status = 'picked' WHERE id IN (
+    SELECT id FROM raw_queue WHERE status = 'queued' ORDER BY priority DESC, id
+    LIMIT %s FOR UPDATE SKIP LOCKED) RETURNING id, payload
+"""
+RAW_COMPLETE = """
+WITH gone AS (DELETE FROM raw_queue WHERE id = ANY(%s) RETURNING id)
+INSERT INTO raw_done (id, status, done) SELECT id, 'successful', now() FROM gone
+"""
+
+
+def bare_loop(server: Server, n: int) -> float:
+    """Jobs/s of the database's limit: claim 100 with SKIP LOCKED, complete them in one statement."""
+    import psycopg
+
+    with server.database(migrate=False) as url, psycopg.connect(_libpq(url)) as conn:
+        conn.execute(RAW_SCHEMA)
+        conn.execute(
+            "INSERT INTO raw_queue (payload) SELECT NULL FROM generate_series(1, %s)", (n,)
+        )
+        conn.commit()
+        conn.autocommit = True
+        done = 0
+        started = time.perf_counter()
+        while True:
+            ids = [row[0] for row in conn.execute(RAW_CLAIM, (100,)).fetchall()]
+            if not ids:
+                break
+            conn.execute(RAW_COMPLETE, (ids,))
+            done += len(ids)
+        elapsed = time.perf_counter() - started
+    assert done == n
+    return n / elapsed
+
+
+# ---------------------------------------------------------------------- pgqueuer
+def _pgq_run(url: str, coroutine: Callable[[Any], Any]) -> Any:
+    async def main() -> Any:
+        import asyncpg
+        from pgqueuer import Queries
+
+        connection = await asyncpg.connect(_libpq(url))
+        try:
+            return await coroutine(Queries.from_asyncpg_connection(connection))
+        finally:
+            await connection.close()
+
+    return asyncio.run(main())
+
+
+@contextmanager
+def pgq_database(server: Server) -> Iterator[str]:
+    with server.database(migrate=False) as url:
+
+        async def install(queries: Any) -> None:
+            await queries.install()
+
+        _pgq_run(url, install)
+        yield url
+
+
+async def _pgq_batches(queries: Any, start: int, n: int) -> None:
+    for chunk in range(start, start + n, 1000):
+        size = min(1000, start + n - chunk)
+        await queries.enqueue(
+            ["noop"] * size, [str(i).encode() for i in range(chunk, chunk + size)], [0] * size
+        )
+
+
+def pgq_process(server: Server, n: int, flags: tuple[str, ...]) -> float:
+    """Jobs/s of one ``pgq run`` process draining ``n`` prefilled jobs."""
+    with pgq_database(server) as url:
+        _pgq_run(url, lambda q: _pgq_batches(q, 0, n))
+        # What `pgq run bench_peers:pgq_factory [--batch-size N]` does; its CLI fails on its own
+        # --log-level default with the installed typer, so the worker is started the same way here.
+        proc = subprocess.Popen(
+            [sys.executable, str(HERE / "bench_peers.py"), "--pgq-worker", *flags],
+            env=child_env(url),
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.DEVNULL,
+        )
+        try:
+            wait_for_empty(url, "pgqueuer", proc, timeout=600)
+        finally:
+            stop(proc)
+        span = scalar(
+            url,
+            "SELECT extract(epoch FROM max(created) FILTER (WHERE status = 'successful')"
+            " - min(created) FILTER (WHERE status = 'picked')) FROM pgqueuer_log",
+        )
+        done = scalar(url, "SELECT count(*) FROM pgqueuer_log WHERE status = 'successful'")
+        assert done == n, f"{done} of {n} pgqueuer jobs logged successful"
+    return n / float(span)
+
+
+def pgq_batch_enqueue(server: Server, n: int) -> float:
+    with pgq_database(server) as url:
+
+        async def run(queries: Any) -> float:
+            await _pgq_batches(queries, -1000, 1000)  # warm up outside the timing
+            started = time.perf_counter()
+            await _pgq_batches(queries, 0, n)
+            return time.perf_counter() - started
+
+        elapsed = _pgq_run(url, run)
+    return n / float(elapsed)
+
+
+def pgq_single_enqueue(server: Server, n: int) -> float:
+    with pgq_database(server) as url:
+
+        async def run(queries: Any) -> float:
+            for i in range(20):
+                await queries.enqueue("noop", str(-i).encode())
+            started = time.perf_counter()
+            for i in range(n):
+                await queries.enqueue("noop", str(i).encode())
+            return time.perf_counter() - started
+
+        elapsed = _pgq_run(url, run)
+    return n / float(elapsed)
+
+
+# ---------------------------------------------------------------------- SQLite: Ratchet and huey
+def ratchet_sqlite_process(n: int, settings: dict[str, Any]) -> float:
+    """Jobs/s of an in-process worker (``settings`` over the defaults), start-up included."""
+    from ratchet import Ratchet
+
+    with tempfile.TemporaryDirectory(prefix="peers-") as workdir:
+        app = Ratchet(f"sqlite:///{workdir}/jobs.db", allowed_modules=["bench_peers"])
+        job = fn("noop")
+        for chunk in range(0, n, 5000):
+            app.submit_many([app.enqueue(job, i) for i in range(chunk, min(n, chunk + 5000))])
+        started = time.perf_counter()
+        worker = app.worker(**settings)
+        worker.start()
+        ok = worker.wait_until(lambda: worker.stats.succeeded >= n, timeout=600)
+        elapsed = time.perf_counter() - started
+        worker.stop()
+        assert ok and app.store.count_by_status().get("SUCCEEDED") == n
+        app.close()
+    return n / elapsed
+
+
+def ratchet_sqlite_single(n: int) -> float:
+    from ratchet import Ratchet
+
+    with tempfile.TemporaryDirectory(prefix="peers-") as workdir:
+        app = Ratchet(f"sqlite:///{workdir}/jobs.db", allowed_modules=["bench_peers"])
+        job = fn("noop")
+        app.enqueue(job, -1).submit()
+        started = time.perf_counter()
+        for i in range(n):
+            app.enqueue(job, i).submit()
+        elapsed = time.perf_counter() - started
+        app.close()
+    return n / elapsed
+
+
+def _huey(workdir: str) -> tuple[Any, Any]:
+    from huey import SqliteHuey
+
+    huey = SqliteHuey("peers", filename=f"{workdir}/huey.db")
+
+    @huey.task()
+    def huey_noop(i: int) -> None:
+        """Does nothing."""
+
+    return huey, huey_noop
+
+
+def huey_process(n: int, workers: int) -> float:
+    """Jobs/s of huey's thread consumer (``workers`` threads), start-up included."""
+    import logging
+
+    logging.getLogger("huey").setLevel(logging.WARNING)
+    with tempfile.TemporaryDirectory(prefix="peers-") as workdir:
+        huey, task = _huey(workdir)
+        for i in range(n):
+            task(i)
+        assert huey.pending_count() == n
+        started = time.perf_counter()
+        consumer = huey.create_consumer(workers=workers, worker_type="thread")
+        consumer.start()
+        deadline = time.monotonic() + 600
+        while huey.pending_count() > 0:
+            if time.monotonic() > deadline:
+                raise TimeoutError("huey did not drain its queue")
+            time.sleep(0.005)
+        consumer.stop(graceful=True)  # joins the workers: the last jobs have finished
+        elapsed = time.perf_counter() - started
+        huey.storage.close()
+    return n / elapsed
+
+
+def huey_single(n: int) -> float:
+    with tempfile.TemporaryDirectory(prefix="peers-") as workdir:
+        huey, task = _huey(workdir)
+        task(-1)
+        started = time.perf_counter()
+        for i in range(n):
+            task(i)
+        elapsed = time.perf_counter() - started
+        huey.storage.close()
+    return n / elapsed
+
+
+# ---------------------------------------------------------------------- the run
+@dataclass
+class Row:
+    """One line of the table: Ratchet's runs and, when there is one, the peer's."""
+
+    label: str
+    peer_name: str = ""
+    ratchet: list[float] = field(default_factory=list)
+    peer: list[float] = field(default_factory=list)
+
+
+def fmt(values: list[float]) -> str:
+    if not values:
+        return "-"
+    med = statistics.median(values)
+    spread = f" ({min(values):,.0f}-{max(values):,.0f})" if len(values) > 1 else ""
+    return f"{med:,.0f}{spread}"
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=(__doc__ or "").splitlines()[0])
+    parser.add_argument("--url", help="an existing PostgreSQL server (needs CREATEDB)")
+    parser.add_argument("--rounds", type=int, default=3, help="interleaved rounds (median)")
+    parser.add_argument("--jobs", type=int, default=20_000, help="jobs prefilled or enqueued")
+    parser.add_argument("--single", type=int, default=2_000, help="jobs for single enqueue")
+    parser.add_argument("--huey-workers", type=int, default=4, help="huey's best worker count")
+    parser.add_argument("--quick", action="store_true", help="a bounded smoke run: small N")
+    parser.add_argument("--ratchet-only", action="store_true", help="skip the peers")
+    parser.add_argument(
+        "--only", help="comma list of: pg,enqueue,refs,sqlite (default: all)", default=""
+    )
+    parser.add_argument("--pgq-worker", action="store_true", help=argparse.SUPPRESS)
+    parser.add_argument("--batch-size", type=int, default=10, help=argparse.SUPPRESS)
+    args = parser.parse_args(argv)
+    if args.pgq_worker:
+        pgq_worker(args.batch_size)
+        return 0
+    if args.quick:
+        args.jobs, args.single, args.rounds = min(args.jobs, 500), min(args.single, 50), 1
+    only = set((args.only or "pg,enqueue,refs,sqlite").split(","))
+    peers = not args.ratchet_only
+    if peers:
+        try:
+            import asyncpg  # noqa: F401
+            import huey  # noqa: F401
+            import pgqueuer  # noqa: F401
+        except ImportError as exc:
+            parser.error(f"{exc.name} is missing: `uv sync --group bench`, or --ratchet-only")
+
+    server = None
+    url = args.url
+    if url is None:
+        from ratchet.testing.servers import PostgresServer
+
+        defaults = {"fsync": "on", "synchronous_commit": "on", "full_page_writes": "on"}
+        server = PostgresServer(settings=defaults).start()
+        url = server.url()
+    pg = Server(url)
+    n, single = args.jobs, args.single
+    peer_versions = ""
+    if peers:
+        from importlib.metadata import version
+
+        peer_versions = f"; pgqueuer {version('pgqueuer')}, huey {version('huey')}"
+    print(
+        f"PostgreSQL {scalar(url, 'SHOW server_version')}; Python {platform.python_version()};"
+        f" {os.cpu_count()} CPUs{peer_versions}; {n:,} jobs, {single:,} single, {args.rounds}"
+        f" rounds; load average at start {os.getloadavg()[0]:.1f}",
+        flush=True,
+    )
+    # (label, peer name, Ratchet's measurement, the peer's or None)
+    plan: list[tuple[str, str, Callable[[], float], Callable[[], float] | None]] = []
+    if "pg" in only:
+        plan += [
+            ("PG processing, defaults", "pgqueuer",
+             lambda: ratchet_process(pg, n, ()), lambda: pgq_process(pg, n, ())),
+            ("PG processing, best settings", "pgqueuer",
+             lambda: ratchet_process(pg, n, RATCHET_BEST), lambda: pgq_process(pg, n, PGQ_BEST)),
+        ]  # fmt: skip
+    if "enqueue" in only:
+        plan += [
+            ("PG batch enqueue (1,000 per call)", "pgqueuer",
+             lambda: ratchet_batch_enqueue(pg, n), lambda: pgq_batch_enqueue(pg, n)),
+            ("PG single enqueue (1 per transaction)", "pgqueuer",
+             lambda: ratchet_single_enqueue(pg, single), lambda: pgq_single_enqueue(pg, single)),
+        ]  # fmt: skip
+    if "sqlite" in only:
+        plan += [
+            ("SQLite processing, defaults", "huey",
+             lambda: ratchet_sqlite_process(n, {}), lambda: huey_process(n, 1)),
+            ("SQLite processing, best settings", "huey",
+             lambda: ratchet_sqlite_process(n, SQLITE_BEST),
+             lambda: huey_process(n, args.huey_workers)),
+            ("SQLite single enqueue", "huey",
+             lambda: ratchet_sqlite_single(single), lambda: huey_single(single)),
+        ]  # fmt: skip
+    if "refs" in only:
+        plan += [
+            (
+                "reference: bare psycopg loop (claim 100 + complete)",
+                "",
+                lambda: bare_loop(pg, n),
+                None,
+            ),
+            ("PG PostgresStore alone (claim 100 + record)", "", lambda: store_alone(pg, n), None),
+        ]
+    rows = [Row(label, peer_name) for label, peer_name, _, _ in plan]
+    try:
+        for round_no in range(args.rounds):
+            for row, (_, _, mine, theirs) in zip(rows, plan, strict=True):
+                sides: list[tuple[list[float], Callable[[], float]]] = [(row.ratchet, mine)]
+                if theirs is not None and peers:
+                    sides.append((row.peer, theirs))
+                if round_no % 2:  # alternate who goes first
+                    sides.reverse()
+                for values, measure in sides:
+                    values.append(measure())
+                print(
+                    f"  round {round_no + 1}: {row.label:<46} Ratchet {row.ratchet[-1]:>9,.0f}"
+                    + (f"   {row.peer_name} {row.peer[-1]:>9,.0f}" if row.peer else ""),
+                    flush=True,
+                )
+    finally:
+        pg.admin.close()
+        if server is not None:
+            server.cleanup()
+    print(f"load average at end {os.getloadavg()[0]:.1f}\n")
+    bare = next((r for r in rows if r.label.startswith("reference: bare")), None)
+    print("| measurement (jobs/s, median (min-max)) | Ratchet | peer | peer's | ratio |")
+    print("|---|---:|---|---:|---:|")
+    for row in rows:
+        ratio, peer = "", row.peer_name if row.peer else ""
+        if row.peer:
+            ratio = f"{statistics.median(row.ratchet) / statistics.median(row.peer):.2f}x"
+        elif bare is not None and row is not bare and row.ratchet:
+            peer, ratio = "bare loop", f"{statistics.median(row.ratchet) / statistics.median(bare.ratchet):.2f}x"  # fmt: skip
+        print(f"| {row.label} | {fmt(row.ratchet)} | {peer} | {fmt(row.peer)} | {ratio} |")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,59 @@
+"""``benchmarks/bench_peers.py`` stays runnable: its Ratchet side, at a small size, against the
+test run's PostgreSQL server. The peers' side (pgqueuer, huey) needs the benchmark-only
+dependency group, which CI does not install, so it is not run here; only the message that names
+the group when a peer is missing is checked."""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+BENCHMARKS = Path(__file__).resolve().parents[2] / "benchmarks"
+
+pytestmark = pytest.mark.postgres
+
+LABELS = [
+    "PG processing, defaults",
+    "PG processing, best settings",
+    "PG batch enqueue (1,000 per call)",
+    "PG single enqueue (1 per transaction)",
+    "SQLite processing, defaults",
+    "SQLite processing, best settings",
+    "SQLite single enqueue",
+    "reference: bare psycopg loop (claim 100 + complete)",
+    "PG PostgresStore alone (claim 100 + record)",
+]
+
+
+@pytest.fixture
+def bench_peers(monkeypatch: pytest.MonkeyPatch) -> Any:
+    monkeypatch.syspath_prepend(str(BENCHMARKS))
+    import bench_peers
+
+    return bench_peers
+
+
+def test_the_ratchet_side_of_a_quick_run_measures_every_row(
+    bench_peers: Any, postgres_server: Any, capsys: pytest.CaptureFixture[str]
+) -> None:
+    assert bench_peers.main(["--quick", "--ratchet-only", "--url", postgres_server.url()]) == 0
+    table = {
+        cells[1]: cells[2]
+        for line in capsys.readouterr().out.splitlines()
+        if line.startswith("| ") and len(cells := [c.strip() for c in line.split("|")]) > 3
+    }
+    for label in LABELS:
+        assert float(table[label].replace(",", "")) > 0, f"{label}: {table.get(label)}"
+
+
+def test_a_missing_peer_names_the_dependency_group(
+    bench_peers: Any, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    monkeypatch.setitem(sys.modules, "pgqueuer", None)  # importing it now fails
+    with pytest.raises(SystemExit) as exited:
+        bench_peers.main(["--quick"])
+    assert exited.value.code == 2
+    assert "uv sync --group bench" in capsys.readouterr().err
