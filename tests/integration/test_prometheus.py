@@ -12,6 +12,7 @@ import pytest
 import sample_jobs
 
 from ratchet import Ratchet
+from ratchet.config import WorkerConfig
 from ratchet.testing.servers import PrometheusServer, free_port
 
 pytestmark = pytest.mark.prometheus
@@ -76,7 +77,9 @@ def test_prometheus_scrapes_the_job_counts_a_worker_ran(
         )
         eventually(prometheus, "sum(ratchet_job_run_duration_seconds_count)", 10, log)
         eventually(prometheus, "ratchet_cluster_sampler", 1, log)
-        eventually(prometheus, 'sum(ratchet_worker_slots{state="free"})', 10, log)
+        # Every slot of a default worker is free once the jobs are done.
+        free = WorkerConfig().concurrency
+        eventually(prometheus, 'sum(ratchet_worker_slots{state="free"})', free, log)
         eventually(prometheus, "count(ratchet_node_heartbeat_age_seconds)", 1, log)
     finally:
         [code] = procs.stop([worker])
