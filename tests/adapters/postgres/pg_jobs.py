@@ -24,7 +24,11 @@ SIDE_EFFECT_DDL = (
 
 
 def libpq(url: str) -> str:
-    return url.replace("postgresql+psycopg://", "postgresql://", 1)
+    """A libpq URI for the store URL (without the store's own ``pgbouncer`` switch)."""
+    from sqlalchemy.engine import make_url
+
+    parsed = make_url(url).difference_update_query(["pgbouncer"]).set(drivername="postgresql")
+    return parsed.render_as_string(hide_password=False)
 
 
 def _conn() -> psycopg.Connection[Any]:

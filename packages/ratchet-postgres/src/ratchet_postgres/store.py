@@ -27,6 +27,7 @@ from sqlalchemy.dialects import postgresql
 from sqlalchemy.engine import Connection, make_url
 from sqlalchemy.exc import DBAPIError
 
+from ratchet.domain.errors import ConfigurationError
 from ratchet.domain.lifecycle import JobPriority, JobStatus, check_transition
 from ratchet.domain.model import ClaimedJob, NewJob
 from ratchet.ports import InsertResult, iter_chunks
@@ -64,6 +65,36 @@ def normalize_url(url: str) -> str:
     if backend == "postgresql" and not driver:
         parsed = parsed.set(drivername=f"postgresql+{DRIVER}")
     return parsed.render_as_string(hide_password=False)
+
+
+#: The URL query parameter that says PgBouncer is in between (``?pgbouncer=transaction``).
+PGBOUNCER_PARAMETER = "pgbouncer"
+#: Its values: PgBouncer's pool modes (``true`` counts as ``transaction``, the strictest
+#: that Ratchet supports; ``statement`` mode cannot run multi-statement transactions).
+PGBOUNCER_MODES = ("transaction", "session", "true")
+
+
+def split_pgbouncer(url: str) -> tuple[str, str | None]:
+    """``url`` without its ``pgbouncer`` query parameter, and that parameter's pool mode
+    (None: not set).
+
+    :raises ConfigurationError: a value other than ``transaction``, ``session`` or ``true``.
+    """
+    parsed = make_url(url)
+    value = parsed.query.get(PGBOUNCER_PARAMETER)
+    if value is None:
+        return url, None
+    mode = (value if isinstance(value, str) else value[-1]).strip().lower()
+    if mode not in PGBOUNCER_MODES:
+        raise ConfigurationError(
+            f"pgbouncer={mode!r} in the store URL: use pgbouncer=transaction (PgBouncer's "
+            "pool_mode = transaction) or pgbouncer=session; statement pooling cannot run "
+            "Ratchet's transactions (see docs/deployment.md#pgbouncer)"
+        )
+    stripped = parsed.difference_update_query([PGBOUNCER_PARAMETER])
+    return stripped.render_as_string(hide_password=False), (
+        "transaction" if mode == "true" else mode
+    )
 
 
 #: ``ratchet.sql.affinity.affinity_allows`` for the queue row ``q``, the node's tags in the
@@ -482,7 +513,13 @@ class PostgresStore(SqlStore):
         self, url: str, dialect: PostgresDialect | None = None, **engine_options: Any
     ) -> None:
         dialect = dialect or PostgresDialect()
-        url = normalize_url(url)
+        url, self.pgbouncer = split_pgbouncer(normalize_url(url))
+        """PgBouncer's pool mode when the URL says PgBouncer is in between (None: direct)."""
+        if self.pgbouncer == "transaction":
+            # A server connection serves one transaction, then other clients: statements
+            # prepared on it by name would be missing (or somebody else's) on the next one.
+            options = {"prepare_threshold": None, **engine_options.get("connect_args", {})}
+            engine_options["connect_args"] = options
         if "connect_args" in engine_options:  # merge into the defaults instead of replacing them
             defaults = dialect.engine_kwargs(url).get("connect_args", {})
             engine_options["connect_args"] = {**defaults, **engine_options["connect_args"]}

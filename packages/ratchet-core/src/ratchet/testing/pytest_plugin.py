@@ -5,8 +5,11 @@ Load it with ``-p ratchet.testing.pytest_plugin``. It provides:
 * ``--run-slow`` (or ``RATCHET_RUN_SLOW=1``): tests marked ``slow`` are skipped without it.
 * ``--require-backends=postgres,mysql`` (or ``RATCHET_REQUIRE_BACKENDS``; the option wins;
   ``all`` means every backend): a backend fixture that cannot provide its server then FAILS
-  the test instead of skipping it. Backends: sqlite, postgres, mysql, redis, prometheus.
+  the test instead of skipping it. Backends: sqlite, postgres, mysql, redis, prometheus,
+  pgbouncer.
 * ``prometheus_factory``: starts a throwaway Prometheus scraping the given targets.
+* ``pgbouncer_server`` (session): a throwaway PgBouncer in transaction pooling in front of
+  ``postgres_server``, every database passed through.
 * session fixtures ``postgres_server``, ``mariadb_server`` and ``redis_server``: a throwaway
   server from :mod:`ratchet.testing.servers`, started the first time a test asks for it and
   cleaned up at session end. ``RATCHET_TEST_POSTGRES_URL`` / ``RATCHET_TEST_MYSQL_URL`` /
@@ -25,13 +28,14 @@ import pytest
 from ratchet.testing.servers import (
     ExternalServer,
     MariaDBServer,
+    PgBouncerServer,
     PostgresServer,
     PrometheusServer,
     RedisServer,
     ServerError,
 )
 
-BACKENDS: tuple[str, ...] = ("sqlite", "postgres", "mysql", "redis", "prometheus")
+BACKENDS: tuple[str, ...] = ("sqlite", "postgres", "mysql", "redis", "prometheus", "pgbouncer")
 _TRUE = {"1", "true", "yes", "on"}
 _required_key = pytest.StashKey[frozenset[str]]()
 _S = TypeVar("_S", PostgresServer, MariaDBServer, RedisServer)
@@ -41,6 +45,7 @@ _MARKERS = (
     "mysql: needs a MariaDB/MySQL server (started by the test run)",
     "redis: needs a Redis server (started by the test run)",
     "prometheus: needs the prometheus binary (the test starts its own server)",
+    "pgbouncer: needs the pgbouncer binary (started in front of the test PostgreSQL)",
     "slow: long-running test; run on demand with --run-slow or RATCHET_RUN_SLOW=1",
 )
 
@@ -59,7 +64,8 @@ def pytest_addoption(parser: pytest.Parser) -> None:
         default=None,
         metavar="LIST",
         help=(
-            "comma list of backends (sqlite,postgres,mysql,redis,prometheus or 'all') whose "
+            "comma list of backends (sqlite,postgres,mysql,redis,prometheus,pgbouncer or 'all') "
+            "whose "
             "servers must "
             "be available: their fixtures fail instead of skipping "
             "(default: $RATCHET_REQUIRE_BACKENDS)"
@@ -182,6 +188,34 @@ def redis_server(
 ) -> Iterator[RedisServer | ExternalServer]:
     """A Redis server for the session (or ``RATCHET_TEST_REDIS_URL``)."""
     yield from _server_fixture(request, "redis", "RATCHET_TEST_REDIS_URL", None, RedisServer)
+
+
+@pytest.fixture(scope="session")
+def pgbouncer_server(
+    request: pytest.FixtureRequest, postgres_server: PostgresServer | ExternalServer
+) -> Iterator[PgBouncerServer]:
+    """PgBouncer (transaction pooling) in front of ``postgres_server``, for the session."""
+    user, password = postgres_server.user, postgres_server.password
+    if user is None or password is None:
+        backend_unavailable(
+            request.config, "pgbouncer", "the PostgreSQL server URL names no user and password"
+        )
+    server = PgBouncerServer(
+        upstream_host=postgres_server.host,
+        upstream_port=postgres_server.port,
+        user=user,
+        password=password,
+        database=postgres_server.database,
+    )
+    try:
+        server.start()
+    except (ServerError, OSError, ValueError) as exc:
+        server.cleanup()
+        backend_unavailable(request.config, "pgbouncer", f"{type(exc).__name__}: {exc}")
+    try:
+        yield server
+    finally:
+        server.cleanup()
 
 
 @pytest.fixture
