@@ -238,9 +238,7 @@ class Cluster:
             else:
                 cmd = [sys.executable, str(Path(__file__)), "serve", "--workers", str(k)]
             log = (self.directory / f"worker-{i}.log").open("wb")
-            self.procs.append(
-                subprocess.Popen(cmd, env=env, stdout=log, stderr=subprocess.STDOUT)
-            )
+            self.procs.append(subprocess.Popen(cmd, env=env, stdout=log, stderr=subprocess.STDOUT))
 
     def scalar(self, query: str, *params: Any) -> Any:
         row = self.db.execute(query, params or None).fetchone()
