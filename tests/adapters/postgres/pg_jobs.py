@@ -34,7 +34,10 @@ def libpq(url: str) -> str:
 def _conn() -> psycopg.Connection[Any]:
     conn = getattr(_local, "conn", None)
     if conn is None or conn.closed or conn.broken:
-        conn = psycopg.connect(libpq(os.environ["RATCHET_PG_TEST_URL"]), autocommit=True)
+        url = os.environ["RATCHET_PG_TEST_URL"]
+        # Through PgBouncer (transaction pooling) no statement may be prepared by name.
+        options: dict[str, Any] = {"prepare_threshold": None} if "pgbouncer=" in url else {}
+        conn = psycopg.connect(libpq(url), autocommit=True, **options)
         _local.conn = conn
     return conn
 
