@@ -50,8 +50,9 @@ RETRYABLE_CODES = frozenset({1213, 1205, 3572, 1020})
 #: connection at handshake (2055), connection killed (1927), shutdown in progress (1053), MySQL 8
 #: inactivity disconnect (4031).
 TRANSIENT_CODES = frozenset({2006, 2013, 2002, 2003, 2055, 1927, 1053, 4031})
-#: Too many connections (1040: ``max_connections``; 1203: the user's ``max_user_connections``).
-CONNECTION_LIMIT_CODES = frozenset({1040, 1203})
+#: Too many connections (1040: ``max_connections``; 1203: ``max_user_connections``; 1226: an
+#: account's own ``MAX_USER_CONNECTIONS``).
+CONNECTION_LIMIT_CODES = frozenset({1040, 1203, 1226})
 
 #: Pool defaults: a worker uses a poller, a writer and a heartbeat connection plus occasional
 #: reads from job threads; submitters in the same process share the pool.
@@ -328,8 +329,11 @@ class MySQLDialect(SqlDialect):
                     holder.invalidate()
 
     def connection_limit_setting(self, exc: BaseException) -> str:
-        if error_code(exc) == 1203:
-            return "the user's max_user_connections"
+        code = error_code(exc)
+        if code == 1203:
+            return "the server's max_user_connections"
+        if code == 1226:
+            return "the account's MAX_USER_CONNECTIONS (ALTER USER ... WITH MAX_USER_CONNECTIONS)"
         return "the server's max_connections"
 
     def classify(self, exc: BaseException) -> ErrorKind:

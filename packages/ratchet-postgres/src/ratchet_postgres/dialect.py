@@ -30,6 +30,14 @@ TRANSIENT_STATES = frozenset({"57P01", "57P02", "57P03"})
 TOO_MANY_CONNECTIONS = "53300"
 #: What PgBouncer says when it refuses a client over its ``max_client_conn``.
 PGBOUNCER_CLIENT_LIMIT = "max_client_conn"
+#: What the server says when it refuses a connection over a limit. A refused connection
+#: attempt reaches psycopg as libpq's message, without the SQLSTATE.
+LIMIT_MESSAGES = (
+    "too many connections",  # for role / for database (CONNECTION LIMIT)
+    "too many clients already",  # max_connections
+    "remaining connection slots are reserved",  # max_connections minus the reserved ones
+    PGBOUNCER_CLIENT_LIMIT,
+)
 
 #: Pool defaults: a worker uses a poller, a writer and a heartbeat connection plus occasional
 #: reads from job threads; submitters in the same process share the pool.
@@ -112,7 +120,7 @@ class PostgresDialect(SqlDialect):
             return ErrorKind.OTHER
         if state in RETRYABLE_STATES:
             return ErrorKind.RETRYABLE
-        if state == TOO_MANY_CONNECTIONS or PGBOUNCER_CLIENT_LIMIT in str(orig):
+        if state == TOO_MANY_CONNECTIONS or any(m in str(orig) for m in LIMIT_MESSAGES):
             return ErrorKind.CONNECTION_LIMIT
         if state.startswith("08") or state in TRANSIENT_STATES:
             return ErrorKind.TRANSIENT
