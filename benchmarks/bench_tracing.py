@@ -5,13 +5,15 @@ Run on demand::
     uv run python benchmarks/bench_tracing.py [--runs 5] [--jobs 20000]
 
 ``off``: no tracer (the default). ``otel``: the OpenTelemetry tracer on the SDK's
-``TracerProvider`` with a ``BatchSpanProcessor`` (its defaults) feeding an exporter that drops
-the spans, so what is measured is Ratchet's instrumentation and the SDK, not a collector. In
+``TracerProvider`` (its default sampler: every trace) with a ``BatchSpanProcessor`` (its defaults)
+feeding an exporter that drops the spans; ``otel10``: the same with a parent-based sampler that
+keeps one trace in ten (``ParentBased(TraceIdRatioBased(0.1))``), so what is measured is Ratchet's instrumentation and the SDK, not a collector. In
 ``otel`` the jobs are submitted traced (each stores its trace context; each attempt span is
 parented on it). One worker in this process (the settings of ``bench_sqlite.py``) runs
 ``--jobs`` no-op jobs on a fresh SQLite file per run; the variants alternate within each round,
 first one then the other, so a change in the machine's load hits them alike. Printed: jobs/s per
-variant (median and every run) and the per-round ratio ``otel / off`` (median, min, max).
+variant (median and every run) and the per-round ratio of each traced variant to ``off``
+(median, min, max).
 """
 
 from __future__ import annotations
@@ -32,12 +34,14 @@ import bench_jobs
 from bench_sqlite import drain
 from opentelemetry.sdk.trace import ReadableSpan, TracerProvider
 from opentelemetry.sdk.trace.export import BatchSpanProcessor, SpanExporter, SpanExportResult
+from opentelemetry.sdk.trace.sampling import ParentBased, TraceIdRatioBased
 
 from ratchet import Ratchet
 from ratchet.domain.model import ClaimedJob
 from ratchet.exporters.otel import OpenTelemetryTracer
 
-VARIANTS = ("off", "otel")
+VARIANTS = ("off", "otel", "otel10")
+TRACED = VARIANTS[1:]
 #: This process's CPU time per job while the worker ran them (microseconds), by variant: on a
 #: loaded machine it moves far less than the wall-clock rate.
 CPU: dict[str, list[float]] = {v: [] for v in VARIANTS}
@@ -59,7 +63,8 @@ def make_app(workdir: str, variant: str) -> tuple[Ratchet, TracerProvider | None
     exporter = DropSpans()
     if variant == "off":
         return app, None, exporter
-    provider = TracerProvider()
+    sampler = ParentBased(TraceIdRatioBased(0.1)) if variant == "otel10" else None
+    provider = TracerProvider(sampler=sampler) if sampler is not None else TracerProvider()
     provider.add_span_processor(BatchSpanProcessor(exporter))
     app.enable_tracing(OpenTelemetryTracer(tracer_provider=provider))
     return app, provider, exporter
@@ -77,7 +82,11 @@ def process(variant: str, n: int) -> float:
         CPU[variant].append((time.process_time() - cpu) / n * 1e6)
         if provider is not None:
             provider.shutdown()  # flushes: every attempt (and submission) made a span
-            assert exporter.spans == n + n // 5000 + (1 if n % 5000 else 0), exporter.spans
+            spans = n + n // 5000 + (1 if n % 5000 else 0)
+            if variant == "otel":
+                assert exporter.spans == spans, exporter.spans
+            else:  # a submission and its attempts share a trace: sampled or not together
+                assert exporter.spans < spans, exporter.spans
         app.close()
         return rate
 
@@ -100,12 +109,20 @@ def span_cost(n: int) -> None:
     """CPU microseconds the tracer adds to one attempt (start, activate, end) and to one
     submission (span, context capture), on the SDK with a batch processor: what tracing adds to
     a job whatever the database, measured without a worker."""
+    for sampling, sampler in (
+        ("every trace", None),
+        ("1 in 10", ParentBased(TraceIdRatioBased(0.1))),
+    ):
+        provider = TracerProvider(sampler=sampler) if sampler is not None else TracerProvider()
+        provider.add_span_processor(BatchSpanProcessor(DropSpans()))
+        _span_cost(OpenTelemetryTracer(tracer_provider=provider), sampling, n)
+        provider.shutdown()
+
+
+def _span_cost(tracer: OpenTelemetryTracer, sampling: str, n: int) -> None:
     from ratchet.testing import FakeClock
     from ratchet.testing.store_contract import new_job
 
-    provider = TracerProvider()
-    provider.add_span_processor(BatchSpanProcessor(DropSpans()))
-    tracer = OpenTelemetryTracer(tracer_provider=provider)
     with tracer.submission("enqueue", {"ratchet.job.count": 1}) as span:
         context = span.trace_context
     fresh = new_job(FakeClock(), trace_context=context)
@@ -124,9 +141,8 @@ def span_cost(n: int) -> None:
             for _ in range(n):
                 one()
             best.append((time.process_time() - start) / n * 1e6)
-        print(f"{label:<14} CPU median {statistics.median(best):.1f} us (runs: "
+        print(f"{label:<14} {sampling:<11} CPU median {statistics.median(best):.1f} us (runs: "
               + ", ".join(f"{b:.1f}" for b in best) + ")")  # fmt: skip
-    provider.shutdown()
 
 
 def _attempt(tracer: OpenTelemetryTracer, job: ClaimedJob) -> None:
@@ -143,32 +159,33 @@ def _submit(tracer: OpenTelemetryTracer) -> None:
 
 def compare(label: str, measure: object, n: int, runs: int) -> None:
     results: dict[str, list[float]] = {v: [] for v in VARIANTS}
-    ratios = []
     for r in range(runs):
         order = VARIANTS if r % 2 == 0 else tuple(reversed(VARIANTS))
         for variant in order:
             results[variant].append(measure(variant, n))  # type: ignore[operator]
-        ratios.append(results["otel"][-1] / results["off"][-1])
     for variant, values in results.items():
         print(
-            f"{label:<14} {variant:<5} median {statistics.median(values):>8,.0f}/s   runs: "
+            f"{label:<14} {variant:<6} median {statistics.median(values):>8,.0f}/s   runs: "
             + ", ".join(f"{v:,.0f}" for v in values)
         )
-    print(
-        f"{label:<14} otel/off median {statistics.median(ratios):.3f} "
-        f"(min {min(ratios):.3f}, max {max(ratios):.3f}) over {runs} interleaved rounds"
-    )
+    for variant in TRACED:
+        print_ratio(label, variant, results[variant], results["off"], f"over {runs} rounds")
     if label == "processing":
         for variant, values in CPU.items():
             print(
-                f"{'  CPU per job':<14} {variant:<5} median {statistics.median(values):>8,.0f} us  "
-                "runs: " + ", ".join(f"{v:,.0f}" for v in values)
+                f"{'  CPU per job':<14} {variant:<6} median {statistics.median(values):>8,.0f} us"
+                "  runs: " + ", ".join(f"{v:,.0f}" for v in values)
             )
-        cpu_ratios = [t / o for t, o in zip(CPU["otel"], CPU["off"], strict=True)]
-        print(
-            f"{'  CPU per job':<14} otel/off median {statistics.median(cpu_ratios):.3f} "
-            f"(min {min(cpu_ratios):.3f}, max {max(cpu_ratios):.3f})"
-        )
+        for variant in TRACED:
+            print_ratio("  CPU per job", variant, CPU[variant], CPU["off"], "")
+
+
+def print_ratio(label: str, variant: str, traced: list[float], off: list[float], tail: str) -> None:
+    ratios = [t / o for t, o in zip(traced, off, strict=True)]
+    print(
+        f"{label:<14} {variant}/off median {statistics.median(ratios):.3f} "
+        f"(min {min(ratios):.3f}, max {max(ratios):.3f}) {tail}"
+    )
 
 
 def main() -> None:

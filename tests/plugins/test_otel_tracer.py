@@ -24,7 +24,12 @@ from timeout_harness import running_worker, wait_for
 
 from ratchet import Ratchet
 from ratchet.domain.model import MAX_TRACE_CONTEXT
-from ratchet.exporters.otel import OpenTelemetryTracer, decode_carrier, encode_carrier
+from ratchet.exporters.otel import (
+    OpenTelemetryTracer,
+    decode_carrier,
+    encode_carrier,
+    stored_context,
+)
 from ratchet.testing import FakeClock
 
 
@@ -153,6 +158,56 @@ def test_the_stored_context_always_fits_and_keeps_the_traceparent(
     fits = len(json.dumps(carrier, separators=(",", ":"))) <= MAX_TRACE_CONTEXT
     assert decoded == (carrier if fits else {"traceparent": traceparent})
     assert encode_carrier({}) is None, "no traceparent: nothing to store"
+
+
+@given(
+    flags=st.sampled_from([0, 1, 2, 3]),
+    state=st.lists(
+        st.tuples(
+            st.from_regex(r"[a-z][a-z0-9]{0,8}", fullmatch=True),
+            st.from_regex(r"[a-z0-9]{1,8}", fullmatch=True),
+        ),
+        max_size=3,
+        unique_by=lambda kv: kv[0],
+    ),
+)
+def test_the_stored_context_is_what_the_w3c_propagator_injects(
+    flags: int, state: list[tuple[str, str]]
+) -> None:
+    from opentelemetry import trace
+    from opentelemetry.trace.propagation.tracecontext import TraceContextTextMapPropagator
+
+    context = trace.SpanContext(
+        0x0AF7651916CD43DD8448EB211C80319C,
+        0xB7AD6B7169203331,
+        is_remote=False,
+        trace_flags=trace.TraceFlags(flags),
+        trace_state=trace.TraceState(state),
+    )
+    span = trace.NonRecordingSpan(context)
+    carrier: dict[str, str] = {}
+    TraceContextTextMapPropagator().inject(carrier, context=trace.set_span_in_context(span))
+    assert stored_context(span) == encode_carrier(carrier)
+    assert stored_context(trace.INVALID_SPAN) is None
+
+
+def test_jobs_of_one_submission_share_one_parsed_parent(
+    tracer: OpenTelemetryTracer, exporter: InMemorySpanExporter, sqlite_url: str
+) -> None:
+    app = Ratchet(sqlite_url, allowed_modules=["sample_jobs"])
+    app.enable_tracing(tracer)
+    try:
+        app.submit_many([app.enqueue(sample_jobs.record, i) for i in range(3)])
+        worker = app.worker()
+        worker.record([worker.execute(job) for job in worker.poll_once()])
+    finally:
+        app.close()
+    [submit] = spans(exporter, "ratchet submit_many")
+    runs = spans(exporter, "ratchet run")
+    assert len(runs) == 3
+    assert {run.parent.span_id for run in runs if run.parent} == {submit.context.span_id}
+    assert {run.context.trace_id for run in runs} == {submit.context.trace_id}
+    assert len({run.context.span_id for run in runs}) == 3, "each attempt has its own span"
 
 
 BLOCK_OTEL = textwrap.dedent(

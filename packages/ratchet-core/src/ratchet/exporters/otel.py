@@ -16,6 +16,7 @@ that enqueued the job to every attempt, whichever process or host runs it.
 
 from __future__ import annotations
 
+import functools
 import json
 import threading
 from collections.abc import Iterator, Mapping
@@ -37,6 +38,9 @@ NAME = "otel"
 #: The instrumentation scope of every span.
 SCOPE = "ratchet"
 _DESCRIPTION_CHARS = 300
+#: Parsed parent contexts kept per tracer: the jobs of one submission share their stored trace
+#: context, so their attempts parse it once.
+_PARENT_CACHE = 1024
 
 
 @hookimpl
@@ -54,6 +58,20 @@ def encode_carrier(carrier: Mapping[str, str]) -> str | None:
     if len(text) > MAX_TRACE_CONTEXT:
         text = json.dumps({"traceparent": carrier["traceparent"]}, separators=(",", ":"))
     return text
+
+
+def stored_context(span: Span) -> str | None:
+    """What a job stores of ``span``: its W3C ``traceparent`` (and ``tracestate``), as
+    :func:`encode_carrier` writes them; None for an invalid span (no tracer provider set up)."""
+    context = span.get_span_context()
+    if not context.is_valid:
+        return None
+    traceparent = f"00-{context.trace_id:032x}-{context.span_id:016x}-{context.trace_flags:02x}"
+    if context.trace_state:
+        return encode_carrier(
+            {"traceparent": traceparent, "tracestate": context.trace_state.to_header()}
+        )
+    return f'{{"traceparent":"{traceparent}"}}'
 
 
 def decode_carrier(text: str | None) -> dict[str, str]:
@@ -95,6 +113,13 @@ class OpenTelemetryTracer:
         self._trace = trace
         self._tracer = trace.get_tracer(SCOPE, __version__, tracer_provider=tracer_provider)
         self._propagator = TraceContextTextMapPropagator()
+        self._parent = functools.lru_cache(maxsize=_PARENT_CACHE)(self._extract)
+
+    def _extract(self, trace_context: str | None) -> Any:
+        """The OpenTelemetry context a stored trace context names (an empty one without)."""
+        from opentelemetry.context import Context
+
+        return self._propagator.extract(decode_carrier(trace_context), context=Context())
 
     def submission(
         self, operation: str, attributes: dict[str, SpanValue]
@@ -110,16 +135,12 @@ class OpenTelemetryTracer:
         with self._tracer.start_as_current_span(
             f"ratchet {operation}", kind=kind, attributes=attrs
         ) as span:
-            carrier: dict[str, str] = {}
-            self._propagator.inject(carrier)  # the current context: this span's
-            yield _Submission(span, encode_carrier(carrier))
+            yield _Submission(span, stored_context(span))
 
     def attempt(self, job: ClaimedJob, node_id: str) -> AttemptSpan:
         """A CONSUMER span ``ratchet run <target>`` for one attempt, parented on the context the
         job stored at submission (a new trace without one)."""
-        from opentelemetry.context import Context
-
-        parent = self._propagator.extract(decode_carrier(job.trace_context), context=Context())
+        parent = self._parent(job.trace_context)
         attributes: dict[str, Any] = {
             "ratchet.job.id": str(job.job_id),
             "ratchet.job.target": job.target,
@@ -152,6 +173,26 @@ class _Submission:
         self._span.set_attribute(key, value)
 
 
+class _Active:
+    """Makes a context current for a block (what ``use_span`` does, without its generator)."""
+
+    __slots__ = ("_context", "_token")
+
+    def __init__(self, context: Any) -> None:
+        self._context = context
+        self._token: object = None
+
+    def __enter__(self) -> None:
+        from opentelemetry import context
+
+        self._token = context.attach(self._context)
+
+    def __exit__(self, *exc_info: object) -> None:
+        from opentelemetry import context
+
+        context.detach(self._token)  # type: ignore[arg-type]
+
+
 class _Attempt:
     """:class:`~ratchet.ports.AttemptSpan` over an OpenTelemetry span; ends once."""
 
@@ -164,14 +205,7 @@ class _Attempt:
         self._ended = False
 
     def activate(self) -> AbstractContextManager[None]:
-        return self._activate()
-
-    @contextmanager
-    def _activate(self) -> Iterator[None]:
-        with self._trace.use_span(
-            self._span, end_on_exit=False, record_exception=False, set_status_on_exception=False
-        ):
-            yield
+        return _Active(self._trace.set_span_in_context(self._span))
 
     def failed(self, error_type: str, message: str, traceback: str, *, timed_out: bool) -> None:
         # The exception event of the OpenTelemetry conventions, built from the sanitised text
