@@ -281,6 +281,16 @@ class Cluster:
         assert row is not None
         return int(row[0]), int(row[1])
 
+    def top_statements(self, seconds: float, limit: int = 8) -> list[tuple[float, str]]:
+        """The most frequent statements: (calls per second, the statement's first words)."""
+        rows = self.db.execute(
+            "SELECT s.calls, s.query FROM pg_stat_statements s JOIN pg_database d"
+            " ON d.oid = s.dbid WHERE d.datname = current_database()"
+            " AND s.query NOT ILIKE '%%pg_stat%%' ORDER BY s.calls DESC LIMIT %s",
+            (limit,),
+        ).fetchall()
+        return [(round(calls / seconds, 3), " ".join(q.split())[:90]) for calls, q in rows]
+
     def first_job_latency(self) -> float:
         """Seconds from submit to start of one job (a client app on the nodes' coordinator)."""
         from ratchet import Ratchet
@@ -322,6 +332,7 @@ def measure_idle(cluster: Cluster) -> dict[str, Any]:
     args = cluster.args
     time.sleep(args.settle)
     pids = [p.pid for p in cluster.procs]
+    cluster.db.execute("SELECT pg_stat_statements_reset()")
     tx0, db0, w0, t0 = (
         cluster.transactions(),
         server_cpu(cluster.postmaster),
@@ -338,6 +349,7 @@ def measure_idle(cluster: Cluster) -> dict[str, Any]:
     nodes = args.processes * args.workers_per_process
     store_conns = [s.get("ratchet", 0) for s in samples]
     listeners = [s.get("ratchet-listener", 0) for s in samples]
+    top = cluster.top_statements(elapsed)
     latencies = [cluster.first_job_latency() for _ in range(args.latency_samples)]
     return {
         "nodes": nodes,
@@ -350,6 +362,7 @@ def measure_idle(cluster: Cluster) -> dict[str, Any]:
         "tx_per_s": (tx1 - tx0 - own) / elapsed,
         "db_cpu_percent_of_core": 100 * (db1 - db0) / elapsed,
         "workers_cpu_percent_of_core": 100 * (w1 - w0) / elapsed,
+        "top_statements_per_s": top,
         "first_job_start_s": latencies,
         "first_job_start_median_s": statistics.median(latencies),
     }
