@@ -47,6 +47,7 @@ HERE = Path(__file__).resolve().parent
 URL_ENV = "RATCHET_BENCH_URL"
 COORDINATOR_ENV = "RATCHET_BENCH_COORDINATOR"
 CLAIMS_ENV = "RATCHET_BENCH_CLAIMS_DIR"
+MARGIN_ENV = "RATCHET_BENCH_CLAIM_MARGIN"
 
 _app: Any = None
 _start_conn: Any = None
@@ -105,6 +106,9 @@ def __getattr__(name: str) -> Any:
             coordinator=os.environ.get(COORDINATOR_ENV, "local"),
         )
         _record_claims(_app.store)
+        margin = os.environ.get(MARGIN_ENV)
+        if margin is not None:
+            _app.store.hot_paths.claim.contention_margin = int(margin)
     return _app
 
 
@@ -202,6 +206,7 @@ class Cluster:
                 settings={"default_pool_size": str(args.pgbouncer_pool)},
             ).start()
             self.url = self.bouncer.url_for(name) + "?pgbouncer=transaction"
+        self.bouncer_database = name
         self.db = psycopg.connect(_libpq(self.direct_url), autocommit=True)
         self.db.execute("CREATE EXTENSION IF NOT EXISTS pg_stat_statements")
         self.db.execute("CREATE TABLE bench_start (token text PRIMARY KEY, at double precision)")
@@ -230,6 +235,8 @@ class Cluster:
         env[URL_ENV] = self.url
         env[COORDINATOR_ENV] = self.coordinator
         env[CLAIMS_ENV] = str(self.claims_dir)
+        if self.args.claim_margin is not None:
+            env[MARGIN_ENV] = str(self.args.claim_margin)
         ratchet = Path(sys.executable).with_name("ratchet")
         k = self.args.workers_per_process
         for i in range(self.args.processes):
@@ -262,6 +269,24 @@ class Cluster:
             " WHERE datname = current_database() AND pid <> pg_backend_pid() GROUP BY 1"
         ).fetchall()
         return {name or "(none)": n for name, n in rows}
+
+    def bouncer_counts(self) -> dict[str, int]:
+        """PgBouncer's client connections to the database and its server connections."""
+        import psycopg
+
+        assert self.bouncer is not None
+        name = self.bouncer_database
+        admin = psycopg.connect(_libpq(self.bouncer.url_for("pgbouncer")), autocommit=True)
+        try:
+            counts = {}
+            for what in ("clients", "servers"):
+                cur = admin.execute(f"SHOW {what.upper()}")
+                columns = [c.name for c in cur.description or ()]
+                rows = [dict(zip(columns, r, strict=False)) for r in cur.fetchall()]
+                counts[what] = sum(1 for r in rows if r.get("database") == name)
+            return counts
+        finally:
+            admin.close()
 
     def transactions(self) -> int:
         return int(
@@ -340,8 +365,11 @@ def measure_idle(cluster: Cluster) -> dict[str, Any]:
         time.monotonic(),
     )
     samples = []
+    bouncer: dict[str, int] = {}
     while time.monotonic() - t0 < args.window:
         samples.append(cluster.connections())
+        if cluster.bouncer is not None:
+            bouncer = cluster.bouncer_counts()
         time.sleep(min(5.0, args.window / 4))
     elapsed = time.monotonic() - t0
     tx1, db1, w1 = cluster.transactions(), server_cpu(cluster.postmaster), workers_cpu(pids)
@@ -359,6 +387,7 @@ def measure_idle(cluster: Cluster) -> dict[str, Any]:
         "connections_per_node": (store_conns[-1] + listeners[-1]) / nodes,
         "connections_per_process": (store_conns[-1] + listeners[-1]) / args.processes,
         "by_application": samples[-1],
+        "pgbouncer_connections": bouncer,
         "tx_per_s": (tx1 - tx0 - own) / elapsed,
         "db_cpu_percent_of_core": 100 * (db1 - db0) / elapsed,
         "workers_cpu_percent_of_core": 100 * (w1 - w0) / elapsed,
@@ -447,6 +476,11 @@ def main(argv: list[str]) -> int:
     parser.add_argument("--latency-samples", type=int, default=3)
     parser.add_argument("--busy-jobs", type=int, default=1500)
     parser.add_argument("--busy-timeout", type=float, default=600.0)
+    parser.add_argument(
+        "--claim-margin",
+        type=int,
+        help="PostgreSQL claim: candidates read beyond twice the batch (default: the store's)",
+    )
     parser.add_argument("--no-idle", action="store_true")
     parser.add_argument("--no-busy", action="store_true")
     parser.add_argument("--json", type=Path, help="also write the figures to this file")
@@ -460,6 +494,7 @@ def main(argv: list[str]) -> int:
             "workers_per_process": args.workers_per_process,
             "coordinator": args.coordinator,
             "pgbouncer": args.pgbouncer,
+            "claim_margin": args.claim_margin,
             "cpus": os.cpu_count(),
             "load_before": load_average(),
         }

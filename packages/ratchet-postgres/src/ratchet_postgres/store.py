@@ -127,12 +127,14 @@ def claim_parameters(
     now: datetime,
     boost: timedelta,
     node_tags: frozenset[str] = frozenset(),
+    margin: int = 0,
 ) -> dict[str, Any]:
-    """The bound parameters of :func:`claim_statement` (``boost`` only when the boost is on)."""
+    """The bound parameters of :func:`claim_statement` (``boost`` only when the boost is on;
+    ``margin``: candidates read beyond :data:`CANDIDATES_PER_CLAIMED` per job wanted)."""
     params: dict[str, Any] = {
         "now": to_micros(now),
         "lim": limit,
-        "cand": limit * CANDIDATES_PER_CLAIMED,
+        "cand": limit * CANDIDATES_PER_CLAIMED + margin,
         "node": node_id,
         "ntags": sorted(node_tags),
     }
@@ -146,6 +148,13 @@ def claim_parameters(
 #: racing another one skips the rows the other holds (``SKIP LOCKED``) and still finds its
 #: batch among the next ones instead of coming back short or empty.
 CANDIDATES_PER_CLAIMED = 2
+
+#: Candidates read per priority level beyond those, for the claimers of many nodes at once:
+#: with ``k`` other claims in flight, each holding up to its batch, the oldest ``2 * lim``
+#: candidates may all be held and a claim would come back empty while jobs wait. Reading a
+#: wider window costs index entries only (the lock loop stops once ``lim`` rows are locked,
+#: visiting only the rows it takes or skips). See ``PostgresClaim.contention_margin``.
+CONTENTION_MARGIN = 32
 
 
 @cache
@@ -380,6 +389,9 @@ SELECT job_id FROM owned
 class PostgresClaim(ClaimStatements):
     """The claim as one statement (:func:`claim_statement`)."""
 
+    contention_margin = CONTENTION_MARGIN
+    """Candidates read per priority level beyond twice the batch (:data:`CONTENTION_MARGIN`)."""
+
     def claim(
         self,
         conn: Connection,
@@ -389,7 +401,7 @@ class PostgresClaim(ClaimStatements):
         boost: timedelta,
         node_tags: frozenset[str] = frozenset(),
     ) -> list[ClaimedJob]:
-        params = claim_parameters(node_id, limit, now, boost, node_tags)
+        params = claim_parameters(node_id, limit, now, boost, node_tags, self.contention_margin)
         rows = conn.execute(claim_statement("boost" in params), params).all()
         return [
             claimed_job(r, r, now, epoch=r.epoch, scheduled_time=from_micros(r.scheduled_time))
