@@ -7,6 +7,9 @@ once per N, and take the difference between two N as the per-job cost (start-up 
     valgrind --tool=callgrind --callgrind-out-file=/tmp/cg.600 python benchmarks/bench_instructions.py 600
 
 and read ``Collected : ...`` from each run's output: (count(600) - count(100)) / 500.
+A second argument, ``otel`` or ``otel10``, traces every job (the OpenTelemetry SDK with a batch
+processor and an exporter that drops the spans; ``otel10`` samples one trace in ten), so the
+difference to a run without it is what tracing costs per job.
 Threads are serialised under valgrind and time spent waiting is not counted, so this measures the
 work per job, not the cost of threads handing work to each other.
 """
@@ -25,9 +28,15 @@ import bench_jobs
 from ratchet import Ratchet
 
 
-def main(n: int) -> None:
+def main(n: int, tracing: str = "off") -> None:
     with tempfile.TemporaryDirectory() as workdir:
         app = Ratchet(f"sqlite:///{workdir}/jobs.db", allowed_modules=["bench_jobs"])
+        provider = None
+        if tracing != "off":
+            from bench_tracing import make_app
+
+            app.close()
+            app, provider, _ = make_app(workdir, tracing)
         if n:
             app.submit_many([app.enqueue(bench_jobs.noop, i) for i in range(n)])
         worker = app.worker()  # the defaults a user gets
@@ -37,8 +46,10 @@ def main(n: int) -> None:
         elapsed = time.perf_counter() - started
         worker.stop()
         app.close()
+        if provider is not None:
+            provider.shutdown()
         print(f"n={n} drained={drained} in {elapsed:.1f} s", file=sys.stderr)
 
 
 if __name__ == "__main__":
-    main(int(sys.argv[1]) if len(sys.argv) > 1 else 100)
+    main(int(sys.argv[1]) if len(sys.argv) > 1 else 100, *sys.argv[2:3])

@@ -82,6 +82,54 @@ def test_a_jobs_log_is_stored_per_attempt_with_levels(app: Ratchet, clock: FakeC
     assert "KeyError: 'missing-row'" in lines[1].message, "exception() logs the traceback"
 
 
+def run_due_in_processes(app: Ratchet) -> int:
+    """``run_due``, then the worker's child processes stopped."""
+    worker: Worker = app.worker(concurrency=4, batch_size=4)
+    try:
+        return worker.run_due()
+    finally:
+        for executor in worker.runner.executors():
+            executor.shutdown(wait=True)
+
+
+def test_a_job_in_a_child_process_has_its_log_stored_too(app: Ratchet) -> None:
+    handle = (
+        app.enqueue(retention_jobs.fails_after_logging)
+        .with_executor("processes")
+        .with_max_retries(0)
+        .submit()
+    )
+    ok = app.enqueue(retention_jobs.chatty, 2).with_executor("processes").submit()
+    run_due_in_processes(app)
+    assert app.get_job(handle.id).status is JobStatus.FAILED
+    failed = app.retention.job_logs(handle.id)
+    assert [(ln.attempt, ln.level, ln.message.splitlines()[0]) for ln in failed] == [
+        (1, LogLevel.INFO, "starting attempt 1"),
+        (1, LogLevel.ERROR, "lookup failed"),
+    ]
+    assert "KeyError: 'missing-row'" in failed[1].message
+    assert [ln.message for ln in app.retention.job_logs(ok.id)] == [
+        "step 1 of 2",
+        "step 2 of 2",
+        "done",
+    ]
+
+
+def test_a_child_process_bounds_its_log_by_the_workers_limits(
+    make_app: Callable[..., Ratchet],
+) -> None:
+    limits = JobLogLimits(max_lines=50, max_line_chars=1000, max_chars=20_000)
+    app = make_app(retention=RetentionSettings(job_logs=limits))
+    handle = app.enqueue(retention_jobs.hostile).with_executor("processes").submit()
+    assert run_due_in_processes(app) == 1
+    assert app.get_job(handle.id).result == '"survived"'
+    lines = app.retention.job_logs(handle.id)
+    assert len(lines) == 50
+    assert all(is_storable_text(ln.message) and len(ln.message) <= 1000 for ln in lines)
+    assert lines[0].message == "nul \\x00 byte"
+    assert "more line(s) not stored" in lines[-1].message
+
+
 def test_hostile_log_lines_never_fail_the_job_and_are_stored_bounded(
     make_app: Callable[..., Ratchet],
 ) -> None:

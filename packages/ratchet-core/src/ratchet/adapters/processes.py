@@ -35,7 +35,7 @@ import threading
 import uuid
 from collections.abc import Callable
 from concurrent.futures import Future
-from datetime import datetime
+from datetime import UTC, datetime
 from multiprocessing.connection import Connection
 from typing import TYPE_CHECKING, Any, TypeVar
 
@@ -46,6 +46,7 @@ from ratchet.domain.retry import is_do_not_retry
 from ratchet.ports import AttemptControl, JobCall
 
 if TYPE_CHECKING:
+    from ratchet.engine.joblogger import JobLogBuffer
     from ratchet.registry import ExecutorRegistry
 
 T = TypeVar("T")
@@ -94,11 +95,13 @@ def _execute(request: dict[str, Any], flag: threading.Event) -> dict[str, Any]:
     """Run one job request in this (child) process and describe how it ended."""
     from ratchet.domain.text import describe_error, describe_traceback
     from ratchet.engine.context import AttemptCancellation, JobContext, bound, stopped_on_request
+    from ratchet.engine.joblogger import JobLogger
     from ratchet.serialization import decode_payload, encode_result, import_enum
 
     c = request["context"]
     deadline = datetime.fromisoformat(c["deadline"]) if c.get("deadline") else None
     cancellation = AttemptCancellation(deadline, flag=flag)
+    lines = _child_log_buffer(c)
     ctx = JobContext(
         job_id=uuid.UUID(c["job_id"]),
         attempt=c["attempt"],
@@ -109,6 +112,7 @@ def _execute(request: dict[str, Any], flag: threading.Event) -> dict[str, Any]:
         tags=tuple(c["tags"]),
         cancellation=cancellation,
         caller_principal=c.get("caller_principal"),
+        job_log=None if lines is None else JobLogger(lines, _utc_now),
     )
     with bound(ctx):
         try:
@@ -118,15 +122,42 @@ def _execute(request: dict[str, Any], flag: threading.Event) -> dict[str, Any]:
             value = fn(*args, **kwargs)
             if inspect.isawaitable(value):
                 value = asyncio.run(_await(value))
-            return {"ok": True, "result": encode_result(value, request["max_result_bytes"])}
+            reply: dict[str, Any] = {
+                "ok": True,
+                "result": encode_result(value, request["max_result_bytes"]),
+            }
         except BaseException as exc:
-            return {
+            reply = {
                 "ok": False,
                 "error": describe_error(exc),
                 "traceback": describe_traceback(exc),
                 "do_not_retry": is_do_not_retry(exc),
                 "stopped": stopped_on_request(exc, cancellation.token),
             }
+    if lines is not None:
+        reply["log"] = [
+            [line.level.value, line.message, line.logged_at.isoformat()]
+            for line in lines.close(_utc_now())
+        ]
+    return reply
+
+
+def _utc_now() -> datetime:
+    return datetime.now(UTC)
+
+
+def _child_log_buffer(context: dict[str, Any]) -> JobLogBuffer | None:
+    """The job log buffer of a run in the child (None when the worker stores no job log): the
+    lines go back to the worker with the reply."""
+    from ratchet.domain.retention import JobLogLimits
+    from ratchet.engine.joblogger import JobLogBuffer
+
+    limits = context.get("log_limits")
+    if limits is None:
+        return None
+    return JobLogBuffer(
+        uuid.UUID(context["job_id"]), context["epoch"], context["attempt"], JobLogLimits(**limits)
+    )
 
 
 async def _await(value: Any) -> Any:
@@ -299,6 +330,7 @@ class ProcessExecutorProvider:
                 "tags": list(ctx.tags),
                 "caller_principal": ctx.caller_principal,
                 "deadline": deadline.isoformat() if deadline is not None else None,
+                "log_limits": None if ctx.job_log is None else ctx.job_log.limits_document(),
             },
         }
         lock = threading.Lock()
@@ -350,6 +382,8 @@ class ProcessExecutorProvider:
             )
         self._checkin(child, healthy=True)
         reply = json.loads(raw)
+        if ctx.job_log is not None and reply.get("log"):
+            ctx.job_log.add_lines(reply["log"])
         if reply["ok"]:
             from ratchet.serialization import decode_result, import_enum
 

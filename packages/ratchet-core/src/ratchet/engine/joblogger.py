@@ -13,11 +13,12 @@ a full buffer counts the line instead of keeping it, and a failed store write is
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 import threading
 import traceback
 import uuid
-from collections.abc import Callable
+from collections.abc import Callable, Iterable, Sequence
 from datetime import datetime
 from typing import TYPE_CHECKING, Any
 
@@ -124,6 +125,25 @@ class JobLogger:
     def stored(self) -> bool:
         """Whether lines are stored with the job (False: only Python logging sees them)."""
         return self._buffer is not None
+
+    def limits_document(self) -> dict[str, int] | None:
+        """The limits of the attempt's log as JSON (None when lines are not stored): what a
+        child process running the attempt bounds its own lines by."""
+        if self._buffer is None:
+            return None
+        return dataclasses.asdict(self._buffer.limits)
+
+    def add_lines(self, lines: Iterable[Sequence[str]]) -> None:
+        """Keep lines the attempt wrote elsewhere (a child process), as ``[level, message,
+        ISO time]``; an unreadable line is dropped, never raised."""
+        if self._buffer is None:
+            return
+        for line in lines:
+            try:
+                level, message, at = line
+                self._buffer.add(LogLevel(level), str(message), datetime.fromisoformat(at))
+            except Exception:
+                log.debug("job log line from a child process dropped", exc_info=True)
 
     def log(self, level: int, msg: object, *args: Any, exc_info: bool = False) -> None:
         """Write one line at the ``logging`` level number ``level``."""
