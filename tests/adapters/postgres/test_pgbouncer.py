@@ -1,7 +1,8 @@
 """The PostgreSQL store behind a real PgBouncer (Debian's package) in transaction pooling: the
 store and watcher conformance suites through it, worker processes through it (the LISTEN
 connection direct), the switch that turns prepared statements off, and the typed error when
-PgBouncer or PostgreSQL refuses connections."""
+PgBouncer or PostgreSQL refuses connections. Also the store's one pool: it shrinks when idle,
+switches autocommit per statement and can be resized."""
 
 from __future__ import annotations
 
@@ -20,6 +21,7 @@ from ratchet import ConnectionLimitReached, Ratchet
 from ratchet.domain.errors import ConfigurationError
 from ratchet.plugins import Plugins, make_plugin_manager
 from ratchet.ports import CoordinatorContext
+from ratchet.sql.pool import has_socket_check
 from ratchet.testing.servers import PgBouncerServer
 from ratchet.testing.store_contract import StoreContract
 from ratchet.testing.watcher_contract import WatcherStoreContract
@@ -236,6 +238,23 @@ def test_single_statements_switch_the_pooled_connection_to_autocommit_and_back(
         with store.engine.connect() as conn:
             assert conn.connection.dbapi_connection.autocommit is False  # type: ignore[union-attr]
         assert store.engine.pool.checkedin() == 1  # type: ignore[attr-defined]
+    finally:
+        store.close()
+
+
+def test_resizing_the_pool_keeps_its_checks_and_refuses_bad_sizes(postgres_store_url: str) -> None:
+    """What ``ratchet worker --pool-size`` does to the app's store."""
+    store = PostgresStore(postgres_store_url)
+    try:
+        store.count_by_status()
+        assert store.resize_pool(3, 1) is True
+        pool: Any = store.engine.pool
+        assert (pool.size(), pool.max_overflow) == (3, 1)
+        assert has_socket_check(store.engine)
+        assert store.count_by_status() is not None
+        assert store.resize_pool(max_overflow=0) and store.engine.pool.size() == 3  # type: ignore[attr-defined]
+        with pytest.raises(ConfigurationError, match="pool_size must be at least 1"):
+            store.resize_pool(0)
     finally:
         store.close()
 

@@ -184,4 +184,6 @@ class ShrinkingQueuePool(QueuePool):
         fresh.idle_timeout = self.idle_timeout
         fresh.keep_idle = self.keep_idle
         fresh.clock = self.clock
+        if self in _CHECKED:  # the checkout check's listener came along with the events
+            _CHECKED.add(fresh)
         return fresh
