@@ -306,15 +306,16 @@ class Cluster:
         assert row is not None
         return int(row[0]), int(row[1])
 
-    def top_statements(self, seconds: float, limit: int = 8) -> list[tuple[float, str]]:
-        """The most frequent statements: (calls per second, the statement's first words)."""
+    def top_statements(self, per: float, limit: int = 8) -> list[tuple[float, str]]:
+        """The most frequent statements: (calls divided by ``per``, the first words)."""
         rows = self.db.execute(
             "SELECT s.calls, s.query FROM pg_stat_statements s JOIN pg_database d"
             " ON d.oid = s.dbid WHERE d.datname = current_database()"
-            " AND s.query NOT ILIKE '%%pg_stat%%' ORDER BY s.calls DESC LIMIT %s",
+            " AND s.query NOT ILIKE '%%pg_stat%%' AND s.query NOT ILIKE '%%bench\\_%%'"
+            " ORDER BY s.calls DESC LIMIT %s",
             (limit,),
         ).fetchall()
-        return [(round(calls / seconds, 3), " ".join(q.split())[:90]) for calls, q in rows]
+        return [(round(calls / per, 3), " ".join(q.split())[:90]) for calls, q in rows]
 
     def first_job_latency(self) -> float:
         """Seconds from submit to start of one job (a client app on the nodes' coordinator)."""
@@ -426,6 +427,7 @@ def measure_busy(cluster: Cluster) -> dict[str, Any]:
     time.sleep(1.5)
     tx1, db1, w1 = cluster.transactions(), server_cpu(cluster.postmaster), workers_cpu(pids)
     calls, rows = cluster.statements()
+    top = cluster.top_statements(n, limit=12)  # per job, not per second
     app.close()
     return {
         "jobs": n,
@@ -436,6 +438,7 @@ def measure_busy(cluster: Cluster) -> dict[str, Any]:
         "tx_per_job": (tx1 - tx0) / n,
         "db_cpu_ms_per_job": 1000 * (db1 - db0) / n,
         "workers_cpu_ms_per_job": 1000 * (w1 - w0) / n,
+        "top_statements_per_job": top,
         "window": (committed, started + elapsed),
     }
 
