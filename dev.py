@@ -11,8 +11,9 @@ dev.py is never written to (Debian's python3 refuses a plain `pip install`; crea
 environment with it needs the python3.X-venv package, which dev.py apt-gets when run as root).
 Then, for demo and test, the workspace packages (``uv sync`` into .venv, on the Python that runs
 dev.py unless UV_PYTHON says otherwise), and for test first the PostgreSQL, PgBouncer, MariaDB and
-Redis server packages and the build dependencies of mysqlclient (the optional C MySQL driver) when they
-are missing (Debian/Ubuntu, needs root). Extra arguments go to pytest / the demo.
+Redis server packages, Prometheus, Chromium (the dashboard's browser tests) and the build
+dependencies of mysqlclient (the optional C MySQL driver) when they are missing (Debian/Ubuntu,
+needs root). Extra arguments go to pytest / the demo.
 
 `python3 dev.py test` without arguments also runs the framework tests (tests/frameworks) a second
 time on Python 3.12 or newer, where Django 6 ships ``django.tasks`` (the workspace's own Python
@@ -44,6 +45,7 @@ DISTRIBUTIONS = {
     "ratchet-mysql": "ratchet_mysql",
     "ratchet-redis-coordinator": "ratchet_redis_coordinator",
     "ratchet-django": "ratchet_django",
+    "ratchet-dashboard": "ratchet_dashboard",
 }
 CORE = "ratchet-core"
 #: The second interpreter's environment and what runs there (Django 6 needs Python 3.12+).

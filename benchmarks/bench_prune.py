@@ -9,7 +9,8 @@ synchronous_commit on) on loopback. Each run uses a fresh database holding ``--r
 ended 100 days ago (each with a tag, an idempotency key and an attempt row) and a backlog of
 pending no-op jobs. A worker loop in a child process claims 50 jobs and records them SUCCEEDED,
 over and over, timing every claim. First it runs ``--baseline`` seconds alone; then
-``app.retention.run()`` removes the ended jobs in this process while the worker goes on. The
+``app.retention.run()`` removes the ended jobs in this process while the worker goes on
+(``--pause`` and ``--busy-share`` set its pacing; the defaults are the settings' defaults). The
 report compares the claim's p50 / p99 and the worker's throughput during the prune with the
 baseline, then shows table and index sizes before, after the prune, after ``VACUUM (ANALYZE)``
 and after ``VACUUM FULL``.
@@ -176,7 +177,7 @@ def window(claims: list[tuple[float, float, int]], start: float, end: float) -> 
 
 
 def one_run(
-    server_url: str, rows: int, pending: int, baseline: float, pause: float
+    server_url: str, rows: int, pending: int, baseline: float, pause: float, busy_share: float
 ) -> dict[str, Any]:
     from ratchet import Ratchet, RetentionSettings
 
@@ -194,7 +195,9 @@ def one_run(
         t_base = time.monotonic()
         time.sleep(baseline)
         t_prune = time.monotonic()
-        settings = RetentionSettings(pause_between_batches=timedelta(milliseconds=pause))
+        settings = RetentionSettings(
+            pause_between_batches=timedelta(milliseconds=pause), busy_share=busy_share
+        )
         app = Ratchet(url, allow_empty_class_policy=True, retention=settings)
         report = app.retention.run()
         t_end = time.monotonic()
@@ -255,6 +258,12 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument(
         "--pause", type=float, default=20.0, help="ms between removal batches (the default 20)"
     )
+    parser.add_argument(
+        "--busy-share",
+        type=float,
+        default=0.5,
+        help="most of the prune's time inside removal transactions (the default 0.5)",
+    )
     args = parser.parse_args(argv)
 
     server = None
@@ -273,7 +282,9 @@ def main(argv: list[str] | None = None) -> int:
     results = []
     try:
         for i in range(args.runs):
-            result = one_run(url, args.rows, args.pending, args.baseline, args.pause)
+            result = one_run(
+                url, args.rows, args.pending, args.baseline, args.pause, args.busy_share
+            )
             results.append(result)
             print_sizes(result["sizes"])
             b, p = result["base"], result["prune"]

@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Install the server binaries that the test suite starts itself (throwaway PostgreSQL,
 # PgBouncer, MariaDB, Redis and Prometheus instances on free loopback ports; see
-# ratchet/testing/servers.py), and what building mysqlclient (the optional C MySQL driver,
+# ratchet/testing/servers.py), Chromium for the dashboard's browser tests, and what building
+# mysqlclient (the optional C MySQL driver,
 # part of the development install) needs: MariaDB's client library headers, pkg-config and
 # a C compiler. Idempotent: installs only what is missing, from Debian's packages, and never
 # starts, stops or reconfigures the system-wide services -- the tests do not use them. Run as
@@ -55,6 +56,14 @@ if have prometheus; then
     log "Prometheus server binary present"
 else
     missing+=(prometheus)
+fi
+
+# The dashboard's browser tests drive Debian's headless Chromium through Playwright (which never
+# downloads a browser of its own).
+if [[ -x /usr/bin/chromium ]]; then
+    log "Chromium present"
+else
+    missing+=(chromium)
 fi
 
 have_mysqlclient_build_deps() {
@@ -112,7 +121,8 @@ apt-get update
 apt-get install -y --no-install-recommends "${missing[@]}"
 
 if have_postgres && have mariadbd mariadb-install-db mariadb-admin mariadb \
-    && have redis-server redis-cli && have pgbouncer && have prometheus && have_mysqlclient_build_deps; then
+    && have redis-server redis-cli && have pgbouncer && have prometheus \
+    && [[ -x /usr/bin/chromium ]] && have_mysqlclient_build_deps; then
     log "done: ${missing[*]} installed; the system services are not needed by the tests" \
         "(they start their own servers on free ports)"
 else

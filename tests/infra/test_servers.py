@@ -530,6 +530,46 @@ def test_plugin_fails_required_backend(tmp_path: Path) -> None:
     assert "required backend 'postgres' is unavailable" in result.stdout
 
 
+_BROWSER_TEST = """
+def test_page(chromium_browser):
+    page = chromium_browser.new_page()
+    page.set_content("<h1>ok</h1>")
+    assert page.inner_text("h1") == "ok"
+"""
+
+
+def _run_browser_test(tmp_path: Path, env: dict[str, str]) -> subprocess.CompletedProcess[str]:
+    (tmp_path / "test_browser_demo.py").write_text(_BROWSER_TEST)
+    (tmp_path / "pytest.ini").write_text("[pytest]\n")
+    base = {k: v for k, v in os.environ.items() if not k.startswith("RATCHET_")}
+    base.update(env)
+    cmd = [sys.executable, "-m", "pytest", "-p", "ratchet.testing.pytest_plugin"]
+    cmd += ["-p", "no:cacheprovider", "-rs", "-c", str(tmp_path / "pytest.ini"), str(tmp_path)]
+    return subprocess.run(
+        cmd, capture_output=True, text=True, env=base, cwd=tmp_path, timeout=120, check=False
+    )
+
+
+def test_a_missing_browser_skips_or_fails_when_required(tmp_path: Path) -> None:
+    missing = {"RATCHET_TEST_CHROMIUM": str(tmp_path / "no-chromium")}
+    skipped = _run_browser_test(tmp_path, missing)
+    assert skipped.returncode == 0, skipped.stdout + skipped.stderr
+    assert "1 skipped" in skipped.stdout and "no browser at" in skipped.stdout
+    required = _run_browser_test(tmp_path, {**missing, "RATCHET_REQUIRE_BACKENDS": "chromium"})
+    assert required.returncode == 1, required.stdout + required.stderr
+    assert "required backend 'chromium' is unavailable" in required.stdout
+
+
+def test_the_browser_fixture_drives_debians_chromium(
+    tmp_path: Path, request: pytest.FixtureRequest
+) -> None:
+    if not os.access(pytest_plugin.CHROMIUM, os.X_OK):
+        pytest_plugin.backend_unavailable(request.config, "chromium", "no /usr/bin/chromium")
+    result = _run_browser_test(tmp_path, {"RATCHET_REQUIRE_BACKENDS": "chromium"})
+    assert result.returncode == 0, result.stdout + result.stderr
+    assert "1 passed" in result.stdout
+
+
 class _FakeConfig:
     """Just enough of pytest.Config for pytest_configure."""
 
@@ -551,7 +591,7 @@ class _FakeConfig:
         (None, "postgres, Redis", {"postgres", "redis"}),
         ("mysql", "postgres", {"mysql"}),  # the option wins over the environment
         ("", "postgres", set()),
-        ("all", None, {"sqlite", "postgres", "mysql", "redis", "prometheus"}),
+        ("all", None, {"sqlite", "postgres", "mysql", "redis", "prometheus", "chromium"}),
     ],
 )
 def test_plugin_required_backends_from_option_or_env(

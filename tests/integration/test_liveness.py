@@ -421,3 +421,23 @@ def test_reservations_that_takeovers_left_no_room_for_stay_reserved(
     assert [j.job_id for j in started] == [waiting.job_id]
     finish(started)
     b.liveness.stop()
+
+
+def test_a_worker_publishes_its_open_breakers_with_its_heartbeat(
+    app: Ratchet, clock: FakeClock, beats_by_tick: None
+) -> None:
+    a = start(app)
+    assert a.liveness is not None
+
+    def published() -> dict[str, str]:
+        [node] = [n for n in app.store.list_nodes() if n.node_id == a.node_id]
+        return dict(node.breakers)
+
+    tick(clock, 1, a)
+    assert published() == {}
+    app.resilience.force_open("carrier-api")  # type: ignore[attr-defined]
+    tick(clock, 1, a)
+    assert published() == {"carrier-api": "OPEN"}
+    app.resilience.reset("carrier-api")  # type: ignore[attr-defined]
+    tick(clock, 1, a)
+    assert published() == {}, "closed again: the next beat clears it"

@@ -109,3 +109,37 @@ def test_batch_children_and_dependants(app: Ratchet, clock: FakeClock) -> None:
     assert len(found) == 2 and all(j.status is JobStatus.WAITING for j in found)
     flow = app.jobs.list(JobQuery(workflow_id=head.id))
     assert {j.job_id for j in flow} == {head.id} | {j.job_id for j in found}
+
+
+def test_links_follow_a_workflow_down_with_branch_conditions(app: Ratchet) -> None:
+    import ops_jobs
+
+    from ratchet.domain.workflow import ConditionType
+
+    head = (
+        app.enqueue(ops_jobs.ok, 1)
+        .then_on_success(ops_jobs.ok, 2)
+        .then_on_failure(ops_jobs.ok, 3)
+        .submit()
+    )
+    chain = app.enqueue(ops_jobs.ok, 4).then(ops_jobs.ok, 5).then(ops_jobs.ok, 6).submit()
+    branches = app.jobs.links(head.id)
+    assert {link.parent_id for link in branches} == {head.id}
+    assert sorted(link.condition.type for link in branches if link.condition) == [
+        ConditionType.FAILURE,
+        ConditionType.SUCCESS,
+    ]
+    one_level = app.jobs.links(chain.id)
+    whole = app.jobs.links(chain.id, depth=5)
+    assert len(one_level) == 1 and len(whole) == 2, "depth follows the chain a level at a time"
+    [step2] = [link.child_id for link in one_level]
+    assert [(link.parent_id, link.condition) for link in whole] == [
+        (chain.id, None),
+        (step2, None),
+    ]
+    upward = app.jobs.links(step2)
+    assert {link.parent_id for link in upward} == {chain.id, step2}, "its parent and its child"
+    with pytest.raises(JobNotFound):
+        app.jobs.links(uuid.uuid4())
+    with pytest.raises(InvalidQuery, match="depth"):
+        app.jobs.links(chain.id, depth=0)

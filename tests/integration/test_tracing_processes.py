@@ -125,7 +125,7 @@ def test_the_attempt_in_the_worker_process_is_a_child_of_the_submit_span(run: Tr
     [history] = run.app.attempts(ok.id)
     assert attributes["ratchet.node.id"] == history.node_id, "the worker's node"
     assert attempt["kind"] == "SpanKind.CONSUMER"
-    assert attempt["status"]["status_code"] == "OK"
+    assert attempt["status"]["status_code"] == "UNSET", "success leaves the status unset"
     assert attempt["events"] == []
     assert ok.status() is JobStatus.SUCCEEDED
 

@@ -172,7 +172,14 @@ def test_import_ratchet_accepts_matching_metadata(tmp_path: Path) -> None:
 
 
 @pytest.mark.parametrize(
-    "module", ["ratchet_postgres", "ratchet_mysql", "ratchet_redis_coordinator", "ratchet_django"]
+    "module",
+    [
+        "ratchet_postgres",
+        "ratchet_mysql",
+        "ratchet_redis_coordinator",
+        "ratchet_django",
+        "ratchet_dashboard",
+    ],
 )
 def test_each_adapter_in_a_checkout_refuses_stale_core_metadata(
     tmp_path: Path, module: str

@@ -1,7 +1,7 @@
 """The distributions are one release, and what each takes from another is taken, not copied.
 
-The version number lives in eight places (four pyproject.toml files, four ``__version__``) and in
-three exact pins (``ratchet-core==X`` in each adapter). ``dev.py`` owns the check, so
+The version number lives in each distribution's pyproject.toml and ``__version__``, and in the
+exact pin ``ratchet-core==X`` of every other distribution. ``dev.py`` owns the check, so
 ``python3 dev.py wheels`` refuses to build a mixed release; these tests run the same check.
 """
 
@@ -21,6 +21,7 @@ ADAPTERS = {
     "ratchet-mysql": "ratchet_mysql",
     "ratchet-redis-coordinator": "ratchet_redis_coordinator",
     "ratchet-django": "ratchet_django",
+    "ratchet-dashboard": "ratchet_dashboard",
 }
 
 

@@ -39,6 +39,7 @@ DISTRIBUTIONS = (
     "ratchet-mysql",
     "ratchet-redis-coordinator",
     "ratchet-django",
+    "ratchet-dashboard",
 )
 
 
@@ -113,7 +114,14 @@ class Venv:
 
 
 @pytest.mark.parametrize(
-    "module", ["ratchet_postgres", "ratchet_mysql", "ratchet_redis_coordinator", "ratchet_django"]
+    "module",
+    [
+        "ratchet_postgres",
+        "ratchet_mysql",
+        "ratchet_redis_coordinator",
+        "ratchet_django",
+        "ratchet_dashboard",
+    ],
 )
 def test_each_adapter_wheel_carries_the_cores_install_check(wheelhouse: Path, module: str) -> None:
     """The check runs before the adapter imports ``ratchet`` (maybe another project's), so the
@@ -149,6 +157,7 @@ from datetime import timedelta
 
 import ratchet
 import ratchet_postgres, ratchet_mysql, ratchet_redis_coordinator, ratchet_django
+import ratchet_dashboard
 from ratchet import Ratchet
 
 import smoke_jobs
@@ -169,7 +178,13 @@ print(json.dumps({
     "version": ratchet.__version__,
     "adapters": [
         m.__version__
-        for m in (ratchet_postgres, ratchet_mysql, ratchet_redis_coordinator, ratchet_django)
+        for m in (
+            ratchet_postgres,
+            ratchet_mysql,
+            ratchet_redis_coordinator,
+            ratchet_django,
+            ratchet_dashboard,
+        )
     ],
 }))
 app.close()
@@ -184,7 +199,7 @@ def test_the_readme_install_runs_a_job_on_sqlite(fresh_venv: Venv, tmp_path: Pat
     # The adapters the README does not spell out install the same way.
     fresh_venv.pip_line(
         f'pip install --find-links {WHEELHOUSE_ARG} "ratchet-mysql=={V}" '
-        f'"ratchet-redis-coordinator=={V}" "ratchet-django=={V}"'
+        f'"ratchet-redis-coordinator=={V}" "ratchet-django=={V}" "ratchet-dashboard=={V}"'
     )
     listed = json.loads(run([fresh_venv.python, "-m", "pip", "list", "--format=json"], timeout=60))
     versions = {item["name"]: item["version"] for item in listed}
@@ -200,10 +215,13 @@ def test_the_readme_install_runs_a_job_on_sqlite(fresh_venv: Venv, tmp_path: Pat
     assert report["result"] == 5
     assert Path(report["ratchet"]).is_relative_to(fresh_venv.path), "imported outside the venv"
     assert report["version"] == V
-    assert report["adapters"] == [V] * 4
+    assert report["adapters"] == [V] * 5
 
     version = run([str(fresh_venv.path / "bin" / "ratchet"), "--version"], timeout=60)
     assert V in version
+    # The dashboard's wheel carries its templates and adds its command to `ratchet`.
+    dashboard = run([str(fresh_venv.path / "bin" / "ratchet"), "dashboard", "--help"], timeout=60)
+    assert "Serve the web dashboard" in dashboard
 
 
 OTHER_PYPROJECT = """

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 from datetime import timedelta
 
 import pytest
@@ -285,3 +286,26 @@ def test_exception_chain_survives_cycles() -> None:
     a, b = ValueError("a"), KeyError("b")
     a.__cause__, b.__cause__ = b, a
     assert [type(e) for e in exception_chain(a)] == [ValueError, KeyError]
+
+
+def test_a_node_publishes_its_breakers_that_are_not_closed() -> None:
+    from ratchet.domain.breaker import (
+        MAX_PUBLISHED_BREAKERS,
+        published_breakers,
+        read_published_breakers,
+    )
+
+    states = {f"svc-{i:03}": BreakerState.HALF_OPEN for i in range(60)}
+    states |= {
+        "b-open": BreakerState.OPEN,
+        "a-closed": BreakerState.CLOSED,
+        "z\x00": BreakerState.OPEN,
+    }
+    shown = published_breakers(states)
+    assert len(shown) == MAX_PUBLISHED_BREAKERS
+    assert list(shown)[:2] == ["b-open", "z\\x00"], "open ones first, names made storable"
+    assert "a-closed" not in shown
+    assert read_published_breakers(json.dumps(shown)) == shown
+    assert published_breakers({"x" * 500: BreakerState.OPEN}) == {"x" * 200: "OPEN"}
+    for junk in (None, "", "not json", "[1]", '{"a": "BROKEN", "b": 3}'):
+        assert read_published_breakers(junk) == {}

@@ -23,6 +23,7 @@ from ratchet.domain.retention import (
     due_prunes,
     next_batch_size,
     next_run,
+    pause_after,
 )
 from ratchet.domain.text import is_storable_text
 from ratchet.engine.joblogger import JobLogBuffer
@@ -227,3 +228,54 @@ def test_an_object_whose_str_breaks_becomes_a_line_that_says_so() -> None:
 )
 def test_logging_levels_map_onto_job_log_levels(levelno: int, level: LogLevel) -> None:
     assert LogLevel.of(levelno) is level
+
+
+@given(
+    elapsed_ms=st.integers(0, 60_000),
+    share=st.floats(0.05, 1.0),
+    floor_ms=st.integers(0, 1_000),
+)
+def test_the_pause_keeps_a_run_inside_its_busy_share(
+    elapsed_ms: int, share: float, floor_ms: int
+) -> None:
+    settings = RetentionSettings(
+        busy_share=share, pause_between_batches=timedelta(milliseconds=floor_ms)
+    )
+    elapsed = timedelta(milliseconds=elapsed_ms)
+    pause = pause_after(elapsed, settings)
+    assert pause >= settings.pause_between_batches
+    if elapsed_ms:
+        busy = elapsed / (elapsed + pause)
+        assert busy <= share + 1e-6, "never more than the share in transactions"
+        if pause > settings.pause_between_batches:
+            assert abs(busy - share) < 1e-3, "and no longer pause than the share needs"
+
+
+def test_busy_share_out_of_range_is_refused() -> None:
+    for share in (0.0, 0.01, 1.5, -1.0):
+        with pytest.raises(ConfigurationError, match="busy_share"):
+            RetentionSettings(busy_share=share)
+
+
+def test_a_prune_pauses_as_long_as_its_batch_took_by_default() -> None:
+    from ratchet.engine.retention import drain_batches
+
+    now = [0.0]
+    pauses: list[float] = []
+    left = [1200]
+
+    def step(size: int) -> int:
+        now[0] += 0.3  # each batch takes 300 ms
+        taken = min(size, left[0])
+        left[0] -= taken
+        return taken
+
+    def sleep(seconds: float) -> None:
+        pauses.append(seconds)
+        now[0] += seconds
+
+    removed, batches, complete = drain_batches(
+        step, RetentionSettings(), clock=lambda: now[0], sleep=sleep
+    )
+    assert (removed, complete) == (1200, True)
+    assert pauses == [pytest.approx(0.3)] * (batches - 1)

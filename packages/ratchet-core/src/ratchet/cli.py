@@ -53,6 +53,36 @@ class _Group(click.Group):
             click.echo(f"error: the database refused: {_one_line(text)}", err=True)
             ctx.exit(2)
 
+    def list_commands(self, ctx: click.Context) -> list[str]:
+        return sorted({*super().list_commands(ctx), *_extension_commands()})
+
+    def get_command(self, ctx: click.Context, cmd_name: str) -> click.Command | None:
+        found = super().get_command(ctx, cmd_name)
+        if found is not None:
+            return found
+        entry = _extension_commands().get(cmd_name)
+        if entry is None:
+            return None
+        command = entry.load()
+        if not isinstance(command, click.Command):
+            raise click.ClickException(
+                f"the {COMMANDS_GROUP} entry point {cmd_name!r} ({entry.value}) is not a click "
+                "command"
+            )
+        return command
+
+
+#: Entry point group through which other distributions add ``ratchet`` subcommands (for
+#: example ``ratchet dashboard`` of ratchet-dashboard); each names a click command.
+COMMANDS_GROUP = "ratchet.commands"
+
+
+def _extension_commands() -> dict[str, Any]:
+    """The installed ``ratchet.commands`` entry points by name (loaded only when invoked)."""
+    from importlib.metadata import entry_points
+
+    return {entry.name: entry for entry in entry_points(group=COMMANDS_GROUP)}
+
 
 def _one_line(text: str) -> str:
     """``text`` with its line breaks (drivers' messages have some) folded into spaces."""
@@ -214,7 +244,7 @@ def main() -> None:
 
 @main.command()
 @click.argument("app_spec", metavar="MODULE:APP")
-@click.option("--concurrency", "-c", type=click.IntRange(min=1), help="Job slots (default 10).")
+@click.option("--concurrency", "-c", type=click.IntRange(min=1), help="Job slots (default 32).")
 @click.option(
     "--batch-size", type=click.IntRange(min=1), help="Most jobs claimed per poll (default 50)."
 )

@@ -96,8 +96,11 @@ class RatchetConfig:
 class WorkerConfig:
     """Settings of one worker process."""
 
-    concurrency: int = 10
-    """Job slots (threads of the default executor)."""
+    concurrency: int = 32
+    """Job slots (threads of the default executor): at most this many of the worker's jobs run
+    (or wait for their outcome to be written) at once. 32 by default: a claim, the runs and the
+    outcome write of a batch follow one another, so more slots mean fewer database round trips
+    per job (docs/performance.md); threads are started only as jobs need them."""
     batch_size: int = 50
     """Most jobs claimed per poll (never more than the free slots)."""
     heartbeat_interval: timedelta = timedelta(seconds=10)

@@ -8,7 +8,7 @@ checks a store against :class:`Store`.
 from __future__ import annotations
 
 import uuid
-from collections.abc import Callable, Collection, Iterable, Iterator, Sequence
+from collections.abc import Callable, Collection, Iterable, Iterator, Mapping, Sequence
 from concurrent.futures import Future
 from contextlib import AbstractContextManager
 from dataclasses import dataclass, field
@@ -32,7 +32,7 @@ from ratchet.domain.model import (
     Outcome,
     OutcomeWrite,
 )
-from ratchet.domain.query import JobQuery, QueueHealth, RunningJob
+from ratchet.domain.query import JobLink, JobQuery, QueueHealth, RunningJob
 from ratchet.domain.recurring import (
     FirePlan,
     MaterializedFire,
@@ -500,6 +500,10 @@ class QueryStore(Protocol):
         """The jobs that wait for ``job_id`` to end (chain steps and branches), and theirs in
         turn, nearest first; at most ``limit``."""
 
+    def job_links(self, job_ids: Sequence[uuid.UUID], *, limit: int) -> list[JobLink]:
+        """The workflow edges that touch any of ``job_ids`` (as parent or as child), with the
+        branch conditions; at most ``limit``, children of one parent in creation order."""
+
     def queue_health(self, *, now: datetime, window: timedelta) -> QueueHealth:
         """Counts by live status, the dead-letter count, what is due at ``now`` and how long
         the oldest due job has waited, the jobs ended within ``window`` before ``now``, and
@@ -685,8 +689,12 @@ class WatcherStore(Protocol):
     def register_incarnation(self, node: NodeInfo, *, now: datetime) -> list[NodeRecord]:
         """Register ``node`` ALIVE; return the other live incarnations with its name and host."""
 
-    def beat(self, node_id: str, *, now: datetime) -> bool:
-        """Refresh a live incarnation's heartbeat; False if it is DEAD or gone."""
+    def beat(
+        self, node_id: str, *, now: datetime, breakers: Mapping[str, str] | None = None
+    ) -> bool:
+        """Refresh a live incarnation's heartbeat, and with ``breakers`` (service name to
+        state, as :func:`~ratchet.domain.breaker.published_breakers` makes it) the breakers it
+        publishes; False if it is DEAD or gone."""
 
     def set_draining(self, node_id: str, *, now: datetime) -> bool:
         """ALIVE -> DRAINING; False unless it was ALIVE."""

@@ -10,6 +10,7 @@ here locks: the adapter serialises access.
 from __future__ import annotations
 
 import enum
+import json
 from collections import deque
 from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass, field
@@ -17,6 +18,7 @@ from datetime import datetime, timedelta
 from typing import Any, TypeVar
 
 from ratchet.domain.errors import ConfigurationError, RatchetError
+from ratchet.domain.text import storable_text
 
 F = TypeVar("F", bound=Callable[..., Any])
 
@@ -398,3 +400,38 @@ class CircuitBreaker:
             self._failures = 0
             return []
         return [self._move(BreakerState.CLOSED, now)]
+
+
+#: Most breakers a node publishes with its heartbeat (the open ones first, then by name).
+MAX_PUBLISHED_BREAKERS = 50
+#: Longest service name a node publishes (longer ones are cut).
+MAX_PUBLISHED_NAME = 200
+
+
+def published_breakers(states: Mapping[str, BreakerState]) -> dict[str, str]:
+    """What a node publishes of its breakers: those not CLOSED, service name to state, at most
+    :data:`MAX_PUBLISHED_BREAKERS` (OPEN before HALF_OPEN), names cut to
+    :data:`MAX_PUBLISHED_NAME` characters and made storable."""
+    shown = sorted(
+        ((name, state) for name, state in states.items() if state is not BreakerState.CLOSED),
+        key=lambda item: (item[1] is not BreakerState.OPEN, item[0]),
+    )
+    return {
+        storable_text(name)[:MAX_PUBLISHED_NAME]: state.value
+        for name, state in shown[:MAX_PUBLISHED_BREAKERS]
+    }
+
+
+def read_published_breakers(text: str | None) -> dict[str, str]:
+    """The breakers a node published (empty for none, or for text that is not what
+    :func:`published_breakers` writes)."""
+    if not text:
+        return {}
+    try:
+        value = json.loads(text)
+    except ValueError:
+        return {}
+    if not isinstance(value, dict):
+        return {}
+    known = {state.value for state in BreakerState}
+    return {k: v for k, v in value.items() if isinstance(k, str) and v in known}

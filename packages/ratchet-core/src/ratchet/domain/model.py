@@ -267,3 +267,6 @@ class NodeRecord:
     slots: int | None = None
     tags: frozenset[str] = frozenset()
     """The node tags it declared (see :mod:`ratchet.domain.affinity`)."""
+    breakers: Mapping[str, str] = field(default_factory=dict)
+    """Its circuit breakers that were not closed at its last heartbeat: service name to
+    ``OPEN`` or ``HALF_OPEN`` (empty: all closed)."""

@@ -19,6 +19,7 @@ from ratchet.domain.errors import RatchetError
 from ratchet.domain.lifecycle import JobStatus
 from ratchet.domain.model import AttemptRecord, JobRecord
 from ratchet.domain.options import validate_option_text
+from ratchet.domain.workflow import WorkflowCondition
 
 #: The largest page a caller may ask for.
 MAX_PAGE = 1000
@@ -188,6 +189,18 @@ class JobHistory:
 
     job: JobRecord
     attempts: tuple[AttemptRecord, ...]
+
+
+@dataclass(frozen=True)
+class JobLink:
+    """One edge of a workflow: ``child_id`` waits for ``parent_id`` to end. A chain step has
+    no ``condition`` (it runs when its parent succeeds); a branch runs only if its
+    ``condition`` holds when the parent ends."""
+
+    parent_id: uuid.UUID
+    child_id: uuid.UUID
+    condition: WorkflowCondition | None = None
+    description: str | None = None
 
 
 @dataclass(frozen=True)

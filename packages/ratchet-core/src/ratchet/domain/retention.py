@@ -87,7 +87,12 @@ class RetentionSettings:
     batch_target: timedelta = timedelta(milliseconds=250)
     """How long one removal transaction should take."""
     pause_between_batches: timedelta = timedelta(milliseconds=20)
-    """A breath between transactions, so that other writers are never starved."""
+    """The shortest pause between two removal transactions."""
+    busy_share: float = 0.5
+    """At most this share of a run's time is spent inside removal transactions: after a batch
+    that took ``t`` the run pauses ``t * (1 - busy_share) / busy_share`` (as long again, by
+    default), so a long prune leaves the database and the CPUs to the workers the rest of the
+    time. 1.0 pauses only ``pause_between_batches``."""
     job_log_days: int | None = 30
     """Job log lines are removed this many days after they were written."""
     dlq_purge_enabled: bool = True
@@ -115,6 +120,10 @@ class RetentionSettings:
         if self.batch_target <= timedelta(0) or self.pause_between_batches < timedelta(0):
             raise ConfigurationError(
                 "batch_target must be positive and pause_between_batches not negative"
+            )
+        if not 0.05 <= self.busy_share <= 1.0:
+            raise ConfigurationError(
+                f"busy_share must be between 0.05 and 1.0, got {self.busy_share!r}"
             )
         if self.lease < timedelta(seconds=10):
             raise ConfigurationError(f"the retention lease must be >= 10 s, got {self.lease}")
@@ -181,6 +190,15 @@ def next_batch_size(
         if ratio < 0.5:
             proposed = min(proposed, current // 2)
     return max(lowest, min(highest, proposed))
+
+
+def pause_after(elapsed: timedelta, settings: RetentionSettings) -> timedelta:
+    """How long to pause after a removal batch that took ``elapsed``: enough to keep the
+    run's time in transactions to ``settings.busy_share``, never less than
+    ``settings.pause_between_batches``."""
+    share = settings.busy_share
+    keep_share = elapsed * ((1 - share) / share) if elapsed > timedelta(0) else timedelta(0)
+    return max(settings.pause_between_batches, keep_share)
 
 
 # ---------------------------------------------------------------- the dead-letter queue

@@ -22,6 +22,7 @@ from ratchet.domain.query import (
     MAX_PAGE,
     InvalidQuery,
     JobHistory,
+    JobLink,
     JobPage,
     JobQuery,
     QueueHealth,
@@ -176,6 +177,38 @@ class Jobs:
         check_limit(limit)
         self.get(job_id)
         return self._visible(self._store.dependants(job_id, limit=limit))
+
+    def links(
+        self, job_id: uuid.UUID, *, depth: int = 1, limit: int = MAX_PAGE
+    ) -> builtins.list[JobLink]:
+        """The workflow edges around ``job_id``: what it waits for (its parent, with the branch
+        condition if it is a branch) and what waits for it, following dependants ``depth``
+        levels down (one query per level), at most ``limit`` edges. Only ids and conditions:
+        read a linked job with :meth:`get`.
+
+        :raises JobNotFound: there is no job ``job_id``.
+        :raises InvalidQuery: ``depth`` is below 1 or ``limit`` out of range.
+        """
+        check_limit(limit)
+        if depth < 1:
+            raise InvalidQuery(f"depth must be at least 1, got {depth}")
+        self.get(job_id)
+        found: builtins.list[JobLink] = []
+        seen: set[tuple[uuid.UUID, uuid.UUID]] = set()
+        level = [job_id]
+        for _ in range(depth):
+            if not level or len(found) >= limit:
+                break
+            fresh = [
+                link
+                for link in self._store.job_links(level, limit=limit - len(found))
+                if (link.parent_id, link.child_id) not in seen
+            ]
+            seen.update((link.parent_id, link.child_id) for link in fresh)
+            found += fresh
+            parents = set(level)
+            level = [link.child_id for link in fresh if link.parent_id in parents]
+        return found
 
     def batch_children(
         self, batch_id: uuid.UUID, *, cursor: str | None = None, limit: int = DEFAULT_PAGE

@@ -36,6 +36,7 @@ from dataclasses import replace as dc_replace
 from datetime import datetime, timedelta
 from typing import TYPE_CHECKING, Any
 
+from ratchet.domain.breaker import published_breakers
 from ratchet.domain.errors import FencedOut, UnknownPluginError
 from ratchet.domain.model import ClaimedJob, Outcome, OutcomeKind
 from ratchet.domain.options import BackoffPolicy
@@ -53,7 +54,7 @@ from ratchet.domain.watcher import (
 from ratchet.engine.context import log_about
 from ratchet.engine.stats import LivenessStats
 from ratchet.events import EventKind, JobEvent
-from ratchet.ports import WatcherStore
+from ratchet.ports import BreakerStates, WatcherStore
 from ratchet.targets import TargetRef
 
 if TYPE_CHECKING:
@@ -263,7 +264,7 @@ class Liveness:
         Returns whether this incarnation was still alive."""
         now = self.worker.app.now()
         started = time.monotonic()
-        alive = self.store.beat(self.node_id, now=now)
+        alive = self.store.beat(self.node_id, now=now, breakers=self._breakers())
         took = time.monotonic() - started
         self.stats.beats += 1
         if alive:
@@ -281,6 +282,18 @@ class Liveness:
         elif self.stats.beats % SKEW_EVERY == 0:
             self._check_skew(now)
         return alive
+
+    def _breakers(self) -> dict[str, str] | None:
+        """The breakers this node publishes with its heartbeat (None: its resilience strategy
+        cannot list them, or listing failed: logged, the heartbeat goes on)."""
+        resilience = self.worker.app.resilience
+        if not isinstance(resilience, BreakerStates):
+            return None
+        try:
+            return published_breakers(resilience.states())
+        except Exception:
+            log.warning("node %s: could not read its circuit breakers", self.node_id, exc_info=True)
+            return None
 
     def _beat_ok(self, at: datetime) -> None:
         """A heartbeat (or registration) was written at ``at``."""

@@ -34,6 +34,7 @@ from ratchet.domain.retention import (
     due_prunes,
     next_batch_size,
     next_run,
+    pause_after,
 )
 from ratchet.events import EventKind, JobEvent
 from ratchet.ports import JobLogStore, RetentionStore, WakeupHint
@@ -78,7 +79,6 @@ def drain_batches(
     ``should_stop`` said so or ``renew`` (the lease) failed between two batches."""
     size = settings.batch_size
     removed = batches = 0
-    pause = settings.pause_between_batches.total_seconds()
     while True:
         if should_stop() or not renew():
             return removed, batches, False
@@ -96,7 +96,8 @@ def drain_batches(
             settings.min_batch_size,
             settings.max_batch_size,
         )
-        if pause:
+        pause = pause_after(elapsed, settings).total_seconds()
+        if pause > 0:
             sleep(pause)
 
 

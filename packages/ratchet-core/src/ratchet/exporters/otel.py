@@ -108,9 +108,12 @@ class OpenTelemetryTracer:
                 "ratchet-core[otel] extra), and the opentelemetry-sdk with an exporter to send "
                 "the spans somewhere"
             ) from exc
+        from opentelemetry import context as context_api
+
         from ratchet import __version__
 
         self._trace = trace
+        self._context_api = context_api
         self._tracer = trace.get_tracer(SCOPE, __version__, tracer_provider=tracer_provider)
         self._propagator = TraceContextTextMapPropagator()
         self._parent = functools.lru_cache(maxsize=_PARENT_CACHE)(self._extract)
@@ -157,7 +160,7 @@ class OpenTelemetryTracer:
             kind=self._trace.SpanKind.CONSUMER,
             attributes=attributes,
         )
-        return _Attempt(self._trace, span)
+        return _Attempt(self._trace, self._context_api, span)
 
 
 class _Submission:
@@ -176,36 +179,34 @@ class _Submission:
 class _Active:
     """Makes a context current for a block (what ``use_span`` does, without its generator)."""
 
-    __slots__ = ("_context", "_token")
+    __slots__ = ("_api", "_context", "_token")
 
-    def __init__(self, context: Any) -> None:
+    def __init__(self, api: Any, context: Any) -> None:
+        self._api = api
         self._context = context
         self._token: object = None
 
     def __enter__(self) -> None:
-        from opentelemetry import context
-
-        self._token = context.attach(self._context)
+        self._token = self._api.attach(self._context)
 
     def __exit__(self, *exc_info: object) -> None:
-        from opentelemetry import context
-
-        context.detach(self._token)  # type: ignore[arg-type]
+        self._api.detach(self._token)
 
 
 class _Attempt:
     """:class:`~ratchet.ports.AttemptSpan` over an OpenTelemetry span; ends once."""
 
-    __slots__ = ("_ended", "_lock", "_span", "_trace")
+    __slots__ = ("_context_api", "_ended", "_lock", "_span", "_trace")
 
-    def __init__(self, trace: Any, span: Span) -> None:
+    def __init__(self, trace: Any, context_api: Any, span: Span) -> None:
         self._trace = trace
+        self._context_api = context_api
         self._span = span
         self._lock = threading.Lock()
         self._ended = False
 
     def activate(self) -> AbstractContextManager[None]:
-        return _Active(self._trace.set_span_in_context(self._span))
+        return _Active(self._context_api, self._trace.set_span_in_context(self._span))
 
     def failed(self, error_type: str, message: str, traceback: str, *, timed_out: bool) -> None:
         # The exception event of the OpenTelemetry conventions, built from the sanitised text
@@ -227,7 +228,7 @@ class _Attempt:
             if self._ended:
                 return
             self._ended = True
+        # A success leaves the status unset, as OpenTelemetry asks of instrumentation
+        # libraries; a failure set it to ERROR in failed().
         self._span.set_attribute("ratchet.job.outcome", outcome)
-        if outcome == "SUCCEEDED":
-            self._span.set_status(self._trace.Status(self._trace.StatusCode.OK))
         self._span.end()

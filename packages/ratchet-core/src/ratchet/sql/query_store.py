@@ -20,11 +20,12 @@ from sqlalchemy.engine import Connection
 
 from ratchet.domain.lifecycle import TERMINAL_STATUSES, JobPriority, JobStatus
 from ratchet.domain.model import JobRecord
-from ratchet.domain.query import JobQuery, QueueHealth, RunningJob
+from ratchet.domain.query import JobLink, JobQuery, QueueHealth, RunningJob
+from ratchet.domain.workflow import WorkflowCondition
 from ratchet.sql import schema
 
 if TYPE_CHECKING:
-    from collections.abc import Callable
+    from collections.abc import Callable, Sequence
 
     from sqlalchemy.engine import Engine, Row
 
@@ -33,6 +34,7 @@ T = TypeVar("T")
 Q = schema.job_queue
 J = schema.job
 TAGS = schema.job_tag
+WC = schema.workflow_condition
 
 #: How many levels of dependants :meth:`QueryStoreMixin.dependants` follows at most.
 MAX_DEPTH = 100
@@ -88,6 +90,45 @@ class QueryStoreMixin:
                 found += [self._to_record(r) for r in fresh]
                 level = [r.job_id for r in fresh]
             return found
+
+        return self._run(work, write=False)
+
+    def job_links(self, job_ids: Sequence[uuid.UUID], *, limit: int) -> list[JobLink]:
+        """The edges touching ``job_ids``: each job's own parent (``depends_on``) and the jobs
+        that depend on it, with the branch condition where the child is a branch."""
+        ids = list(dict.fromkeys(job_ids))
+        if not ids or limit <= 0:
+            return []
+
+        def work(conn: Connection) -> list[JobLink]:
+            touching = or_(J.c.job_id.in_(ids), J.c.depends_on.in_(ids))
+            stmt = (
+                select(
+                    J.c.depends_on,
+                    J.c.job_id,
+                    WC.c.condition_type,
+                    WC.c.condition_expression,
+                    WC.c.condition_priority,
+                    WC.c.description,
+                )
+                .select_from(J.outerjoin(WC, WC.c.child_job_id == J.c.job_id))
+                .where(touching, J.c.depends_on.is_not(None))
+                .order_by(J.c.depends_on, J.c.job_id)
+                .limit(limit)
+            )
+            return [
+                JobLink(
+                    r.depends_on,
+                    r.job_id,
+                    None
+                    if r.condition_type is None
+                    else WorkflowCondition.from_row(
+                        r.condition_type, r.condition_expression, r.condition_priority
+                    ),
+                    r.description,
+                )
+                for r in conn.execute(stmt)
+            ]
 
         return self._run(work, write=False)
 

@@ -205,6 +205,8 @@ node = Table(
     Column("slots", Integer, nullable=True),
     Column("prefetch", Integer, nullable=True),
     Column("tags", Text, nullable=True),  # migration 0013 (fleet): its node tags, JSON
+    # migration 0015 (breakers): its circuit breakers that are not closed, JSON
+    Column("breakers", Text, nullable=True),
     Index("idx_node_heartbeat", "heartbeat_at"),
     Index("idx_node_name", "node_name", "host"),
 )

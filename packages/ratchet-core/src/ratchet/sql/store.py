@@ -33,6 +33,7 @@ from sqlalchemy.exc import DBAPIError, SQLAlchemyError
 from sqlalchemy.exc import TimeoutError as PoolTimeout
 
 from ratchet.domain.affinity import Affinity
+from ratchet.domain.breaker import read_published_breakers
 from ratchet.domain.envelope import envelope_key_id
 from ratchet.domain.errors import (
     ConfigurationError,
@@ -963,6 +964,7 @@ class SqlStore(
                     r.pid,
                     r.slots,
                     frozenset(json.loads(r.tags)) if r.tags else frozenset(),
+                    read_published_breakers(r.breakers),
                 )
                 for r in conn.execute(select(NODE).order_by(NODE.c.node_id))
             ]

@@ -23,7 +23,7 @@ from __future__ import annotations
 import functools
 import json
 import uuid
-from collections.abc import Callable, Collection, Sequence
+from collections.abc import Callable, Collection, Mapping, Sequence
 from dataclasses import replace as dc_replace
 from datetime import datetime, timedelta
 from types import SimpleNamespace
@@ -244,15 +244,21 @@ class WatcherStoreMixin:
 
         return self._run(work)
 
-    def beat(self, node_id: str, *, now: datetime) -> bool:
-        """Refresh the heartbeat of a live incarnation; False if it is DEAD or gone."""
+    def beat(
+        self, node_id: str, *, now: datetime, breakers: Mapping[str, str] | None = None
+    ) -> bool:
+        """Refresh the heartbeat of a live incarnation (and the breakers it publishes, when
+        given); False if it is DEAD or gone."""
+        values: dict[str, Any] = {"heartbeat_at": now}
+        if breakers is not None:
+            values["breakers"] = json.dumps(dict(breakers), sort_keys=True) if breakers else None
 
         def work(conn: Connection) -> bool:
             return bool(
                 conn.execute(
                     update(NODE)
                     .where(NODE.c.node_id == node_id, NODE.c.state.in_(LIVE))
-                    .values(heartbeat_at=now)
+                    .values(**values)
                 ).rowcount
             )
 

@@ -6,8 +6,11 @@ Load it with ``-p ratchet.testing.pytest_plugin``. It provides:
 * ``--require-backends=postgres,mysql`` (or ``RATCHET_REQUIRE_BACKENDS``; the option wins;
   ``all`` means every backend): a backend fixture that cannot provide its server then FAILS
   the test instead of skipping it. Backends: sqlite, postgres, mysql, redis, prometheus,
-  pgbouncer.
+  chromium (Debian's headless browser, for the dashboard's browser tests), pgbouncer.
 * ``prometheus_factory``: starts a throwaway Prometheus scraping the given targets.
+* ``chromium_browser``: Debian's Chromium (``RATCHET_TEST_CHROMIUM``, default
+  ``/usr/bin/chromium``), headless, driven by Playwright, which is pointed at that executable
+  and never downloads a browser. One per test module.
 * ``pgbouncer_server`` (session): a throwaway PgBouncer in transaction pooling in front of
   ``postgres_server``, every database passed through.
 * session fixtures ``postgres_server``, ``mariadb_server`` and ``redis_server``: a throwaway
@@ -21,7 +24,7 @@ from __future__ import annotations
 
 import os
 from collections.abc import Callable, Iterator
-from typing import NoReturn, TypeVar
+from typing import Any, NoReturn, TypeVar
 
 import pytest
 
@@ -35,8 +38,18 @@ from ratchet.testing.servers import (
     ServerError,
 )
 
-BACKENDS: tuple[str, ...] = ("sqlite", "postgres", "mysql", "redis", "prometheus", "pgbouncer")
+BACKENDS: tuple[str, ...] = (
+    "sqlite",
+    "postgres",
+    "mysql",
+    "redis",
+    "prometheus",
+    "chromium",
+    "pgbouncer",
+)
 _TRUE = {"1", "true", "yes", "on"}
+#: Where Debian installs Chromium (``apt-get install chromium``).
+CHROMIUM = "/usr/bin/chromium"
 _required_key = pytest.StashKey[frozenset[str]]()
 _S = TypeVar("_S", PostgresServer, MariaDBServer, RedisServer)
 
@@ -45,6 +58,7 @@ _MARKERS = (
     "mysql: needs a MariaDB/MySQL server (started by the test run)",
     "redis: needs a Redis server (started by the test run)",
     "prometheus: needs the prometheus binary (the test starts its own server)",
+    "chromium: needs Debian's chromium and the playwright package (a headless browser)",
     "pgbouncer: needs the pgbouncer binary (started in front of the test PostgreSQL)",
     "slow: long-running test; run on demand with --run-slow or RATCHET_RUN_SLOW=1",
 )
@@ -64,8 +78,8 @@ def pytest_addoption(parser: pytest.Parser) -> None:
         default=None,
         metavar="LIST",
         help=(
-            "comma list of backends (sqlite,postgres,mysql,redis,prometheus,pgbouncer or 'all') "
-            "whose "
+            "comma list of backends (sqlite,postgres,mysql,redis,prometheus,chromium,pgbouncer "
+            "or 'all') whose "
             "servers must "
             "be available: their fixtures fail instead of skipping "
             "(default: $RATCHET_REQUIRE_BACKENDS)"
@@ -239,3 +253,30 @@ def prometheus_factory(
     yield start
     for server in started:
         server.cleanup()
+
+
+@pytest.fixture(scope="module")
+def chromium_browser(request: pytest.FixtureRequest) -> Iterator[Any]:
+    """A headless Chromium (a Playwright ``Browser``) for this module's tests: the executable
+    at ``$RATCHET_TEST_CHROMIUM`` or ``/usr/bin/chromium``, never one Playwright downloads.
+    When it cannot start the tests skip, or fail if ``chromium`` is a required backend."""
+    path = os.environ.get("RATCHET_TEST_CHROMIUM") or CHROMIUM
+    if not os.access(path, os.X_OK):
+        backend_unavailable(
+            request.config, "chromium", f"no browser at {path} (apt-get install chromium)"
+        )
+    try:
+        from playwright.sync_api import Error, sync_playwright
+    except ImportError as exc:
+        backend_unavailable(request.config, "chromium", f"playwright is not installed: {exc}")
+    driver = sync_playwright().start()
+    try:
+        browser = driver.chromium.launch(
+            executable_path=path, args=["--headless", "--no-sandbox", "--disable-gpu"]
+        )
+    except Error as exc:
+        driver.stop()
+        backend_unavailable(request.config, "chromium", f"cannot launch {path}: {exc}")
+    yield browser
+    browser.close()
+    driver.stop()

@@ -15,12 +15,12 @@ from typing import Any
 import pytest
 
 from ratchet.domain.errors import InvalidJobOptions
-from ratchet.domain.flows import BatchSpec, FlowJob, waiting
+from ratchet.domain.flows import BatchSpec, BranchSpec, FlowJob, waiting
 from ratchet.domain.lifecycle import JobStatus
 from ratchet.domain.model import ClaimedJob, JobRecord, NewJob, OutcomeKind
-from ratchet.domain.query import JobQuery
+from ratchet.domain.query import JobLink, JobQuery
 from ratchet.domain.sanitize import SanitizePolicy, sanitize_text
-from ratchet.domain.workflow import JobType
+from ratchet.domain.workflow import ConditionType, JobType, WorkflowCondition
 from ratchet.ids import uuid7
 from ratchet.ports import QueryStore, WorkflowStore
 from ratchet.testing.clock import FakeClock
@@ -270,6 +270,72 @@ class QueryStoreContract:
         assert all(r.status is JobStatus.WAITING for r in found)
         assert [r.job_id for r in query.dependants(head.job_id, limit=1)] == [found[0].job_id]
         assert query.dependants(step2.job_id, limit=10) == []
+
+    def test_job_links_name_parents_children_and_branch_conditions(
+        self, store: Any, query: QueryStore, clock: FakeClock
+    ) -> None:
+        flows = self.workflow(store)
+        head = new_job(clock)
+        step = waiting(new_job(clock))
+        on_fail = waiting(new_job(clock))
+        after_step = waiting(new_job(clock))
+        lone = new_job(clock)
+        store.insert_jobs([lone], now=clock.now())
+        flows.insert_flow(
+            [
+                FlowJob(head, chain_id=head.job_id, has_dependents=True),
+                FlowJob(
+                    step,
+                    JobType.CHAIN_STEP,
+                    chain_id=head.job_id,
+                    depends_on=head.job_id,
+                    waiting_for=head.job_id,
+                    has_dependents=True,
+                ),
+                FlowJob(
+                    on_fail,
+                    JobType.WORKFLOW_BRANCH,
+                    depends_on=head.job_id,
+                    waiting_for=head.job_id,
+                ),
+                FlowJob(
+                    after_step,
+                    JobType.CHAIN_STEP,
+                    chain_id=head.job_id,
+                    depends_on=step.job_id,
+                    waiting_for=step.job_id,
+                ),
+            ],
+            now=clock.now(),
+            branches=[
+                BranchSpec(
+                    head.job_id,
+                    on_fail.job_id,
+                    WorkflowCondition.failure(),
+                    0,
+                    description="clean up",
+                )
+            ],
+        )
+        links = query.job_links([head.job_id], limit=100)
+        assert {(link.parent_id, link.child_id) for link in links} == {
+            (head.job_id, step.job_id),
+            (head.job_id, on_fail.job_id),
+        }, "the head has no parent; its children are the step and the branch"
+        [branch] = [link for link in links if link.child_id == on_fail.job_id]
+        assert branch.condition is not None
+        assert branch.condition.type is ConditionType.FAILURE
+        assert branch.description == "clean up"
+        [chain] = [link for link in links if link.child_id == step.job_id]
+        assert chain == JobLink(head.job_id, step.job_id), "a chain step has no condition"
+        middle = query.job_links([step.job_id], limit=100)
+        assert {(link.parent_id, link.child_id) for link in middle} == {
+            (head.job_id, step.job_id),
+            (step.job_id, after_step.job_id),
+        }, "a step's own parent and its child"
+        assert len(query.job_links([head.job_id], limit=1)) == 1
+        assert query.job_links([lone.job_id], limit=10) == []
+        assert query.job_links([], limit=10) == []
 
     def test_unstorable_filter_text_is_refused(self) -> None:
         with pytest.raises(InvalidJobOptions):

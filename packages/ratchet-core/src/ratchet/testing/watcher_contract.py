@@ -122,6 +122,24 @@ class WatcherStoreContract:
         assert self.watch(ws, clock).removed_nodes == 2
         assert store.list_nodes() == []
 
+    def test_a_heartbeat_publishes_the_nodes_open_breakers(
+        self, store: Any, ws: WatcherStore, clock: FakeClock
+    ) -> None:
+        self.node(ws, clock, "web-2-a", name="web-2", pid=1)
+
+        def published() -> dict[str, str]:
+            [node] = [n for n in store.list_nodes() if n.node_id == "web-2-a"]
+            return dict(node.breakers)
+
+        assert published() == {}, "nothing published yet"
+        opened = {"payments": "OPEN", "mail \u00e9": "HALF_OPEN"}
+        assert ws.beat("web-2-a", now=clock.now(), breakers=opened)
+        assert published() == opened
+        assert ws.beat("web-2-a", now=clock.now()), "a beat without breakers keeps them"
+        assert published() == opened
+        assert ws.beat("web-2-a", now=clock.now(), breakers={})
+        assert published() == {}, "all closed again"
+
     def test_draining_node_keeps_its_jobs_but_takes_nothing(
         self, store: Any, ws: WatcherStore, clock: FakeClock
     ) -> None:
