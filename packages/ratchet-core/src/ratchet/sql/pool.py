@@ -12,6 +12,9 @@ transaction, so that adds a round trip to each. Two cheaper checks:
 - :func:`ping_when_idle` (any driver): ping only a connection that sat idle in the pool for a
   while. One in use a moment ago is as good as a ping; a server that died since is caught by the
   statement itself (``StoreUnavailable``; the worker backs off and the pool reconnects).
+
+And the pool itself, :class:`ShrinkingQueuePool`: one per store, closing connections beyond the
+first that nobody needed for 30 s, so that an idle process holds one.
 """
 
 from __future__ import annotations
@@ -113,7 +116,8 @@ class ShrinkingQueuePool(QueuePool):
     back, those at the bottom that have been idle for ``pool_idle_timeout`` seconds are closed,
     keeping ``pool_keep_idle`` (default one) open: an idle worker process shrinks to a single
     connection, a busy one keeps what its threads use at the same time (up to ``pool_size``,
-    plus ``max_overflow`` opened for bursts and closed as they return).
+    plus ``max_overflow`` opened for bursts and closed as they return). Always LIFO
+    (``use_lifo`` is accepted, as ``create_engine`` passes it, and ignored).
     """
 
     def __init__(
