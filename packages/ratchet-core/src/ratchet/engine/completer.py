@@ -40,7 +40,7 @@ class Completer:
     def __init__(self, worker: WorkerHost, batch_limit: int) -> None:
         self.worker = worker
         self._batch_limit = batch_limit
-        self._queue: queue.Queue[Outcome | None] = queue.Queue()
+        self._queue: queue.SimpleQueue[Outcome | None] = queue.SimpleQueue()
         self._thread: threading.Thread | None = None
         self.timeouts: dict[tuple[uuid.UUID, int], dict[str, Any]] = {}
         """Timing of attempts that timed out, for their TIMED_OUT event (by job and epoch)."""
