@@ -10,9 +10,10 @@ dev.py pip-installs into its own virtual environment, .venv-bootstrap/, so the P
 dev.py is never written to (Debian's python3 refuses a plain `pip install`; creating a virtual
 environment with it needs the python3.X-venv package, which dev.py apt-gets when run as root).
 Then, for demo and test, the workspace packages (``uv sync`` into .venv, on the Python that runs
-dev.py unless UV_PYTHON says otherwise), and for test first the PostgreSQL, MariaDB and Redis
-server packages, Prometheus, Chromium (the dashboard's browser tests) and the build dependencies
-of mysqlclient (the optional C MySQL driver) when they are missing (Debian/Ubuntu, needs root). Extra arguments go to pytest / the demo.
+dev.py unless UV_PYTHON says otherwise), and for test first the PostgreSQL, PgBouncer, MariaDB and
+Redis server packages, Prometheus, Chromium (the dashboard's browser tests) and the build
+dependencies of mysqlclient (the optional C MySQL driver) when they are missing (Debian/Ubuntu,
+needs root). Extra arguments go to pytest / the demo.
 
 `python3 dev.py test` without arguments also runs the framework tests (tests/frameworks) a second
 time on Python 3.12 or newer, where Django 6 ships ``django.tasks`` (the workspace's own Python

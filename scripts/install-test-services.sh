@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Install the server binaries that the test suite starts itself (throwaway PostgreSQL,
-# MariaDB, Redis and Prometheus instances on free loopback ports; see
-# ratchet/testing/servers.py), Chromium for the dashboard's browser tests, and what building mysqlclient (the optional C MySQL driver,
+# PgBouncer, MariaDB, Redis and Prometheus instances on free loopback ports; see
+# ratchet/testing/servers.py), Chromium for the dashboard's browser tests, and what building
+# mysqlclient (the optional C MySQL driver,
 # part of the development install) needs: MariaDB's client library headers, pkg-config and
 # a C compiler. Idempotent: installs only what is missing, from Debian's packages, and never
 # starts, stops or reconfigures the system-wide services -- the tests do not use them. Run as
@@ -43,6 +44,12 @@ if have redis-server redis-cli; then
     log "Redis server binaries present"
 else
     missing+=(redis-server)
+fi
+
+if have pgbouncer; then
+    log "PgBouncer binary present"
+else
+    missing+=(pgbouncer)
 fi
 
 if have prometheus; then
@@ -114,8 +121,8 @@ apt-get update
 apt-get install -y --no-install-recommends "${missing[@]}"
 
 if have_postgres && have mariadbd mariadb-install-db mariadb-admin mariadb \
-    && have redis-server redis-cli && have prometheus && [[ -x /usr/bin/chromium ]] \
-    && have_mysqlclient_build_deps; then
+    && have redis-server redis-cli && have pgbouncer && have prometheus \
+    && [[ -x /usr/bin/chromium ]] && have_mysqlclient_build_deps; then
     log "done: ${missing[*]} installed; the system services are not needed by the tests" \
         "(they start their own servers on free ports)"
 else

@@ -222,3 +222,17 @@ def postgres_coordinator_backend(postgres_server: Any) -> Iterator[Any]:
 
     with NodeFactory(make) as factory:
         yield CoordinatorBackend(factory, broker)
+
+
+def through_pgbouncer(url: str, pgbouncer: Any, mode: str = "transaction") -> str:
+    """``url`` (a database on the test server) reached through ``pgbouncer`` instead, with the
+    store's ``pgbouncer`` switch."""
+    parsed = make_url(url).set(host=pgbouncer.host, port=pgbouncer.port)
+    parsed = parsed.update_query_dict({"pgbouncer": mode})
+    return parsed.render_as_string(hide_password=False)
+
+
+@pytest.fixture
+def pgbouncer_store_url(postgres_store_url: str, pgbouncer_server: Any) -> str:
+    """``postgres_store_url``'s database through the session's PgBouncer (transaction pooling)."""
+    return through_pgbouncer(postgres_store_url, pgbouncer_server)

@@ -591,7 +591,11 @@ class _FakeConfig:
         (None, "postgres, Redis", {"postgres", "redis"}),
         ("mysql", "postgres", {"mysql"}),  # the option wins over the environment
         ("", "postgres", set()),
-        ("all", None, {"sqlite", "postgres", "mysql", "redis", "prometheus", "chromium"}),
+        (
+            "all",
+            None,
+            {"sqlite", "postgres", "mysql", "redis", "prometheus", "chromium", "pgbouncer"},
+        ),
     ],
 )
 def test_plugin_required_backends_from_option_or_env(

@@ -309,3 +309,41 @@ def test_the_demo_counts_attempts_as_the_cli_does(tmp_path: Path) -> None:
     listed = json.loads(run("jobs", "list", "--url", f"sqlite:///{db}", "--json").stdout)["jobs"]
     attempts = {doc["target"].split(":")[1]: doc["attempts"] for doc in listed}
     assert (attempts["flaky_charge"], attempts["broken_import"]) == (3, 2)
+
+
+POOL_APP = """
+from ratchet import Ratchet
+
+
+class App(Ratchet):
+    def run_worker(self, config=None, **options):
+        pool = self.store.engine.pool
+        print("pool", pool.size(), pool.max_overflow)
+
+
+app = App("URL", allowed_modules=["PKG"])
+"""
+
+
+@pytest.mark.postgres
+def test_worker_pool_options_and_variables_size_the_apps_store(
+    workdir: Path, postgres_store_url: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    name = package(workdir, POOL_APP.replace("URL", postgres_store_url))
+    result = run("worker", f"{name}.jobs:app", "--pool-size", "3", "--max-overflow", "1")
+    assert result.exit_code == 0, result.output
+    assert "pool 3 1" in result.stdout
+    monkeypatch.setenv("RATCHET_MAX_OVERFLOW", "4")
+    result = run("worker", f"{name}.jobs:app", "--pool-size", "2")
+    assert "pool 2 4" in result.stdout, result.output
+
+
+def test_worker_pool_sizes_out_of_range_are_one_line_errors(
+    workdir: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    result = run("worker", "x.jobs:app", "--pool-size", "0")
+    assert result.exit_code == 2 and "--pool-size" in result.output
+    monkeypatch.setenv("RATCHET_MAX_OVERFLOW", "-1")
+    assert one_line_error(run("worker", "x.jobs:app")) == (
+        "RATCHET_MAX_OVERFLOW: -1 is below 0 (see docs/configuration.md)"
+    )

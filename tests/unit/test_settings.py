@@ -140,3 +140,20 @@ def test_secrets_are_hidden_when_shown() -> None:
 def test_the_documentation_lists_every_setting_once() -> None:
     documented = re.findall(r"^\| `(RATCHET_[A-Z_]+)` \|", DOC.read_text(), re.MULTILINE)
     assert documented == [f"RATCHET_{name.upper()}" for name, *_ in _fields()]
+
+
+def test_pool_sizes_are_connection_settings_passed_to_the_store(tmp_path: Path) -> None:
+    settings = load_settings(environ={"RATCHET_POOL_SIZE": "4"})
+    assert settings.pool_options() == {"pool_size": 4}
+    assert load_settings(environ={}).pool_options() == {}
+    with pytest.raises(ConfigurationError, match="RATCHET_MAX_OVERFLOW: -1 is below 0"):
+        load_settings(environ={"RATCHET_MAX_OVERFLOW": "-1"})
+    with pytest.raises(ConfigurationError, match="RATCHET_POOL_SIZE: 'many' is not an integer"):
+        load_settings(environ={"RATCHET_POOL_SIZE": "many"})
+    url = f"sqlite:///{tmp_path / 'p.db'}"
+    env = {"RATCHET_URL": url, "RATCHET_POOL_SIZE": "3", "RATCHET_ALLOW_EMPTY_CLASS_POLICY": "1"}
+    app = load_settings(environ=env).app(auto_migrate=True)
+    try:
+        assert app.store.engine.pool.size() == 3  # type: ignore[attr-defined]
+    finally:
+        app.close()

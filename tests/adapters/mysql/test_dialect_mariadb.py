@@ -17,7 +17,7 @@ import pytest
 from sqlalchemy import event, insert, select, text
 from sqlalchemy.exc import DBAPIError
 
-from ratchet.domain.errors import DuplicateBusinessKeyError
+from ratchet.domain.errors import ConnectionLimitReached, DuplicateBusinessKeyError
 from ratchet.domain.lifecycle import JobPriority, JobStatus
 from ratchet.plugins import Plugins, make_plugin_manager
 from ratchet.sql import schema
@@ -259,6 +259,49 @@ def test_connection_refused_is_transient(mysql_driver: str) -> None:
         assert store.dialect.classify(caught.value) is ErrorKind.TRANSIENT
     finally:
         store.close()
+
+
+def test_a_refused_connection_over_a_limit_raises_a_typed_error_naming_it(
+    mysql_template: Any, mysql_database_url: str, mysql_driver: str
+) -> None:
+    from sqlalchemy.engine import make_url
+
+    user = f"lim{time.monotonic_ns() % 10**8}"
+    database = make_url(mysql_database_url).database
+    mysql_template.execute(
+        f"CREATE USER '{user}'@'%' IDENTIFIED BY 'pw' WITH MAX_USER_CONNECTIONS 1;"
+        f" GRANT ALL ON `{database}`.* TO '{user}'@'%'"
+    )
+    url = make_url(mysql_database_url).set(username=user, password="pw")
+    holder = MySQLStore(url.render_as_string(hide_password=False))
+    store = MySQLStore(
+        url.set(drivername=f"mysql+{mysql_driver}").render_as_string(hide_password=False)
+    )
+    try:
+        with holder.engine.connect():  # the account's one connection
+            with pytest.raises(ConnectionLimitReached, match="MAX_USER_CONNECTIONS") as caught:
+                store.count_by_status()
+            assert "RATCHET_POOL_SIZE" in str(caught.value)
+        holder.close()  # the pooled connection goes too
+        assert store.count_by_status() == {}
+    finally:
+        store.close()
+        holder.close()
+        mysql_template.execute(f"DROP USER '{user}'@'%'")
+
+
+def test_the_pool_closes_surplus_idle_connections(mysql_store: MySQLStore) -> None:
+    """MariaDB's store uses the same shrinking pool as PostgreSQL's."""
+    pool: Any = mysql_store.engine.pool
+    now = [0.0]
+    pool.clock = lambda: now[0]
+    first, second = mysql_store.engine.connect(), mysql_store.engine.connect()
+    first.close()
+    second.close()
+    assert pool.checkedin() == 2
+    now[0] += pool.idle_timeout + 1
+    assert mysql_store.count_by_status() == {}
+    assert pool.checkedin() == 1 and pool.closed_idle == 1
 
 
 # ---------------------------------------------------------------------- isolation, plugin

@@ -24,13 +24,20 @@ SIDE_EFFECT_DDL = (
 
 
 def libpq(url: str) -> str:
-    return url.replace("postgresql+psycopg://", "postgresql://", 1)
+    """A libpq URI for the store URL (without the store's own ``pgbouncer`` switch)."""
+    from sqlalchemy.engine import make_url
+
+    parsed = make_url(url).difference_update_query(["pgbouncer"]).set(drivername="postgresql")
+    return parsed.render_as_string(hide_password=False)
 
 
 def _conn() -> psycopg.Connection[Any]:
     conn = getattr(_local, "conn", None)
     if conn is None or conn.closed or conn.broken:
-        conn = psycopg.connect(libpq(os.environ["RATCHET_PG_TEST_URL"]), autocommit=True)
+        url = os.environ["RATCHET_PG_TEST_URL"]
+        # Through PgBouncer (transaction pooling) no statement may be prepared by name.
+        options: dict[str, Any] = {"prepare_threshold": None} if "pgbouncer=" in url else {}
+        conn = psycopg.connect(libpq(url), autocommit=True, **options)
         _local.conn = conn
     return conn
 

@@ -19,6 +19,7 @@ from ratchet.domain.breaker import BreakerProfile, BreakerState, CircuitOpenErro
 from ratchet.domain.errors import (
     ClassPolicyViolation,
     ConfigurationError,
+    ConnectionLimitReached,
     DuplicateBusinessKeyError,
     DuplicateIdempotencyKeyError,
     EncryptionKeyNotFound,
@@ -127,6 +128,7 @@ __all__ = [
     "ClassPolicyViolation",
     "ConditionType",
     "ConfigurationError",
+    "ConnectionLimitReached",
     "DeadLetterFilter",
     "DoNotRetry",
     "DuplicateBusinessKeyError",

@@ -317,6 +317,16 @@ def main() -> None:
     default="",
     help="Node tags, comma-separated (gpu,eu): only jobs whose affinity they satisfy run here.",
 )
+@click.option(
+    "--pool-size",
+    type=click.IntRange(min=1),
+    help="Store connections kept per process (default 10; idle ones beyond one close after 30 s).",
+)
+@click.option(
+    "--max-overflow",
+    type=click.IntRange(min=0),
+    help="Store connections opened beyond --pool-size under bursts (default 20).",
+)
 def worker(
     app_spec: str,
     concurrency: int | None,
@@ -327,13 +337,15 @@ def worker(
     metrics_port: int | None,
     metrics_address: str,
     tags: str,
+    pool_size: int | None,
+    max_overflow: int | None,
     **delays: float | None,
 ) -> None:
     """Run a worker for MODULE:APP until SIGTERM or SIGINT, then drain.
 
     Settings not given as options come from RATCHET_* variables, then the config file."""
     from ratchet.logformat import configure_worker_logging
-    from ratchet.settings import worker_config_from_env
+    from ratchet.settings import load_settings, worker_config_from_env
 
     try:
         node_tags = parse_node_tags(tags)
@@ -341,7 +353,10 @@ def worker(
         raise click.BadParameter(str(exc), param_hint="--tags") from None
 
     configure_worker_logging(log_level, log_format, trace_ids=otel)
+    pool = load_settings({"pool_size": pool_size, "max_overflow": max_overflow}).pool_options()
     app = load_app(app_spec)
+    if pool:
+        _resize_pool(app, pool)
     if otel and app.tracer is None:
         app.enable_tracing("otel")
     soft_percent = delays.pop("soft_timeout_percent", None)
@@ -381,6 +396,17 @@ def worker(
             "serving metrics on http://%s:%d/metrics", metrics_address, server.port
         )
     app.run_worker(config)
+
+
+def _resize_pool(app: Any, pool: dict[str, int]) -> None:
+    """Give the app's store the pool sizes of ``--pool-size`` / ``RATCHET_POOL_SIZE`` & co."""
+    resize = getattr(app.store, "resize_pool", None)
+    if resize is None or not resize(pool.get("pool_size"), pool.get("max_overflow")):
+        logging.getLogger("ratchet.worker").warning(
+            "the store (%s) has no connection pool to size; ignoring %s",
+            type(app.store).__name__,
+            ", ".join(f"{k}={v}" for k, v in pool.items()),
+        )
 
 
 @main.command()

@@ -39,7 +39,23 @@ CONFIG_FILE_ENV = "RATCHET_CONFIG_FILE"
 CONNECTION_SETTINGS: tuple[tuple[str, Any, Any, str], ...] = (
     ("url", str, "sqlite:///ratchet.db", "Database URL of the store (SQLAlchemy form)."),
     ("coordinator", str, "local", "Wake-up coordinator name or URL."),
+    (
+        "pool_size",
+        int | None,
+        None,
+        "Connections a process keeps in its store pool (default 10 on PostgreSQL and MySQL; "
+        "idle ones beyond the first close after 30 s); not used by SQLite.",
+    ),
+    (
+        "max_overflow",
+        int | None,
+        None,
+        "Connections opened beyond the pool size under bursts, closed as they come back "
+        "(default 20).",
+    ),
 )
+#: The connection settings that go to the store as ``store_options``.
+POOL_SETTINGS = ("pool_size", "max_overflow")
 #: Fields that only code can set (objects, not values; ``retention`` takes a RetentionSettings).
 CODE_ONLY = frozenset({"extra", "retention"})
 
@@ -233,7 +249,24 @@ class Settings:
         from ratchet.engine.app import Ratchet
 
         options = self._scope("app", only_set=True)
+        pool = self.pool_options()
+        if pool:
+            code["store_options"] = {**pool, **(code.get("store_options") or {})}
         return Ratchet(self.url, coordinator=str(self.get("coordinator")), **options, **code)
+
+    def pool_options(self) -> dict[str, int]:
+        """``pool_size`` and ``max_overflow`` where they are set (store options).
+
+        :raises ConfigurationError: a size below its minimum (1 and 0).
+        """
+        pool = {name: self.get(name) for name in POOL_SETTINGS if self.get(name) is not None}
+        for name, least in (("pool_size", 1), ("max_overflow", 0)):
+            if name in pool and pool[name] < least:
+                raise ConfigurationError(
+                    f"{PREFIX}{name.upper()}: {pool[name]} is below {least} (see "
+                    "docs/configuration.md)"
+                )
+        return pool
 
     def describe(self) -> list[dict[str, Any]]:
         """Every setting as ``name``, ``env``, ``value`` (shown form, secrets hidden),
@@ -322,6 +355,7 @@ def load_settings(
             value, source = default, "default"
         entries.append(Setting(name, scope, kind, value, source, doc))
     settings = Settings(tuple(entries))
+    settings.pool_options()
     for scope, build in (("app", settings.app_config), ("worker", settings.worker_config)):
         try:
             build()

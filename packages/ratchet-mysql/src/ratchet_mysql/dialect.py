@@ -25,7 +25,7 @@ from sqlalchemy.engine import URL, Connection, Engine, make_url
 from sqlalchemy.exc import DBAPIError
 
 from ratchet.sql.dialect import ErrorKind, SqlDialect
-from ratchet.sql.pool import DEFAULT_IDLE_PING_SECONDS
+from ratchet.sql.pool import DEFAULT_IDLE_PING_SECONDS, ShrinkingQueuePool
 
 log = logging.getLogger("ratchet.mysql")
 
@@ -47,9 +47,12 @@ ER_DUP_ENTRY = 1062
 RETRYABLE_CODES = frozenset({1213, 1205, 3572, 1020})
 #: Server gone away (2006), lost connection (2013), cannot connect (2003; 2002 from MariaDB's and
 #: MySQL's client libraries, under mysqlclient, for a refused TCP connection too), lost
-#: connection at handshake (2055), connection killed (1927), shutdown in progress (1053), too
-#: many connections (1040), MySQL 8 inactivity disconnect (4031).
-TRANSIENT_CODES = frozenset({2006, 2013, 2002, 2003, 2055, 1927, 1053, 1040, 4031})
+#: connection at handshake (2055), connection killed (1927), shutdown in progress (1053), MySQL 8
+#: inactivity disconnect (4031).
+TRANSIENT_CODES = frozenset({2006, 2013, 2002, 2003, 2055, 1927, 1053, 4031})
+#: Too many connections (1040: ``max_connections``; 1203: ``max_user_connections``; 1226: an
+#: account's own ``MAX_USER_CONNECTIONS``).
+CONNECTION_LIMIT_CODES = frozenset({1040, 1203, 1226})
 
 #: Pool defaults: a worker uses a poller, a writer and a heartbeat connection plus occasional
 #: reads from job threads; submitters in the same process share the pool.
@@ -221,6 +224,7 @@ class MySQLDialect(SqlDialect):
             **driver_of(url).connect_args(make_url(url).query),
         }
         return {
+            "poolclass": ShrinkingQueuePool,
             "pool_recycle": POOL_RECYCLE_SECONDS,
             "pool_size": DEFAULT_POOL_SIZE,
             "max_overflow": DEFAULT_MAX_OVERFLOW,
@@ -324,6 +328,14 @@ class MySQLDialect(SqlDialect):
                     # The lock dies with its session: make sure the pool never reuses it.
                     holder.invalidate()
 
+    def connection_limit_setting(self, exc: BaseException) -> str:
+        code = error_code(exc)
+        if code == 1203:
+            return "the server's max_user_connections"
+        if code == 1226:
+            return "the account's MAX_USER_CONNECTIONS (ALTER USER ... WITH MAX_USER_CONNECTIONS)"
+        return "the server's max_connections"
+
     def classify(self, exc: BaseException) -> ErrorKind:
         """Classify by error number; duplicates by the key named in the message."""
         code = error_code(exc)
@@ -333,6 +345,8 @@ class MySQLDialect(SqlDialect):
             return ErrorKind.RETRYABLE
         if code in TRANSIENT_CODES:
             return ErrorKind.TRANSIENT
+        if code in CONNECTION_LIMIT_CODES:
+            return ErrorKind.CONNECTION_LIMIT
         if isinstance(exc, DBAPIError) and exc.connection_invalidated:
             return ErrorKind.TRANSIENT
         return ErrorKind.OTHER

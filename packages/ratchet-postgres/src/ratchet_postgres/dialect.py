@@ -12,7 +12,7 @@ from sqlalchemy.engine import Connection, Engine
 from sqlalchemy.exc import DBAPIError
 
 from ratchet.sql.dialect import ErrorKind, SqlDialect
-from ratchet.sql.pool import install_socket_check
+from ratchet.sql.pool import ShrinkingQueuePool, install_socket_check
 
 #: Key of the transaction-level advisory lock held while migrations run (ASCII "ratchetM").
 MIGRATION_LOCK_KEY = 0x7261746368657444
@@ -25,7 +25,19 @@ UNIQUE_VIOLATION = "23505"
 #: Serialization failure, deadlock detected, lock not available (NOWAIT / lock_timeout).
 RETRYABLE_STATES = frozenset({"40001", "40P01", "55P03"})
 #: Admin shutdown, crash shutdown, cannot connect now (starting up / shutting down).
-TRANSIENT_STATES = frozenset({"57P01", "57P02", "57P03", "53300"})
+TRANSIENT_STATES = frozenset({"57P01", "57P02", "57P03"})
+#: Too many connections (``max_connections``, or the slots reserved for superusers).
+TOO_MANY_CONNECTIONS = "53300"
+#: What PgBouncer says when it refuses a client over its ``max_client_conn``.
+PGBOUNCER_CLIENT_LIMIT = "max_client_conn"
+#: What the server says when it refuses a connection over a limit. A refused connection
+#: attempt reaches psycopg as libpq's message, without the SQLSTATE.
+LIMIT_MESSAGES = (
+    "too many connections",  # for role / for database (CONNECTION LIMIT)
+    "too many clients already",  # max_connections
+    "remaining connection slots are reserved",  # max_connections minus the reserved ones
+    PGBOUNCER_CLIENT_LIMIT,
+)
 
 #: Pool defaults: a worker uses a poller, a writer and a heartbeat connection plus occasional
 #: reads from job threads; submitters in the same process share the pool.
@@ -40,10 +52,12 @@ class PostgresDialect(SqlDialect):
     skip_locked = True
     migration_locations = (str(Path(__file__).resolve().parent / "migrations"),)
     multi_host = True
+    switches_autocommit = True
 
     def engine_kwargs(self, url: str) -> dict[str, Any]:
         """Pooled connections are checked on checkout (see :meth:`configure_engine`)."""
         return {
+            "poolclass": ShrinkingQueuePool,
             "pool_size": DEFAULT_POOL_SIZE,
             "max_overflow": DEFAULT_MAX_OVERFLOW,
             "pool_timeout": 30,
@@ -78,6 +92,20 @@ class PostgresDialect(SqlDialect):
         conn.execute(text("SELECT pg_advisory_xact_lock(:key)"), {"key": MIGRATION_LOCK_KEY})
         yield
 
+    def set_autocommit(self, dbapi_connection: Any, on: bool) -> None:
+        """psycopg's ``autocommit`` flag: client-side, no round trip."""
+        dbapi_connection.autocommit = on
+
+    def connection_limit_setting(self, exc: BaseException) -> str:
+        text = str(getattr(exc, "orig", exc))
+        if PGBOUNCER_CLIENT_LIMIT in text:
+            return "PgBouncer's max_client_conn"
+        if "for role" in text:
+            return "the role's limit (ALTER ROLE ... CONNECTION LIMIT)"
+        if "for database" in text:
+            return "the database's limit (ALTER DATABASE ... CONNECTION LIMIT)"
+        return "PostgreSQL's max_connections (or put PgBouncer in front of it)"
+
     def classify(self, exc: BaseException) -> ErrorKind:
         """Classify by SQLSTATE (``exc.orig.sqlstate``), then by the connection's state."""
         orig = exc.orig if isinstance(exc, DBAPIError) else exc
@@ -92,6 +120,8 @@ class PostgresDialect(SqlDialect):
             return ErrorKind.OTHER
         if state in RETRYABLE_STATES:
             return ErrorKind.RETRYABLE
+        if state == TOO_MANY_CONNECTIONS or any(m in str(orig) for m in LIMIT_MESSAGES):
+            return ErrorKind.CONNECTION_LIMIT
         if state.startswith("08") or state in TRANSIENT_STATES:
             return ErrorKind.TRANSIENT
         if isinstance(exc, DBAPIError) and exc.connection_invalidated:

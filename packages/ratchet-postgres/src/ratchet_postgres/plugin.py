@@ -30,9 +30,10 @@ def make_postgres_coordinator(spec: str, context: CoordinatorContext) -> Cluster
     """
     from ratchet.domain.errors import ConfigurationError
     from ratchet_postgres.coordinator import PostgresClusterCoordinator
+    from ratchet_postgres.store import split_pgbouncer
 
     if "://" in spec:
-        url = spec
+        url, pgbouncer = split_pgbouncer(spec)
     else:
         url = context.store_url or ""
         if not url.split(":", 1)[0].startswith("postgres"):
@@ -40,6 +41,14 @@ def make_postgres_coordinator(spec: str, context: CoordinatorContext) -> Cluster
                 "coordinator='postgres' needs a PostgreSQL store, or a postgresql:// URL as the "
                 f"coordinator spec (the store is {url or 'unknown'!r})"
             )
+        url, pgbouncer = split_pgbouncer(url)
+    if pgbouncer == "transaction":
+        raise ConfigurationError(
+            "the postgres coordinator LISTENs on a connection of its own for as long as the "
+            "node runs, which PgBouncer in transaction pooling cannot keep: give the coordinator "
+            "a direct postgresql:// URL to the server (coordinator='postgresql://...'), or use "
+            "the Redis coordinator (see docs/deployment.md#pgbouncer)"
+        )
     return PostgresClusterCoordinator(url)
 
 

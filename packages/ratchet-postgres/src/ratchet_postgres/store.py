@@ -27,6 +27,7 @@ from sqlalchemy.dialects import postgresql
 from sqlalchemy.engine import Connection, make_url
 from sqlalchemy.exc import DBAPIError
 
+from ratchet.domain.errors import ConfigurationError
 from ratchet.domain.lifecycle import JobPriority, JobStatus, check_transition
 from ratchet.domain.model import ClaimedJob, NewJob
 from ratchet.ports import InsertResult, iter_chunks
@@ -67,6 +68,36 @@ def normalize_url(url: str) -> str:
     return parsed.render_as_string(hide_password=False)
 
 
+#: The URL query parameter that says PgBouncer is in between (``?pgbouncer=transaction``).
+PGBOUNCER_PARAMETER = "pgbouncer"
+#: Its values: PgBouncer's pool modes (``true`` counts as ``transaction``, the strictest
+#: that Ratchet supports; ``statement`` mode cannot run multi-statement transactions).
+PGBOUNCER_MODES = ("transaction", "session", "true")
+
+
+def split_pgbouncer(url: str) -> tuple[str, str | None]:
+    """``url`` without its ``pgbouncer`` query parameter, and that parameter's pool mode
+    (None: not set).
+
+    :raises ConfigurationError: a value other than ``transaction``, ``session`` or ``true``.
+    """
+    parsed = make_url(url)
+    value = parsed.query.get(PGBOUNCER_PARAMETER)
+    if value is None:
+        return url, None
+    mode = (value if isinstance(value, str) else value[-1]).strip().lower()
+    if mode not in PGBOUNCER_MODES:
+        raise ConfigurationError(
+            f"pgbouncer={mode!r} in the store URL: use pgbouncer=transaction (PgBouncer's "
+            "pool_mode = transaction) or pgbouncer=session; statement pooling cannot run "
+            "Ratchet's transactions (see docs/deployment.md#pgbouncer)"
+        )
+    stripped = parsed.difference_update_query([PGBOUNCER_PARAMETER])
+    return stripped.render_as_string(hide_password=False), (
+        "transaction" if mode == "true" else mode
+    )
+
+
 #: ``ratchet.sql.affinity.affinity_allows`` for the queue row ``q``, the node's tags in the
 #: text array ``:ntags``: no affinity, or no affinity row that the node's tags violate.
 #: ``affinity`` is in the claim index (revision 0011), so a job without affinity is accepted from
@@ -97,12 +128,14 @@ def claim_parameters(
     now: datetime,
     boost: timedelta,
     node_tags: frozenset[str] = frozenset(),
+    margin: int = 0,
 ) -> dict[str, Any]:
-    """The bound parameters of :func:`claim_statement` (``boost`` only when the boost is on)."""
+    """The bound parameters of :func:`claim_statement` (``boost`` only when the boost is on;
+    ``margin``: candidates read beyond :data:`CANDIDATES_PER_CLAIMED` per job wanted)."""
     params: dict[str, Any] = {
         "now": to_micros(now),
         "lim": limit,
-        "cand": limit * CANDIDATES_PER_CLAIMED,
+        "cand": limit * CANDIDATES_PER_CLAIMED + margin,
         "node": node_id,
         "ntags": sorted(node_tags),
     }
@@ -116,6 +149,13 @@ def claim_parameters(
 #: racing another one skips the rows the other holds (``SKIP LOCKED``) and still finds its
 #: batch among the next ones instead of coming back short or empty.
 CANDIDATES_PER_CLAIMED = 2
+
+#: Candidates read per priority level beyond those, for the claimers of many nodes at once:
+#: with ``k`` other claims in flight, each holding up to its batch, the oldest ``2 * lim``
+#: candidates may all be held and a claim would come back empty while jobs wait. Reading a
+#: wider window costs index entries only (the lock loop stops once ``lim`` rows are locked,
+#: visiting only the rows it takes or skips). See ``PostgresClaim.contention_margin``.
+CONTENTION_MARGIN = 32
 
 
 @cache
@@ -357,6 +397,9 @@ SELECT job_id FROM owned
 class PostgresClaim(ClaimStatements):
     """The claim as one statement (:func:`claim_statement`)."""
 
+    contention_margin = CONTENTION_MARGIN
+    """Candidates read per priority level beyond twice the batch (:data:`CONTENTION_MARGIN`)."""
+
     def claim(
         self,
         conn: Connection,
@@ -366,7 +409,7 @@ class PostgresClaim(ClaimStatements):
         boost: timedelta,
         node_tags: frozenset[str] = frozenset(),
     ) -> list[ClaimedJob]:
-        params = claim_parameters(node_id, limit, now, boost, node_tags)
+        params = claim_parameters(node_id, limit, now, boost, node_tags, self.contention_margin)
         rows = conn.execute(claim_statement("boost" in params), params).all()
         return [
             claimed_job(r, r, now, epoch=r.epoch, scheduled_time=from_micros(r.scheduled_time))
@@ -498,7 +541,13 @@ class PostgresStore(SqlStore):
         self, url: str, dialect: PostgresDialect | None = None, **engine_options: Any
     ) -> None:
         dialect = dialect or PostgresDialect()
-        url = normalize_url(url)
+        url, self.pgbouncer = split_pgbouncer(normalize_url(url))
+        """PgBouncer's pool mode when the URL says PgBouncer is in between (None: direct)."""
+        if self.pgbouncer == "transaction":
+            # A server connection serves one transaction, then other clients: statements
+            # prepared on it by name would be missing (or somebody else's) on the next one.
+            options = {"prepare_threshold": None, **engine_options.get("connect_args", {})}
+            engine_options["connect_args"] = options
         if "connect_args" in engine_options:  # merge into the defaults instead of replacing them
             defaults = dialect.engine_kwargs(url).get("connect_args", {})
             engine_options["connect_args"] = {**defaults, **engine_options["connect_args"]}

@@ -126,6 +126,13 @@ class StoreUnavailable(RatchetError):
     """The database could not be reached; the operation may be retried later."""
 
 
+class ConnectionLimitReached(StoreUnavailable):
+    """The database (or PgBouncer) refused a new connection because its connection limit is
+    reached, or this process's own pool is exhausted; the message names the setting to raise
+    or the pool setting to lower (see docs/deployment.md). A worker backs off and retries, as
+    for any :class:`StoreUnavailable`."""
+
+
 class OutcomeNotStorable(RatchetError):
     """The store refused an attempt's outcome for a reason other than an outage; the job was
     failed with this error instead (its original outcome is in the message)."""

@@ -687,6 +687,8 @@ class WatcherTask:
     """The watcher as a periodic task (every node runs it; passes are idempotent)."""
 
     name = "watcher"
+    cluster_wide = True
+    """Work for the whole cluster: spread over the live nodes (``ClusterShare``)."""
 
     def __init__(self, interval: timedelta, rng: random.Random | None = None) -> None:
         self._interval = interval

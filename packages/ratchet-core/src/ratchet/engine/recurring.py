@@ -462,6 +462,8 @@ class RecurringMaterializer:
     """
 
     name = "recurring-materializer"
+    cluster_wide = True
+    """Work for the whole cluster: spread over the live nodes (``ClusterShare``)."""
 
     def __init__(
         self, interval: timedelta = timedelta(seconds=1), batch_limit: int = DEFAULT_BATCH_LIMIT

@@ -35,6 +35,7 @@ from ratchet.engine.completer import Completer
 from ratchet.engine.context import install_log_record_factory
 from ratchet.engine.host import Gate, PeriodicTask
 from ratchet.engine.liveness import Liveness, new_node_id
+from ratchet.engine.maintenance import ClusterShare
 from ratchet.engine.metrics import Meter, MetricsSampler
 from ratchet.engine.outages import OutageLog
 from ratchet.engine.producer import Producer
@@ -89,6 +90,8 @@ class Worker:
         """Incarnation, heartbeats, watcher, takeovers, progress, drain."""
         self.periodic: list[PeriodicTask]
         """Maintenance tasks run on the maintenance thread."""
+        self.cluster_share = ClusterShare(app.store)
+        """Spreads the cluster-wide periodic tasks over the live nodes."""
         assemble_worker(self)
         self._stopping = threading.Event()
         self._signaled = False
@@ -314,7 +317,10 @@ class Worker:
                 del next_run[name]  # a task that removed itself must not keep the wait at zero
             for task in list(self.periodic):
                 if now >= next_run.get(task.name, 0.0):
-                    next_run[task.name] = now + task.interval.total_seconds()
+                    if getattr(task, "cluster_wide", False):
+                        next_run[task.name] = now + self.cluster_share.wait(task.interval)
+                    else:
+                        next_run[task.name] = now + task.interval.total_seconds()
                     try:
                         task.run_once(self)
                     except Exception as exc:

@@ -398,6 +398,8 @@ class SignalTimeoutScanner:
     """
 
     name = "signal-timeouts"
+    cluster_wide = True
+    """Work for the whole cluster: spread over the live nodes (``ClusterShare``)."""
 
     def __init__(self, interval: timedelta, batch_size: int = SIGNAL_SCAN_BATCH) -> None:
         self.interval = interval

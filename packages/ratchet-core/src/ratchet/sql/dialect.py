@@ -48,6 +48,7 @@ class ErrorKind(enum.Enum):
     DUPLICATE_BUSINESS_KEY = "duplicate business key"
     RETRYABLE = "retryable (deadlock, serialization failure, lock timeout, busy)"
     TRANSIENT = "transient (connection lost or refused)"
+    CONNECTION_LIMIT = "connection refused: the server's connection limit is reached"
     OTHER = "other"
 
 
@@ -60,6 +61,9 @@ class SqlDialect:
     ping_idle_after: float | None = None
     """Ping a pooled connection before use once it sat idle this long (seconds); None: never
     (an embedded database cannot go away under a connection)."""
+    switches_autocommit = False
+    """Whether :meth:`set_autocommit` works: single-statement work then runs on a pooled
+    connection switched to autocommit (no ``BEGIN`` / ``COMMIT``); else in a transaction."""
     migration_locations: tuple[str, ...] = ()
     """Directories of Alembic revisions that the dialect's own package ships, applied after
     ratchet-core's (each a branch of its own; ``heads`` includes them)."""
@@ -70,6 +74,11 @@ class SqlDialect:
 
     def configure_engine(self, engine: Engine, *, write: bool) -> None:
         """Install event listeners on a freshly created engine."""
+
+    def set_autocommit(self, dbapi_connection: Any, on: bool) -> None:
+        """Switch a driver connection, idle outside a transaction, to autocommit or back,
+        without a round trip (only called when :attr:`switches_autocommit`)."""
+        raise NotImplementedError
 
     def separate_write_engine(self) -> bool:
         """Whether writes need their own engine (SQLite: ``BEGIN IMMEDIATE``)."""
@@ -93,6 +102,11 @@ class SqlDialect:
     def migration_lock(self, conn: Connection) -> Iterator[None]:
         """Hold a cluster-wide lock while migrations run (several nodes may start at once)."""
         yield
+
+    def connection_limit_setting(self, exc: BaseException) -> str:
+        """The server setting to raise when ``exc`` (classified ``CONNECTION_LIMIT``) refused a
+        connection, as an error message names it."""
+        return "the server's connection limit"
 
     def classify(self, exc: BaseException) -> ErrorKind:
         """Map a DBAPI / SQLAlchemy error to an :class:`ErrorKind`."""

@@ -12,6 +12,9 @@ transaction, so that adds a round trip to each. Two cheaper checks:
 - :func:`ping_when_idle` (any driver): ping only a connection that sat idle in the pool for a
   while. One in use a moment ago is as good as a ping; a server that died since is caught by the
   statement itself (``StoreUnavailable``; the worker backs off and the pool reconnects).
+
+And the pool itself, :class:`ShrinkingQueuePool`: one per store, closing connections beyond the
+first that nobody needed for 30 s, so that an idle process holds one.
 """
 
 from __future__ import annotations
@@ -25,6 +28,7 @@ from typing import Any
 
 from sqlalchemy import event, exc
 from sqlalchemy.engine import Engine
+from sqlalchemy.pool import ConnectionPoolEntry, QueuePool
 
 log = logging.getLogger("ratchet.store")
 
@@ -96,3 +100,94 @@ def _ping(engine: Engine, dbapi_conn: Any) -> bool:
         return bool(engine.dialect.do_ping(dbapi_conn))
     except Exception:
         return False
+
+
+#: Seconds a surplus pooled connection may sit idle before the pool closes it.
+DEFAULT_IDLE_TIMEOUT = 30.0
+
+_IDLE_SINCE = "ratchet_idle_since"
+
+
+class ShrinkingQueuePool(QueuePool):
+    """A LIFO :class:`~sqlalchemy.pool.QueuePool` that closes connections nobody needed lately.
+
+    Connections are handed out most recently returned first, so under light load the same one
+    serves every checkout and the others sit at the bottom of the queue. When a connection comes
+    back, those at the bottom that have been idle for ``pool_idle_timeout`` seconds are closed,
+    keeping ``pool_keep_idle`` (default one) open: an idle worker process shrinks to a single
+    connection, a busy one keeps what its threads use at the same time (up to ``pool_size``,
+    plus ``max_overflow`` opened for bursts and closed as they return). Always LIFO
+    (``use_lifo`` is accepted, as ``create_engine`` passes it, and ignored).
+    """
+
+    def __init__(
+        self,
+        creator: Any,
+        pool_size: int = 5,
+        max_overflow: int = 10,
+        timeout: float = 30.0,
+        use_lifo: bool = True,
+        pool_idle_timeout: float = DEFAULT_IDLE_TIMEOUT,
+        pool_keep_idle: int = 1,
+        **kw: Any,
+    ) -> None:
+        super().__init__(
+            creator,
+            pool_size=pool_size,
+            max_overflow=max_overflow,
+            timeout=timeout,
+            use_lifo=True,
+            **kw,
+        )
+        self.idle_timeout = pool_idle_timeout
+        self.keep_idle = pool_keep_idle
+        self.closed_idle = 0
+        """How many idle connections this pool closed."""
+
+    @property
+    def max_overflow(self) -> int:
+        """Connections opened beyond ``size()`` under load (closed as they come back)."""
+        return self._max_overflow
+
+    clock: Callable[[], float] = staticmethod(time.monotonic)
+    """Seconds of a monotonic clock (tests replace it)."""
+
+    def _do_return_conn(self, record: ConnectionPoolEntry) -> None:
+        record.info[_IDLE_SINCE] = self.clock()
+        super()._do_return_conn(record)
+        self._close_idle()
+
+    def _close_idle(self) -> None:
+        """Close the connections at the bottom of the queue idle for ``idle_timeout``."""
+        queue: Any = self._pool  # sqlalchemy.util.queue.Queue: a deque under a mutex
+        stale: list[ConnectionPoolEntry] = []
+        limit = self.clock() - self.idle_timeout
+        with queue.mutex:
+            entries = queue.queue  # a deque; LIFO: the least recently returned come first
+            while len(entries) > self.keep_idle and entries[0].info.get(_IDLE_SINCE, 0) <= limit:
+                stale.append(entries.popleft())
+        for record in stale:
+            try:
+                record.close()
+            finally:
+                self._dec_overflow()
+                self.closed_idle += 1
+
+    def resized(self, pool_size: int, max_overflow: int) -> ShrinkingQueuePool:
+        """A new, empty pool like this one (events included) with other sizes."""
+        sizes = (self._pool.maxsize, self._max_overflow)
+        self._pool.maxsize, self._max_overflow = pool_size, max_overflow
+        try:
+            return self.recreate()
+        finally:
+            self._pool.maxsize, self._max_overflow = sizes
+
+    def recreate(self) -> ShrinkingQueuePool:
+        fresh = super().recreate()
+        assert isinstance(fresh, ShrinkingQueuePool)
+        fresh.idle_timeout = self.idle_timeout
+        fresh.keep_idle = self.keep_idle
+        fresh.clock = self.clock
+        if self in _CHECKED:  # the checkout check's listener came along with the events
+            _CHECKED.add(fresh)
+        return fresh

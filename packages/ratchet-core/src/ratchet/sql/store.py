@@ -30,11 +30,14 @@ from sqlalchemy import (
 )
 from sqlalchemy.engine import Connection, Engine, Row, make_url
 from sqlalchemy.exc import DBAPIError, SQLAlchemyError
+from sqlalchemy.exc import TimeoutError as PoolTimeout
 
 from ratchet.domain.affinity import Affinity
 from ratchet.domain.breaker import read_published_breakers
 from ratchet.domain.envelope import envelope_key_id
 from ratchet.domain.errors import (
+    ConfigurationError,
+    ConnectionLimitReached,
     DuplicateBusinessKeyError,
     DuplicateIdempotencyKeyError,
     InvalidJobOptions,
@@ -73,7 +76,7 @@ from ratchet.sql.hotpaths import (
 from ratchet.sql.key_usage import EncryptionKeyStoreMixin
 from ratchet.sql.metrics_store import QueueGaugeStoreMixin
 from ratchet.sql.permits import PermitStoreMixin
-from ratchet.sql.pool import ping_when_idle
+from ratchet.sql.pool import ShrinkingQueuePool, ping_when_idle
 from ratchet.sql.query_store import QueryStoreMixin
 from ratchet.sql.recurring_store import RecurringStoreMixin
 from ratchet.sql.retention_store import RetentionStoreMixin
@@ -166,8 +169,6 @@ class SqlStore(
         """The statement sets of the claim, the insert and the outcome write (see
         :mod:`ratchet.sql.hotpaths`)."""
         self._engine_kwargs = kwargs
-        self._autocommit: Engine | None = None
-        self._autocommit_lock = threading.Lock()
         self.outcome_hooks: list[OutcomeHook] = []
         """Called inside the outcome transaction with the outcomes that applied (not fenced),
         that write's effect list and the caller's resolver: features that must react exactly
@@ -201,9 +202,12 @@ class SqlStore(
             try:
                 problem = schema_problem(self)
             except DBAPIError as exc:
-                if self._translate(exc) is ErrorKind.TRANSIENT or exc.connection_invalidated:
-                    raise StoreUnavailable(f"database unavailable: {exc.orig}") from exc
+                outage = self._outage(exc, self._translate(exc))
+                if outage is not None:
+                    raise outage from exc
                 raise
+            except PoolTimeout as exc:
+                raise self._pool_exhausted() from exc
             if problem is not None:
                 raise SchemaNotReady(problem)
             self._schema_ready = True
@@ -223,40 +227,45 @@ class SqlStore(
         if not self._schema_ready:
             self.require_schema()
         engine = self.engine if write else self.read_engine
-        if autocommit:
-            engine = self._autocommit or self._autocommit_engine()
+        autocommit = autocommit and self.dialect.switches_autocommit
         delay = 0.005
         for attempt in range(1, RETRY_ATTEMPTS + 1):
             try:
+                if autocommit:
+                    return self._run_autocommit(engine, work)
                 with engine.begin() as conn:
                     return work(conn)
             except DBAPIError as exc:
                 self._retry_or_raise(exc, attempt, delay)
                 delay = min(delay * 2, 0.5)
+            except PoolTimeout as exc:
+                raise self._pool_exhausted() from exc
         raise AssertionError("unreachable")
 
     def _retry_or_raise(self, exc: DBAPIError, attempt: int, delay: float) -> None:
         """Sleep ``delay`` before another attempt when ``exc`` is worth retrying (a deadlock
-        or busy error, attempts left); else raise it (a lost database as StoreUnavailable)."""
+        or busy error, attempts left); else raise it (a lost database as StoreUnavailable, a
+        refused connection as ConnectionLimitReached)."""
         kind = self._translate(exc)
         if kind is ErrorKind.RETRYABLE and attempt < RETRY_ATTEMPTS:
             self.retried_errors += 1
             log.debug("retrying after %s (attempt %d)", exc.orig, attempt)
             time.sleep(delay)
             return
-        if kind is ErrorKind.TRANSIENT or exc.connection_invalidated:
-            raise StoreUnavailable(f"database unavailable: {exc.orig}") from exc
+        outage = self._outage(exc, kind)
+        if outage is not None:
+            raise outage from exc
         raise exc
 
     def _run_dbapi(self, work: Callable[[Any], T]) -> T:
-        """Run ``work`` on a DBAPI connection of the autocommit pool: for one statement, atomic
-        on its own, whose caller wants no SQLAlchemy ``Connection`` (setting one up and taking
-        it down costs more CPU than a small insert itself). The same retries as :meth:`_run`;
-        the driver's errors are raised as SQLAlchemy's ``DBAPIError``, as :meth:`_run` raises
-        them."""
+        """Run ``work`` on a pooled DBAPI connection switched to autocommit: for one statement,
+        atomic on its own, whose caller wants no SQLAlchemy ``Connection`` (setting one up and
+        taking it down costs more CPU than a small insert itself). The same retries and errors
+        as :meth:`_run`; the driver's errors are raised as SQLAlchemy's ``DBAPIError``, as
+        :meth:`_run` raises them."""
         if not self._schema_ready:
             self.require_schema()
-        engine = self._autocommit or self._autocommit_engine()
+        engine = self.engine
         dialect = engine.dialect
         driver_error = dialect.loaded_dbapi.Error
         delay = 0.005
@@ -270,20 +279,80 @@ class SqlStore(
                         None, None, exc, driver_error, dialect=dialect, connection_invalidated=lost
                     ) from exc
                 try:
-                    return work(raw.driver_connection)
-                except driver_error as exc:
-                    lost = dialect.is_disconnect(exc, raw.dbapi_connection, None)
-                    if lost:
-                        raw.invalidate(exc)
-                    raise DBAPIError.instance(
-                        None, None, exc, driver_error, dialect=dialect, connection_invalidated=lost
-                    ) from exc
+                    return self._autocommit_call(raw, work, driver_error)
                 finally:
                     raw.close()
             except DBAPIError as exc:
                 self._retry_or_raise(exc, attempt, delay)
                 delay = min(delay * 2, 0.5)
+            except PoolTimeout as exc:
+                raise self._pool_exhausted() from exc
         raise AssertionError("unreachable")
+
+    def _autocommit_call(self, raw: Any, work: Callable[[Any], T], driver_error: Any) -> T:
+        """``work`` on the driver connection of the pooled ``raw``, switched to autocommit for
+        its duration and back (a connection found lost is invalidated, never reused)."""
+        dialect = self.engine.dialect
+        connection = raw.dbapi_connection
+        try:
+            if not self.dialect.switches_autocommit:
+                result = work(raw.driver_connection)
+                connection.commit()
+                return result
+            self.dialect.set_autocommit(connection, True)
+            try:
+                return work(raw.driver_connection)
+            finally:
+                self.dialect.set_autocommit(connection, False)
+        except driver_error as exc:
+            lost = dialect.is_disconnect(exc, connection, None)
+            if lost:
+                raw.invalidate(exc)
+            raise DBAPIError.instance(
+                None, None, exc, driver_error, dialect=dialect, connection_invalidated=lost
+            ) from exc
+
+    def _outage(self, exc: DBAPIError, kind: ErrorKind) -> StoreUnavailable | None:
+        """The typed error of a database that cannot serve us (None: ``exc`` is no outage)."""
+        if kind is ErrorKind.CONNECTION_LIMIT:
+            return ConnectionLimitReached(
+                f"{self.location}: the server refused a new connection, its connection limit "
+                f"is reached ({str(exc.orig).strip()}). Raise "
+                f"{self.dialect.connection_limit_setting(exc)}, or let each process open fewer "
+                "connections (RATCHET_POOL_SIZE / RATCHET_MAX_OVERFLOW, ratchet worker "
+                "--pool-size); see docs/deployment.md"
+            )
+        if kind is ErrorKind.TRANSIENT or exc.connection_invalidated:
+            return StoreUnavailable(f"database unavailable: {exc.orig}")
+        return None
+
+    def _pool_exhausted(self) -> ConnectionLimitReached:
+        pool = self.engine.pool
+        size = getattr(pool, "size", lambda: "?")()
+        overflow = getattr(pool, "max_overflow", "?")
+        return ConnectionLimitReached(
+            f"{self.location}: every connection of this process's pool is in use (pool_size "
+            f"{size} + max_overflow {overflow}) and none came back in time; raise "
+            "RATCHET_POOL_SIZE / RATCHET_MAX_OVERFLOW (or the store_options pool_size / "
+            "max_overflow), or run fewer threads against the store; see docs/deployment.md"
+        )
+
+    def _run_autocommit(self, engine: Engine, work: Callable[[Connection], T]) -> T:
+        """``work`` on a pooled connection switched to autocommit for its duration (the
+        switch is a flag of the driver's connection: no round trip), then switched back."""
+        with engine.connect() as conn:
+            raw = conn.connection.dbapi_connection
+            self.dialect.set_autocommit(raw, True)
+            try:
+                result = work(conn)
+                conn.commit()  # ends SQLAlchemy's transaction; nothing is sent in autocommit
+                return result
+            finally:
+                try:
+                    self.dialect.set_autocommit(raw, False)
+                except Exception:  # a broken connection: the pool must not hand it out again
+                    if not conn.invalidated:
+                        conn.invalidate()
 
     def _locked(self, stmt: Select[Any], *, skip_locked: bool = False) -> Select[Any]:
         """A module-level ``stmt`` made to lock its rows by the dialect (waiting, or skipping
@@ -295,21 +364,26 @@ class SqlStore(
             locked = self._locked_cache[key] = lock(stmt)
         return locked
 
-    def _autocommit_engine(self) -> Engine:
-        """A pool of autocommit connections for single-statement writes, made on first use.
+    def resize_pool(self, pool_size: int | None = None, max_overflow: int | None = None) -> bool:
+        """Give the store's connection pool other sizes (None: keep that one), closing the
+        connections it holds; what ``ratchet worker --pool-size`` and ``RATCHET_POOL_SIZE`` /
+        ``RATCHET_MAX_OVERFLOW`` do to an app's store. Returns False, changing nothing, when
+        the store's pool has no sizes (SQLite).
 
-        Its own pool, because switching a pooled connection to autocommit and back on every
-        checkout costs more CPU than the round trips it saves.
+        :raises ConfigurationError: ``pool_size`` below 1 or ``max_overflow`` below 0.
         """
-        with self._autocommit_lock:
-            if self._autocommit is None:
-                options = {**self._engine_kwargs, "isolation_level": "AUTOCOMMIT"}
-                engine = create_engine(self.url, **options)
-                self.dialect.configure_engine(engine, write=True)
-                if self.dialect.ping_idle_after is not None:
-                    ping_when_idle(engine, self.dialect.ping_idle_after)
-                self._autocommit = engine
-            return self._autocommit
+        if pool_size is not None and pool_size < 1:
+            raise ConfigurationError(f"pool_size must be at least 1 (got {pool_size})")
+        if max_overflow is not None and max_overflow < 0:
+            raise ConfigurationError(f"max_overflow must be at least 0 (got {max_overflow})")
+        pool = self.engine.pool
+        if not isinstance(pool, ShrinkingQueuePool) or self.read_engine is not self.engine:
+            return False
+        size = pool.size() if pool_size is None else pool_size
+        overflow = pool.max_overflow if max_overflow is None else max_overflow
+        self.engine.pool = pool.resized(size, overflow)
+        pool.dispose()
+        return True
 
     def capability(self, kind: type[T]) -> T | None:
         return self if isinstance(self, kind) else None
@@ -324,8 +398,6 @@ class SqlStore(
         self.engine.dispose()
         if self.read_engine is not self.engine:
             self.read_engine.dispose()
-        if self._autocommit is not None:
-            self._autocommit.dispose()
 
     def database_time(self) -> datetime:
         from ratchet.sql.types import from_micros

@@ -6,11 +6,13 @@ Load it with ``-p ratchet.testing.pytest_plugin``. It provides:
 * ``--require-backends=postgres,mysql`` (or ``RATCHET_REQUIRE_BACKENDS``; the option wins;
   ``all`` means every backend): a backend fixture that cannot provide its server then FAILS
   the test instead of skipping it. Backends: sqlite, postgres, mysql, redis, prometheus,
-  chromium (Debian's headless browser, for the dashboard's browser tests).
+  chromium (Debian's headless browser, for the dashboard's browser tests), pgbouncer.
 * ``prometheus_factory``: starts a throwaway Prometheus scraping the given targets.
 * ``chromium_browser``: Debian's Chromium (``RATCHET_TEST_CHROMIUM``, default
   ``/usr/bin/chromium``), headless, driven by Playwright, which is pointed at that executable
   and never downloads a browser. One per test module.
+* ``pgbouncer_server`` (session): a throwaway PgBouncer in transaction pooling in front of
+  ``postgres_server``, every database passed through.
 * session fixtures ``postgres_server``, ``mariadb_server`` and ``redis_server``: a throwaway
   server from :mod:`ratchet.testing.servers`, started the first time a test asks for it and
   cleaned up at session end. ``RATCHET_TEST_POSTGRES_URL`` / ``RATCHET_TEST_MYSQL_URL`` /
@@ -29,13 +31,22 @@ import pytest
 from ratchet.testing.servers import (
     ExternalServer,
     MariaDBServer,
+    PgBouncerServer,
     PostgresServer,
     PrometheusServer,
     RedisServer,
     ServerError,
 )
 
-BACKENDS: tuple[str, ...] = ("sqlite", "postgres", "mysql", "redis", "prometheus", "chromium")
+BACKENDS: tuple[str, ...] = (
+    "sqlite",
+    "postgres",
+    "mysql",
+    "redis",
+    "prometheus",
+    "chromium",
+    "pgbouncer",
+)
 _TRUE = {"1", "true", "yes", "on"}
 #: Where Debian installs Chromium (``apt-get install chromium``).
 CHROMIUM = "/usr/bin/chromium"
@@ -48,6 +59,7 @@ _MARKERS = (
     "redis: needs a Redis server (started by the test run)",
     "prometheus: needs the prometheus binary (the test starts its own server)",
     "chromium: needs Debian's chromium and the playwright package (a headless browser)",
+    "pgbouncer: needs the pgbouncer binary (started in front of the test PostgreSQL)",
     "slow: long-running test; run on demand with --run-slow or RATCHET_RUN_SLOW=1",
 )
 
@@ -66,7 +78,8 @@ def pytest_addoption(parser: pytest.Parser) -> None:
         default=None,
         metavar="LIST",
         help=(
-            "comma list of backends (sqlite,postgres,mysql,redis,prometheus,chromium or 'all') whose "
+            "comma list of backends (sqlite,postgres,mysql,redis,prometheus,chromium,pgbouncer "
+            "or 'all') whose "
             "servers must "
             "be available: their fixtures fail instead of skipping "
             "(default: $RATCHET_REQUIRE_BACKENDS)"
@@ -189,6 +202,34 @@ def redis_server(
 ) -> Iterator[RedisServer | ExternalServer]:
     """A Redis server for the session (or ``RATCHET_TEST_REDIS_URL``)."""
     yield from _server_fixture(request, "redis", "RATCHET_TEST_REDIS_URL", None, RedisServer)
+
+
+@pytest.fixture(scope="session")
+def pgbouncer_server(
+    request: pytest.FixtureRequest, postgres_server: PostgresServer | ExternalServer
+) -> Iterator[PgBouncerServer]:
+    """PgBouncer (transaction pooling) in front of ``postgres_server``, for the session."""
+    user, password = postgres_server.user, postgres_server.password
+    if user is None or password is None:
+        backend_unavailable(
+            request.config, "pgbouncer", "the PostgreSQL server URL names no user and password"
+        )
+    server = PgBouncerServer(
+        upstream_host=postgres_server.host,
+        upstream_port=postgres_server.port,
+        user=user,
+        password=password,
+        database=postgres_server.database,
+    )
+    try:
+        server.start()
+    except (ServerError, OSError, ValueError) as exc:
+        server.cleanup()
+        backend_unavailable(request.config, "pgbouncer", f"{type(exc).__name__}: {exc}")
+    try:
+        yield server
+    finally:
+        server.cleanup()
 
 
 @pytest.fixture

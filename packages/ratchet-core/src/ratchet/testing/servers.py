@@ -1,4 +1,4 @@
-"""Throwaway PostgreSQL, MariaDB, Redis and Prometheus servers for tests (standard library only).
+"""Throwaway PostgreSQL, PgBouncer, MariaDB, Redis and Prometheus servers for tests (standard library only).
 
 Each server class starts a private instance from the locally installed (Debian-package)
 binaries: data in a fresh temporary directory, listening on 127.0.0.1 only, on a free port,
@@ -45,6 +45,7 @@ __all__ = [
     "ExternalServer",
     "MariaDBBinaries",
     "MariaDBServer",
+    "PgBouncerServer",
     "PostgresBinaries",
     "PostgresServer",
     "PrometheusServer",
@@ -54,6 +55,7 @@ __all__ = [
     "ServerStartError",
     "ServerUnavailable",
     "find_mariadb_binaries",
+    "find_pgbouncer_binary",
     "find_postgres_binaries",
     "find_prometheus_binary",
     "find_redis_binaries",
@@ -1078,6 +1080,130 @@ class MariaDBServer(_ManagedServer):
             timeout=10,
         )
         return result.returncode == 0
+
+
+# --------------------------------------------------------------------------- PgBouncer
+
+
+def find_pgbouncer_binary() -> Path:
+    """Locate the ``pgbouncer`` binary, or raise :class:`ServerUnavailable`."""
+    found = _which("pgbouncer")
+    if found is None:
+        raise ServerUnavailable(
+            f"the pgbouncer binary was not found. Install the Debian package 'pgbouncer', "
+            f"{_INSTALL_HINT}."
+        )
+    return Path(found)
+
+
+def _ini_value(value: str) -> str:
+    """A value for pgbouncer.ini / its auth file: refuses what would need quoting."""
+    if not value or any(c in value for c in '"\n\r;#= '):
+        raise ValueError(f"unsupported character in PgBouncer setting {value!r}")
+    return value
+
+
+class PgBouncerServer(_ManagedServer):
+    """A throwaway PgBouncer on a free loopback port in front of a PostgreSQL server.
+
+    Every database name is passed through to ``upstream_host:upstream_port`` (a ``*`` entry), in
+    ``pool_mode`` (default ``transaction``: a server connection per transaction, no session
+    state kept for a client). Clients log in as the upstream's ``user`` with its ``password``
+    (SCRAM); PgBouncer logs in upstream with the same. ``url()`` gives
+    ``postgresql+psycopg://user:pw@127.0.0.1:PORT/ratchet_test``; :meth:`url_for` any database.
+    """
+
+    kind = "pgbouncer"
+    scheme = "postgresql"
+    default_driver = "psycopg"
+    run_as = "postgres"  # PgBouncer refuses to run as root
+    package = "pgbouncer"
+
+    def __init__(
+        self,
+        *,
+        upstream_host: str,
+        upstream_port: int,
+        user: str,
+        password: str,
+        database: str = DEFAULT_DATABASE,
+        pool_mode: str = "transaction",
+        settings: Mapping[str, str] | None = None,
+        port: int | None = None,
+        base_dir: str | os.PathLike[str] | None = None,
+        startup_timeout: float = DEFAULT_STARTUP_TIMEOUT,
+    ) -> None:
+        super().__init__(port=port, base_dir=base_dir, startup_timeout=startup_timeout)
+        self._user = _ini_value(user)
+        self._password = password
+        self._database = database
+        self._settings = {
+            "pool_mode": pool_mode,
+            "max_client_conn": "400",
+            "default_pool_size": "20",
+            "server_idle_timeout": "30",
+            "ignore_startup_parameters": "extra_float_digits",
+            **(settings or {}),
+        }
+        self._upstream = (_ini_value(upstream_host), int(upstream_port))
+
+    @property
+    def user(self) -> str:
+        return self._user
+
+    @property
+    def password(self) -> str:
+        return self._password
+
+    @property
+    def database(self) -> str:
+        return self._database
+
+    def url_for(self, database: str, driver: str | None = None) -> str:
+        """The URL of ``database`` through this PgBouncer."""
+        base = self.url(driver)
+        head, _, _ = base.rpartition("/")
+        return f"{head}/{quote(database, safe='')}"
+
+    def find_binaries(self) -> Path:
+        return find_pgbouncer_binary()
+
+    def _initialize(self, directory: Path) -> None:
+        host, port = self._upstream
+        secret = self._password.replace('"', '""')
+        auth = directory / "userlist.txt"
+        auth.write_text(f'"{self._user}" "{secret}"\n')
+        settings = {
+            "listen_addr": LOCALHOST,
+            "listen_port": str(self._port),
+            "unix_socket_dir": "",
+            "auth_type": "scram-sha-256",
+            "auth_file": os.fspath(auth),
+            "admin_users": self._user,
+            "stats_users": self._user,
+            **self._settings,
+        }
+        lines = ["[databases]", f"* = host={host} port={port}", "", "[pgbouncer]"]
+        lines += [f"{name} = {value}" for name, value in settings.items()]
+        ini = directory / "pgbouncer.ini"
+        ini.write_text("\n".join(lines) + "\n")
+        for path in (auth, ini):
+            path.chmod(0o600)
+            if self._account is not None:
+                os.chown(path, self._account.uid, self._account.gid)
+
+    def _command(self, directory: Path) -> list[str]:
+        return [os.fspath(self.find_binaries()), os.fspath(directory / "pgbouncer.ini")]
+
+    def _ping(self) -> bool:
+        return True  # accepting TCP connections is PgBouncer's readiness
+
+    def _spawn_and_wait(self, directory: Path) -> None:
+        ini = directory / "pgbouncer.ini"
+        text = ini.read_text()
+        text = re.sub(r"(?m)^listen_port = .*$", f"listen_port = {self._port}", text)
+        ini.write_text(text)
+        super()._spawn_and_wait(directory)
 
 
 # --------------------------------------------------------------------------- Redis

@@ -1,0 +1,61 @@
+"""A bounded run of ``benchmarks/bench_nodes.py``: three worker processes behind PgBouncer at
+rest hold one store connection each plus their direct listener, a job submitted to the idle
+cluster starts within the documented 2 s, and a small busy phase drains."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from ratchet.testing.pytest_plugin import backend_unavailable
+from ratchet.testing.servers import ServerUnavailable, find_pgbouncer_binary
+
+BENCH = Path(__file__).resolve().parents[3] / "benchmarks" / "bench_nodes.py"
+
+pytestmark = [pytest.mark.postgres, pytest.mark.pgbouncer]
+
+
+def test_three_idle_nodes_behind_pgbouncer(
+    request: pytest.FixtureRequest, postgres_server: object, tmp_path: Path
+) -> None:
+    try:
+        find_pgbouncer_binary()
+    except ServerUnavailable as exc:
+        backend_unavailable(request.config, "pgbouncer", str(exc))
+    out = tmp_path / "figures.json"
+    done = subprocess.run(
+        [
+            sys.executable,
+            str(BENCH),
+            "--processes",
+            "3",
+            "--pgbouncer",
+            # idle connections beyond the first close after 30 s without use
+            "--settle",
+            "36",
+            "--window",
+            "4",
+            "--latency-samples",
+            "2",
+            "--busy-jobs",
+            "60",
+            "--busy-timeout",
+            "120",
+            "--json",
+            str(out),
+        ],
+        capture_output=True,
+        text=True,
+        timeout=400,
+    )
+    assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-5000:]
+    figures = json.loads(out.read_text())
+    idle = figures["idle"]
+    assert idle["pgbouncer_connections"]["clients"] == 3, idle
+    assert idle["connections_listener"] == 3, "each node listens on a direct connection"
+    assert max(idle["first_job_start_s"]) < 2.0, idle["first_job_start_s"]
+    assert figures["busy"]["jobs"] == 60
