@@ -10,7 +10,6 @@ here locks: the adapter serialises access.
 from __future__ import annotations
 
 import enum
-import json
 from collections import deque
 from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass, field
@@ -18,7 +17,7 @@ from datetime import datetime, timedelta
 from typing import Any, TypeVar
 
 from ratchet.domain.errors import ConfigurationError, RatchetError
-from ratchet.domain.text import storable_text
+from ratchet.domain.text import json_object_of, storable_text
 
 F = TypeVar("F", bound=Callable[..., Any])
 
@@ -425,13 +424,5 @@ def published_breakers(states: Mapping[str, BreakerState]) -> dict[str, str]:
 def read_published_breakers(text: str | None) -> dict[str, str]:
     """The breakers a node published (empty for none, or for text that is not what
     :func:`published_breakers` writes)."""
-    if not text:
-        return {}
-    try:
-        value = json.loads(text)
-    except ValueError:
-        return {}
-    if not isinstance(value, dict):
-        return {}
     known = {state.value for state in BreakerState}
-    return {k: v for k, v in value.items() if isinstance(k, str) and v in known}
+    return {k: v for k, v in json_object_of(text).items() if isinstance(v, str) and v in known}

@@ -10,6 +10,7 @@ exactly those characters as visible escapes and leaves every other string unchan
 
 from __future__ import annotations
 
+import json
 import traceback
 
 _NUL = "\x00"
@@ -78,3 +79,15 @@ def describe_traceback(exc: BaseException) -> str:
     if len(text) > MAX_TRACEBACK_CHARS:
         text = "...\n" + text[-(MAX_TRACEBACK_CHARS - 4) :]
     return text
+
+
+def json_object_of(text: str | None) -> dict[str, object]:
+    """The JSON object ``text`` holds (empty for None, empty text, text that is not JSON, or
+    JSON that is not an object): for reading small documents a store keeps, never raising."""
+    if not text:
+        return {}
+    try:
+        value = json.loads(text)
+    except ValueError:
+        return {}
+    return value if isinstance(value, dict) else {}

@@ -26,6 +26,7 @@ from typing import TYPE_CHECKING, Any
 from ratchet import hookimpl
 from ratchet.domain.errors import ConfigurationError
 from ratchet.domain.model import MAX_TRACE_CONTEXT, ClaimedJob
+from ratchet.domain.text import json_object_of
 from ratchet.ports import AttemptSpan, SpanValue, SubmitSpan
 
 if TYPE_CHECKING:
@@ -77,15 +78,7 @@ def stored_context(span: Span) -> str | None:
 def decode_carrier(text: str | None) -> dict[str, str]:
     """The W3C trace headers of a stored trace context (empty when it is absent or unreadable:
     the attempt then starts a trace of its own)."""
-    if not text:
-        return {}
-    try:
-        value = json.loads(text)
-    except ValueError:
-        return {}
-    if not isinstance(value, dict):
-        return {}
-    return {k: v for k, v in value.items() if isinstance(k, str) and isinstance(v, str)}
+    return {k: v for k, v in json_object_of(text).items() if isinstance(v, str)}
 
 
 class OpenTelemetryTracer:

@@ -218,6 +218,37 @@ class QueryStoreContract:
             pytest.skip("N/A: the store has no WorkflowStore capability")
         return cap  # type: ignore[no-any-return]
 
+    def insert_chain_with_branch(
+        self,
+        flows: WorkflowStore,
+        clock: FakeClock,
+        condition: WorkflowCondition | None = None,
+        description: str | None = None,
+    ) -> tuple[NewJob, NewJob, NewJob, NewJob]:
+        """A head, a chain step after it and one after that, and a branch of the head (with
+        its ``condition`` stored, if given): ``(head, step1, step2, branch)``."""
+        head = new_job(clock)
+        step1, step2 = waiting(new_job(clock)), waiting(new_job(clock))
+        branch = waiting(new_job(clock))
+
+        def after(job: NewJob, parent: NewJob, kind: JobType, **flags: Any) -> FlowJob:
+            return FlowJob(job, kind, depends_on=parent.job_id, waiting_for=parent.job_id, **flags)
+
+        chain = {"chain_id": head.job_id}
+        flows.insert_flow(
+            [
+                FlowJob(head, chain_id=head.job_id, has_dependents=True),
+                after(step1, head, JobType.CHAIN_STEP, **chain, has_dependents=True),
+                after(step2, step1, JobType.CHAIN_STEP, **chain),
+                after(branch, head, JobType.WORKFLOW_BRANCH),
+            ],
+            now=clock.now(),
+            branches=[]
+            if condition is None
+            else [BranchSpec(head.job_id, branch.job_id, condition, 0, description=description)],
+        )
+        return head, step1, step2, branch
+
     def test_batch_children_and_workflow_dependants(
         self, store: Any, query: QueryStore, clock: FakeClock
     ) -> None:
@@ -233,33 +264,7 @@ class QueryStoreContract:
         got = self.walk(query, JobQuery(batch_id=parent.job_id), 2)
         assert sorted(got) == sorted(c.job_id for c in children), "children only, not the parent"
 
-        head = new_job(clock)
-        step1, step2 = waiting(new_job(clock)), waiting(new_job(clock))
-        branch = waiting(new_job(clock))
-        flows.insert_flow(
-            [
-                FlowJob(head, chain_id=head.job_id, has_dependents=True),
-                FlowJob(
-                    step1,
-                    JobType.CHAIN_STEP,
-                    chain_id=head.job_id,
-                    depends_on=head.job_id,
-                    waiting_for=head.job_id,
-                    has_dependents=True,
-                ),
-                FlowJob(
-                    step2,
-                    JobType.CHAIN_STEP,
-                    chain_id=head.job_id,
-                    depends_on=step1.job_id,
-                    waiting_for=step1.job_id,
-                ),
-                FlowJob(
-                    branch, JobType.WORKFLOW_BRANCH, depends_on=head.job_id, waiting_for=head.job_id
-                ),
-            ],
-            now=clock.now(),
-        )
+        head, step1, step2, branch = self.insert_chain_with_branch(flows, clock)
         members = {head.job_id, step1.job_id, step2.job_id, branch.job_id}
         assert set(self.walk(query, JobQuery(workflow_id=head.job_id), 3)) == members
         found = query.dependants(head.job_id, limit=100)
@@ -275,47 +280,10 @@ class QueryStoreContract:
         self, store: Any, query: QueryStore, clock: FakeClock
     ) -> None:
         flows = self.workflow(store)
-        head = new_job(clock)
-        step = waiting(new_job(clock))
-        on_fail = waiting(new_job(clock))
-        after_step = waiting(new_job(clock))
         lone = new_job(clock)
         store.insert_jobs([lone], now=clock.now())
-        flows.insert_flow(
-            [
-                FlowJob(head, chain_id=head.job_id, has_dependents=True),
-                FlowJob(
-                    step,
-                    JobType.CHAIN_STEP,
-                    chain_id=head.job_id,
-                    depends_on=head.job_id,
-                    waiting_for=head.job_id,
-                    has_dependents=True,
-                ),
-                FlowJob(
-                    on_fail,
-                    JobType.WORKFLOW_BRANCH,
-                    depends_on=head.job_id,
-                    waiting_for=head.job_id,
-                ),
-                FlowJob(
-                    after_step,
-                    JobType.CHAIN_STEP,
-                    chain_id=head.job_id,
-                    depends_on=step.job_id,
-                    waiting_for=step.job_id,
-                ),
-            ],
-            now=clock.now(),
-            branches=[
-                BranchSpec(
-                    head.job_id,
-                    on_fail.job_id,
-                    WorkflowCondition.failure(),
-                    0,
-                    description="clean up",
-                )
-            ],
+        head, step, after_step, on_fail = self.insert_chain_with_branch(
+            flows, clock, WorkflowCondition.failure(), "clean up"
         )
         links = query.job_links([head.job_id], limit=100)
         assert {(link.parent_id, link.child_id) for link in links} == {
