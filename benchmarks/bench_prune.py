@@ -177,7 +177,13 @@ def window(claims: list[tuple[float, float, int]], start: float, end: float) -> 
 
 
 def one_run(
-    server_url: str, rows: int, pending: int, baseline: float, pause: float, busy_share: float
+    server_url: str,
+    rows: int,
+    pending: int,
+    baseline: float,
+    pause: float,
+    busy_share: float,
+    batch_target: float = 250.0,
 ) -> dict[str, Any]:
     from ratchet import Ratchet, RetentionSettings
 
@@ -196,7 +202,9 @@ def one_run(
         time.sleep(baseline)
         t_prune = time.monotonic()
         settings = RetentionSettings(
-            pause_between_batches=timedelta(milliseconds=pause), busy_share=busy_share
+            pause_between_batches=timedelta(milliseconds=pause),
+            busy_share=busy_share,
+            batch_target=timedelta(milliseconds=batch_target),
         )
         app = Ratchet(url, allow_empty_class_policy=True, retention=settings)
         report = app.retention.run()
@@ -259,6 +267,12 @@ def main(argv: list[str] | None = None) -> int:
         "--pause", type=float, default=20.0, help="ms between removal batches (the default 20)"
     )
     parser.add_argument(
+        "--batch-target",
+        type=float,
+        default=250.0,
+        help="ms one removal transaction should take (the default 250)",
+    )
+    parser.add_argument(
         "--busy-share",
         type=float,
         default=0.5,
@@ -283,7 +297,13 @@ def main(argv: list[str] | None = None) -> int:
     try:
         for i in range(args.runs):
             result = one_run(
-                url, args.rows, args.pending, args.baseline, args.pause, args.busy_share
+                url,
+                args.rows,
+                args.pending,
+                args.baseline,
+                args.pause,
+                args.busy_share,
+                args.batch_target,
             )
             results.append(result)
             print_sizes(result["sizes"])
