@@ -206,7 +206,6 @@ def condition_text(link: JobLink) -> str:
 
 
 def dependants_graph(
-    app: Ratchet,
     job: JobRecord,
     dependants: list[JobRecord],
     links: list[JobLink],
@@ -272,7 +271,7 @@ def job_page(
         ),
         "logs": app.retention.job_logs(job_id, limit=1000),
         "dependants": dependants,
-        "graph": dependants_graph(app, job, dependants, links, href),
+        "graph": dependants_graph(job, dependants, links, href),
         "waits_for": waits_for,
         "waits_for_condition": "" if waits_for is None else condition_text(waits_for),
         "batch": batch,

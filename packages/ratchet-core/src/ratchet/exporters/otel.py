@@ -113,9 +113,8 @@ class OpenTelemetryTracer:
 
     def _extract(self, trace_context: str | None) -> Any:
         """The OpenTelemetry context a stored trace context names (an empty one without)."""
-        from opentelemetry.context import Context
-
-        return self._propagator.extract(decode_carrier(trace_context), context=Context())
+        empty = self._context_api.Context()
+        return self._propagator.extract(decode_carrier(trace_context), context=empty)
 
     def submission(
         self, operation: str, attributes: dict[str, SpanValue]
