@@ -53,7 +53,8 @@ class TestWatcherThroughPgBouncer(WatcherStoreContract):
 def test_the_url_switch_turns_prepared_statements_off(pgbouncer_store_url: str) -> None:
     store = PostgresStore(pgbouncer_store_url)
     try:
-        assert "pgbouncer" not in store.url
+        assert "pgbouncer" not in str(store.engine.url)
+        assert split_pgbouncer(store.url)[1] == "transaction"  # reopening keeps the switch
         with store.engine.connect() as conn:
             assert conn.connection.dbapi_connection.prepare_threshold is None  # type: ignore[union-attr]
         # psycopg would prepare a statement by name from its sixth run on; through transaction
@@ -84,6 +85,9 @@ def test_the_postgres_coordinator_refuses_to_listen_through_transaction_pooling(
         make_postgres_coordinator("postgres", context)
     with pytest.raises(ConfigurationError, match="Redis coordinator"):
         make_postgres_coordinator(pgbouncer_store_url, context)
+    # The app hands the coordinator its store's URL: the switch must survive that hand-off.
+    with pytest.raises(ConfigurationError, match="direct postgresql:// URL"):
+        Ratchet(pgbouncer_store_url, coordinator="postgres", allowed_modules=["pg_jobs"])
 
 
 def test_two_worker_processes_run_jobs_through_pgbouncer_exactly_once(

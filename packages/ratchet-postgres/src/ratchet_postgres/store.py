@@ -541,7 +541,8 @@ class PostgresStore(SqlStore):
         self, url: str, dialect: PostgresDialect | None = None, **engine_options: Any
     ) -> None:
         dialect = dialect or PostgresDialect()
-        url, self.pgbouncer = split_pgbouncer(normalize_url(url))
+        opened_with = normalize_url(url)
+        url, self.pgbouncer = split_pgbouncer(opened_with)
         """PgBouncer's pool mode when the URL says PgBouncer is in between (None: direct)."""
         if self.pgbouncer == "transaction":
             # A server connection serves one transaction, then other clients: statements
@@ -552,6 +553,9 @@ class PostgresStore(SqlStore):
             defaults = dialect.engine_kwargs(url).get("connect_args", {})
             engine_options["connect_args"] = {**defaults, **engine_options["connect_args"]}
         super().__init__(url, dialect, **engine_options)
+        # Keep the switch in the URL others reopen this store from (child processes, more
+        # nodes, the coordinator's check): they must connect by the same rules.
+        self.url = opened_with
 
     def make_hot_paths(self) -> HotPaths:
         self.pg_insert = PostgresInsert(self.dialect)
