@@ -209,6 +209,33 @@ def test_claim_plan_uses_the_partial_index(store: PostgresStore) -> None:
         assert '"Sort Method"' not in plan or "external" not in plan
 
 
+def _visited(node: dict[str, Any]) -> Iterator[tuple[str, int]]:
+    """(node type, rows it produced over all its loops) for ``node`` and every node under it."""
+    yield node["Node Type"], node["Actual Rows"] * node["Actual Loops"]
+    for child in node.get("Plans", ()):
+        yield from _visited(child)
+
+
+def test_a_claim_reads_a_batch_not_the_queue_under_stale_statistics(
+    store: PostgresStore,
+) -> None:
+    """A queue the planner has no statistics for yet (a burst of jobs into a new database;
+    autovacuum analyzes a minute or more later) must not make the claim walk every PENDING row
+    to mark a batch RUNNING: no step of it produces more rows than the candidates it reads."""
+    clock = FakeClock()
+    for _ in range(4):  # submitted by the application, as a burst arrives
+        store.insert_jobs([new_job(clock) for _ in range(5_000)], now=clock.now())
+    params = claim_parameters("n", 20, clock.now(), BOOST)
+    with store.engine.connect() as conn:
+        plan = conn.execute(
+            text("EXPLAIN (ANALYZE, TIMING OFF, FORMAT JSON) " + claim_statement(True).text),
+            params,
+        ).scalar_one()
+        conn.rollback()
+    largest = max(_visited(plan[0]["Plan"]), key=lambda visit: visit[1])
+    assert largest[1] <= params["cand"] * len(JobPriority), (largest, plan)
+
+
 def test_claim_skips_rows_locked_by_another_transaction(store: PostgresStore) -> None:
     clock = FakeClock()
     jobs = [

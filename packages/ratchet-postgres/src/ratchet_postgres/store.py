@@ -170,6 +170,11 @@ def claim_statement(boosted: bool) -> TextClause:
     a lateral subquery), skipping rows other claimers hold, until ``:lim`` are locked: only the
     rows taken (and those skipped) are visited. ``upd`` marks them RUNNING (epoch + 1), ``hist``
     opens their attempt rows, and the final select adds the definitions, in claim order.
+
+    ``upd`` finds its rows by their ids only, as an array as well as by the join (the rows are
+    locked and were PENDING when locked, so no status test is needed): given a status test or the
+    join alone, a planner that believes the queue nearly empty (statistics from before a burst of
+    jobs) walks every PENDING row, and a claim costs as much as the queue is long.
     """
     if boosted:
         effective = (
@@ -201,7 +206,7 @@ WITH cand AS (
     SET status = '{running}', picked_by = :node, picked_at = :now, epoch = q.epoch + 1,
         start_by = NULL
     FROM picked p
-    WHERE q.job_id = p.job_id AND q.status = '{pending}'
+    WHERE q.job_id = p.job_id AND q.job_id = ANY(ARRAY(SELECT job_id FROM picked))
     RETURNING q.job_id, q.priority, q.scheduled_time, q.epoch, q.attempts, p.eff
 ), hist AS (
     INSERT INTO scheduler_job_execution (job_id, attempt_no, epoch, node_id, started_at, outcome)
