@@ -338,6 +338,35 @@ def test_worker_pool_options_and_variables_size_the_apps_store(
     assert "pool 2 4" in result.stdout, result.output
 
 
+FREEZE_APP = """
+import gc
+
+from ratchet import Ratchet
+
+
+class App(Ratchet):
+    def run_worker(self, config=None, **options):
+        print("frozen", gc.get_freeze_count())
+
+
+app = App("sqlite:///DB", allowed_modules=["PKG"])
+"""
+
+
+def test_the_worker_command_freezes_the_start_up_heap_before_running(workdir: Path) -> None:
+    import gc
+
+    name = package(workdir, FREEZE_APP)
+    gc.unfreeze()
+    try:
+        result = run("worker", f"{name}.jobs:app")
+    finally:
+        gc.unfreeze()  # this test process is not a worker
+    assert result.exit_code == 0, result.output
+    frozen = int(result.stdout.split("frozen ")[1].split()[0])
+    assert frozen > 10_000, result.stdout  # the imported modules and the app at least
+
+
 def test_worker_pool_sizes_out_of_range_are_one_line_errors(
     workdir: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:

@@ -24,6 +24,7 @@ class Command(BaseCommand):
 
     def handle(self, *args: Any, **options: Any) -> None:
         from ratchet.config import WorkerConfig
+        from ratchet.engine.worker import freeze_startup_heap
         from ratchet_django import conf
         from ratchet_django.jobs import build_app, get_app
 
@@ -36,4 +37,5 @@ class Command(BaseCommand):
             worker["drain_timeout"] = timedelta(seconds=options["drain_timeout"])
         app = build_app(node_name=options["node_name"]) if options["node_name"] else get_app()
         self.stdout.write(f"ratchet worker on {app.store.url}")
+        freeze_startup_heap()  # this process exists to run the worker
         app.run_worker(WorkerConfig(**worker))
