@@ -259,3 +259,42 @@ def test_ids_of_claimed_jobs_are_uuids(store: PostgresStore) -> None:
     store.insert_jobs([new_job(clock)], now=clock.now())
     [claimed] = store.claim("n1", 1, now=clock.now(), boost_interval=BOOST)
     assert isinstance(claimed.job_id, uuid.UUID)
+
+
+def test_a_poll_is_one_statement_with_the_node_probe_folded_in(store: PostgresStore) -> None:
+    """The poll's probe (the node's state, a possible takeover) runs inside the claim: one
+    statement per poll while the node is ALIVE with nothing to take over, and none of the
+    probe's answers is lost (a DEAD node claims nothing)."""
+    from sqlalchemy import event
+
+    from ratchet.domain.watcher import NodeInfo, WatcherSettings
+
+    clock = FakeClock()
+    settings = WatcherSettings()
+    store.insert_jobs([new_job(clock) for _ in range(5)], now=clock.now())
+    store.register_incarnation(NodeInfo("n1", "web-1", "host", 1, 4), now=clock.now())
+    statements: list[str] = []
+    event.listen(store.engine, "before_cursor_execute", lambda *a: statements.append(a[2]))
+
+    def poll(node: str, want: int) -> Any:
+        statements.clear()
+        return store.acquire_work(
+            node, want, now=clock.now(), settings=settings, boost_interval=BOOST
+        )
+
+    work = poll("n1", 2)
+    assert len(work.claimed) == 2 and work.state is not None and work.state.value == "ALIVE"
+    assert len(statements) == 1, statements
+    empty = poll("n1", 0)
+    assert empty.claimed == () and statements == []
+    assert store.declare_dead(["n1"], now=clock.now()) == ["n1"]
+    dead = poll("n1", 3)
+    assert dead.state is not None and dead.state.value == "DEAD" and dead.claimed == ()
+    assert len(statements) == 1
+    unknown = poll("nobody", 3)
+    assert unknown.state is None and unknown.claimed == ()
+    with store.engine.connect() as conn:
+        running = conn.execute(
+            text("SELECT count(*) FROM scheduler_job_queue WHERE status = 'RUNNING'")
+        ).scalar_one()
+    assert running == 2, "the dead and the unknown node claimed nothing"

@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import json
 import uuid
-from collections.abc import Collection, Iterable, Iterator, Sequence
+from collections.abc import Collection, Iterable, Iterator, Mapping, Sequence
 from contextlib import nullcontext
 from datetime import datetime, timedelta
 from functools import cache
@@ -30,6 +30,7 @@ from sqlalchemy.exc import DBAPIError
 from ratchet.domain.errors import ConfigurationError
 from ratchet.domain.lifecycle import JobPriority, JobStatus, check_transition
 from ratchet.domain.model import ClaimedJob, NewJob
+from ratchet.domain.watcher import LIVE_NODE_STATES, NodeState
 from ratchet.ports import InsertResult, iter_chunks
 from ratchet.sql import schema
 from ratchet.sql.affinity import AFFINITY_COLUMNS
@@ -39,6 +40,7 @@ from ratchet.sql.hotpaths import (
     QUEUE_COLUMNS,
     RECORD_QUEUE_COLUMNS,
     ClaimStatements,
+    GatedClaim,
     HotPaths,
     InsertStatements,
     OutcomeStatements,
@@ -158,9 +160,37 @@ CANDIDATES_PER_CLAIMED = 2
 CONTENTION_MARGIN = 32
 
 
+def _gate() -> str:
+    """The CTEs that decide whether a node may claim now (:data:`GATE_PARAMETERS`): ``probe``
+    reads the node's state and whether a takeover is possible (a TIMED_OUT job of another
+    incarnation, past the grace or of a node that is no longer live, inside the takeover
+    window, under the takeover limit), ``gate`` opens for an ALIVE node with no takeover to make
+    first, or for a node without a row when ``:without_row`` allows it."""
+    live = ", ".join(f"'{state.value}'" for state in LIVE_NODE_STATES)
+    return f"""probe AS MATERIALIZED (
+    SELECT (SELECT n.state FROM scheduler_node n WHERE n.node_id = :node) AS state,
+           EXISTS (
+               SELECT 1 FROM scheduler_job_queue t
+               WHERE t.status = '{JobStatus.TIMED_OUT.value}' AND t.picked_by <> :node
+                 AND t.takeovers < :p_takeovers AND t.timed_out_at > :p_window
+                 AND (t.timed_out_at <= :p_grace OR t.picked_by NOT IN (
+                      SELECT n.node_id FROM scheduler_node n WHERE n.state IN ({live})))
+           ) AS eligible
+), gate AS (
+    SELECT COALESCE((state = '{NodeState.ALIVE.value}' AND NOT eligible)
+                    OR (state IS NULL AND CAST(:without_row AS BOOLEAN)), FALSE) AS open
+    FROM probe
+), """
+
+
+#: The parameters :func:`claim_statement` takes beyond :func:`claim_parameters` when gated.
+GATE_PARAMETERS = ("p_takeovers", "p_window", "p_grace", "without_row")
+
+
 @cache
-def claim_statement(boosted: bool) -> TextClause:
-    """The claim as one statement (``boosted``: whether the age boost is on).
+def claim_statement(boosted: bool, gated: bool = False) -> TextClause:
+    """The claim as one statement (``boosted``: whether the age boost is on; ``gated``: the
+    poll's probe of the node's state folded in, :func:`_gate`).
 
     ``cand``: per priority level the ``:cand`` oldest due PENDING jobs (``:lim`` times
     :data:`CANDIDATES_PER_CLAIMED`; an index-only range scan each); their union holds the true
@@ -175,6 +205,9 @@ def claim_statement(boosted: bool) -> TextClause:
     locked and were PENDING when locked, so no status test is needed): given a status test or the
     join alone, a planner that believes the queue nearly empty (statistics from before a burst of
     jobs) walks every PENDING row, and a claim costs as much as the queue is long.
+
+    Gated, it claims only when the gate is open and always returns at least one row: the
+    probe's ``state`` and ``eligible`` on every row, the job columns NULL when none was claimed.
     """
     if boosted:
         effective = (
@@ -186,8 +219,10 @@ def claim_statement(boosted: bool) -> TextClause:
     union = "\n      UNION ALL ".join(_branch(level) for level in sorted(JobPriority, reverse=True))
     pending = JobStatus.PENDING.value
     running = JobStatus.RUNNING.value
+    gate = _gate() if gated else ""
+    opened = "\n    WHERE (SELECT open FROM gate)" if gated else ""
     sql = f"""
-WITH cand AS (
+WITH {gate}cand AS (
       {union}
 ), ordered AS (
     SELECT c.job_id, {effective} AS eff, c.scheduled_time
@@ -199,7 +234,7 @@ WITH cand AS (
         SELECT 1 FROM scheduler_job_queue q
         WHERE q.job_id = o.job_id AND q.status = '{pending}' AND q.scheduled_time <= :now
         FOR UPDATE SKIP LOCKED
-    ) locked
+    ) locked{opened}
     LIMIT :lim
 ), upd AS (
     UPDATE scheduler_job_queue q
@@ -211,12 +246,21 @@ WITH cand AS (
 ), hist AS (
     INSERT INTO scheduler_job_execution (job_id, attempt_no, epoch, node_id, started_at, outcome)
     SELECT job_id, attempts + 1, epoch, :node, :now, '{running}' FROM upd
-)
-SELECT u.job_id, u.priority, u.scheduled_time, u.epoch, u.attempts,
+)"""
+    claimed = f"""SELECT u.job_id, u.priority, u.scheduled_time, u.epoch, u.attempts,
        j.target, j.payload, j.max_retries, j.backoff_policy, j.backoff_ms, j.timeout_ms,
        j.params, j.tags, j.executor, j.resource_name, j.caller_principal, j.trace_context,
-       ({flow_effects}) AS flow_effects
-FROM upd u JOIN scheduler_job j ON j.job_id = u.job_id
+       ({flow_effects}) AS flow_effects, u.eff
+FROM upd u JOIN scheduler_job j ON j.job_id = u.job_id"""
+    if gated:
+        sql += f"""
+SELECT g.state, g.eligible, c.*
+FROM probe g LEFT JOIN ({claimed}) c ON TRUE
+ORDER BY c.eff DESC, c.scheduled_time, c.job_id
+"""
+    else:
+        sql += f"""
+{claimed}
 ORDER BY u.eff DESC, u.scheduled_time, u.job_id
 """
     return text(sql)
@@ -420,6 +464,29 @@ class PostgresClaim(ClaimStatements):
             claimed_job(r, r, now, epoch=r.epoch, scheduled_time=from_micros(r.scheduled_time))
             for r in rows
         ]
+
+    gates_claims = True
+
+    def gated_claim(
+        self,
+        conn: Connection,
+        node_id: str,
+        limit: int,
+        now: datetime,
+        boost: timedelta,
+        node_tags: frozenset[str],
+        gate: Mapping[str, Any],
+    ) -> GatedClaim:
+        params = claim_parameters(node_id, limit, now, boost, node_tags, self.contention_margin)
+        params.update((name, gate[name]) for name in GATE_PARAMETERS)
+        rows = conn.execute(claim_statement("boost" in params, gated=True), params).all()
+        first = rows[0]  # the probe's row: one even when nothing was claimed
+        claimed = [
+            claimed_job(r, r, now, epoch=r.epoch, scheduled_time=from_micros(r.scheduled_time))
+            for r in rows
+            if r.job_id is not None
+        ]
+        return GatedClaim(first.state, bool(first.eligible), claimed)
 
 
 class PostgresInsert(InsertStatements):

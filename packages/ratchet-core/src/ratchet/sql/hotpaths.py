@@ -140,6 +140,17 @@ _CLOSE_ATTEMPT = (
 
 
 # ---------------------------------------------------------------------------------- the claim
+@dataclass(frozen=True, slots=True)
+class GatedClaim:
+    """What a claim with the poll's probe folded in found: the node's state (None: the node has
+    no row), whether a takeover is possible, and the jobs claimed (none unless the node may
+    claim: ALIVE with no takeover to make first, or without a row when that was allowed)."""
+
+    state: str | None
+    eligible: bool
+    claimed: list[ClaimedJob]
+
+
 class ClaimStatements:
     """The claim: the due candidates per priority level, sorted in claim order, those nobody
     else holds locked, the first ``limit`` marked RUNNING under a new epoch with an attempt row
@@ -153,6 +164,9 @@ class ClaimStatements:
     candidates_locked = False
     """Whether :meth:`candidates` locks the rows it returns, skipping rows others hold (then
     :meth:`lock` is not called)."""
+
+    gates_claims = False
+    """Whether :meth:`gated_claim` folds the poll's probe into the claim (one statement)."""
 
     def __init__(self, dialect: SqlDialect) -> None:
         self.dialect = dialect
@@ -228,6 +242,21 @@ class ClaimStatements:
         definitions = {r.job_id: r for r in conn.execute(DEFINITIONS, {"ids": ids})}
         conn.execute(_OPEN_ATTEMPT, attempt_rows(chosen, node_id, now))
         return marked, definitions
+
+    def gated_claim(
+        self,
+        conn: Connection,
+        node_id: str,
+        limit: int,
+        now: datetime,
+        boost: timedelta,
+        node_tags: frozenset[str],
+        gate: Mapping[str, Any],
+    ) -> GatedClaim:
+        """The poll's probe and, when it allows, the claim, in one statement (only where
+        :attr:`gates_claims`). ``gate``: the probe's parameters (``p_takeovers``, ``p_window``,
+        ``p_grace``) and ``without_row``."""
+        raise NotImplementedError(f"{type(self).__name__} has no gated claim")
 
     def claim(
         self,

@@ -78,6 +78,7 @@ from ratchet.sql.workflow_store import REFUSE_ALL
 
 if TYPE_CHECKING:
     from ratchet.sql.dialect import SqlDialect
+    from ratchet.sql.hotpaths import HotPaths
 
 T = TypeVar("T")
 
@@ -171,6 +172,7 @@ class WatcherStoreMixin:
     if TYPE_CHECKING:
         dialect: SqlDialect
         atomic_claim: bool
+        hot_paths: HotPaths
 
         def _run(
             self, work: Callable[[Connection], T], *, write: bool = True, autocommit: bool = False
@@ -775,7 +777,24 @@ class WatcherStoreMixin:
         if want <= 0:
             return AcquiredWork(None)
         probe, params = self._probe_statement(node_id, now, settings)
-        if self.atomic_claim and not reserved:
+        claims = self.hot_paths.claim
+        if claims.gates_claims and not reserved:
+            # The probe folded into the claim: one statement, which claims only what the
+            # checks below would let the node claim.
+            gate = {**params, "without_row": without_row}
+            gated = self._run(
+                lambda conn: claims.gated_claim(
+                    conn, node_id, want, now, boost_interval, node_tags, gate
+                ),
+                autocommit=True,
+            )
+            state = None if gated.state is None else NodeState(gated.state)
+            if state is not NodeState.ALIVE and not (state is None and without_row):
+                return AcquiredWork(state)
+            if not (gated.eligible and state is NodeState.ALIVE):
+                return AcquiredWork(state, (), (), tuple(gated.claimed))
+            # takeovers are possible (nothing was claimed): the general path below
+        elif self.atomic_claim and not reserved:
             # The claim is one statement: probe, then claim, each on its own without BEGIN and
             # COMMIT (a transaction around them would add two round trips and no guarantee: the
             # probe locks nothing, so a node may be declared dead between the two either way,
