@@ -45,3 +45,14 @@ def support_path(monkeypatch: pytest.MonkeyPatch) -> Iterator[Path]:
     """Make ``tests/support`` importable (job modules for end-to-end tests)."""
     monkeypatch.syspath_prepend(str(SUPPORT))
     yield SUPPORT
+
+
+@pytest.fixture(autouse=True)
+def _heap_left_unfrozen() -> Iterator[None]:
+    """The ``worker`` command freezes the start-up heap of its process; run in this process by a
+    test, it would keep the test run's objects out of cycle collection for good."""
+    import gc
+
+    yield
+    if gc.get_freeze_count():
+        gc.unfreeze()

@@ -357,11 +357,8 @@ def test_the_worker_command_freezes_the_start_up_heap_before_running(workdir: Pa
     import gc
 
     name = package(workdir, FREEZE_APP)
-    gc.unfreeze()
-    try:
-        result = run("worker", f"{name}.jobs:app")
-    finally:
-        gc.unfreeze()  # this test process is not a worker
+    assert gc.get_freeze_count() == 0
+    result = run("worker", f"{name}.jobs:app")  # the conftest unfreezes this process after
     assert result.exit_code == 0, result.output
     frozen = int(result.stdout.split("frozen ")[1].split()[0])
     assert frozen > 10_000, result.stdout  # the imported modules and the app at least
