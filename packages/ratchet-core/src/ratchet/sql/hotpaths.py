@@ -54,7 +54,7 @@ from ratchet.sql.affinity import (
 )
 from ratchet.sql.claimed import DEFINITIONS, attempt_rows, claimed_job
 from ratchet.sql.dialect import SqlDialect
-from ratchet.sql.prepared import PreparedInsert, PreparedKeyLookup, uuid_binder
+from ratchet.sql.prepared import PreparedInsert, PreparedKeyLookup, PreparedStatement, uuid_binder
 from ratchet.sql.types import UTCMicros, to_micros
 from ratchet.sql.watcher_store import CHUNK, OWNED
 
@@ -640,6 +640,18 @@ class OutcomeStatements:
     def __init__(self, dialect: SqlDialect) -> None:
         self.dialect = dialect
         self._owned_stmt = dialect.lock_rows(OWNED_ROWS)
+        self._rendered: dict[int, tuple[PreparedStatement, ...]] = {}
+
+    def _statements(self, conn: Connection) -> tuple[PreparedStatement, ...]:
+        """The four writes of :meth:`apply` rendered for ``conn``'s dialect (once each)."""
+        found = self._rendered.get(id(conn.dialect))
+        if found is None:
+            found = tuple(
+                PreparedStatement(conn.dialect, statement)
+                for statement in (_DELETE_LIVE, _END_JOB, _BACK_TO_PENDING, _CLOSE_ATTEMPT)
+            )
+            self._rendered = {id(conn.dialect): found}
+        return found
 
     def owned(
         self, conn: Connection, node_id: str, ids: Sequence[uuid.UUID]
@@ -654,15 +666,16 @@ class OutcomeStatements:
 
     def apply(self, conn: Connection, writes: Sequence[AppliedOutcome]) -> None:
         """Write the applied outcomes (their rows are locked)."""
+        delete_live, end_job, back_to_pending, close_attempt = self._statements(conn)
         terminal = [w for w in writes if w.planned.terminal_status is not None]
         back = [w for w in writes if w.planned.terminal_status is None]
         if terminal:
             # One statement per job (the dialects batch them into one round trip): with an IN
             # list MySQL/MariaDB may scan the table (a small one by its statistics) and wait on,
             # then deadlock with, other workers' rows.
-            conn.execute(_DELETE_LIVE, [{"b_id": w.outcome.job_id} for w in terminal])
-            conn.execute(
-                _END_JOB,
+            delete_live.execute(conn, [{"b_id": w.outcome.job_id} for w in terminal])
+            end_job.execute(
+                conn,
                 [
                     {
                         "b_id": w.outcome.job_id,
@@ -676,8 +689,8 @@ class OutcomeStatements:
                 ],
             )
         if back:
-            conn.execute(
-                _BACK_TO_PENDING,
+            back_to_pending.execute(
+                conn,
                 [
                     {
                         "b_id": w.outcome.job_id,
@@ -688,8 +701,8 @@ class OutcomeStatements:
                     for w in back
                 ],
             )
-        conn.execute(
-            _CLOSE_ATTEMPT,
+        close_attempt.execute(
+            conn,
             [
                 {
                     "b_id": w.outcome.job_id,
