@@ -258,6 +258,30 @@ def _proc_cpu(pid: int) -> float:
     return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
 
 
+def _postgres_cpu(postmaster: int) -> float:
+    """CPU seconds so far of the server: the postmaster and its children (backends,
+    autovacuum, WAL writer, checkpointer), the ones still running."""
+    total = _proc_cpu(postmaster)
+    for entry in os.listdir("/proc"):
+        if entry.isdigit():
+            try:
+                with open(f"/proc/{entry}/stat") as f:
+                    ppid = int(f.read().rsplit(")", 1)[1].split()[1])
+            except OSError:
+                continue
+            if ppid == postmaster:
+                total += _proc_cpu(int(entry))
+    return total
+
+
+def _machine_busy() -> tuple[float, float]:
+    """(busy, total) CPU ticks of the machine so far (/proc/stat)."""
+    with open("/proc/stat") as f:
+        ticks = [int(x) for x in f.readline().split()[1:]]
+    idle = ticks[3] + ticks[4]
+    return sum(ticks) - idle, sum(ticks)
+
+
 class Pruner:
     """The prune of the parent process, whose backends (and itself) can be niced."""
 
@@ -310,13 +334,18 @@ class WaitSampler:
     def _loop(self) -> None:
         while not self.stop.wait(0.05):
             rows = self.conn.execute(
-                "SELECT state, wait_event_type, wait_event FROM pg_stat_activity"
-                " WHERE backend_type = 'client backend' AND pid <> pg_backend_pid()"
-                " AND NOT (pid = ANY(%s))",
+                "SELECT backend_type, pid = ANY(%s), state, wait_event_type, wait_event"
+                " FROM pg_stat_activity WHERE pid <> pg_backend_pid()"
+                " AND backend_type IN ('client backend', 'autovacuum worker')",
                 (list(self.exclude()),),
             ).fetchall()
-            for state, kind, event in rows:
-                key = "idle" if state != "active" else f"{kind}:{event}" if kind else "CPU"
+            for backend, excluded, state, kind, event in rows:
+                if backend == "autovacuum worker":
+                    key = "autovacuum"
+                elif excluded:
+                    continue
+                else:
+                    key = "idle" if state != "active" else f"{kind}:{event}" if kind else "CPU"
                 self.counts[key] = self.counts.get(key, 0) + 1
 
     def take(self) -> dict[str, int]:
@@ -331,13 +360,14 @@ class WaitSampler:
 
 
 def burn(seconds: float, duty: float, cycle: float) -> None:
-    """Spin this thread ``duty`` of every ``cycle`` seconds for ``seconds``, no SQL."""
+    """For ``seconds``, use ``duty * cycle`` CPU seconds in every ``cycle`` seconds of wall
+    time (spinning, no SQL): the prune's CPU share even when the machine is saturated."""
     end = time.monotonic() + seconds
     while (now := time.monotonic()) < end:
-        spin_until = now + duty * cycle
-        while time.monotonic() < spin_until:
+        spin_until = time.thread_time() + duty * cycle
+        while time.thread_time() < spin_until:
             pass
-        time.sleep(max(0.0, cycle * (1 - duty)))
+        time.sleep(max(0.0, now + cycle - time.monotonic()))
 
 
 def interleaved_run(
@@ -365,6 +395,9 @@ def interleaved_run(
         pruner = Pruner(url, settings)
         monitor = psycopg.connect(_libpq(url), autocommit=True)
         monitor_pid = monitor.execute("SELECT pg_backend_pid()").fetchone()[0]  # type: ignore[index]
+        data_dir = monitor.execute("SHOW data_directory").fetchone()[0]  # type: ignore[index]
+        with open(os.path.join(data_dir, "postmaster.pid")) as f:
+            postmaster = int(f.readline())
         sampler = WaitSampler(url, lambda: [monitor_pid, *pruner.backends])
         time.sleep(2)
         cycle = settings.batch_target.total_seconds() / settings.busy_share
@@ -378,6 +411,7 @@ def interleaved_run(
                 if phase == "burn" and not any(w["phase"] == "prune" for w in windows):
                     continue
                 py0, be0 = pruner.cpu()
+                pg0, (busy0, total0) = _postgres_cpu(postmaster), _machine_busy()
                 lsn0 = monitor.execute("SELECT pg_current_wal_lsn()").fetchone()[0]  # type: ignore[index]
                 sampler.take()
                 start = time.monotonic()
@@ -398,6 +432,7 @@ def interleaved_run(
                     done = report.complete
                 end = time.monotonic()
                 py1, be1 = pruner.cpu()
+                pg1, (busy1, total1) = _postgres_cpu(postmaster), _machine_busy()
                 wal = monitor.execute(
                     "SELECT pg_wal_lsn_diff(pg_current_wal_lsn(), %s)", (lsn0,)
                 ).fetchone()[0]  # type: ignore[index]
@@ -410,6 +445,8 @@ def interleaved_run(
                         "end": end,
                         "py_cpu": py1 - py0,
                         "backend_cpu": be1 - be0,
+                        "server_cpu": pg1 - pg0,
+                        "machine_busy": (busy1 - busy0) / max(1, total1 - total0),
                         "wal": float(wal),
                         "batches": batches,
                         "waits": sampler.take(),
@@ -440,7 +477,8 @@ def summarise(windows: list[dict[str, Any]], phases: tuple[str, ...]) -> None:
         by_phase.setdefault(w["phase"], []).append(w)
     print(
         f"  {'phase':<6}{'windows':>8}{'seconds':>9}{'p50 ms':>8}{'p99 ms':>8}{'jobs/s':>8}"
-        f"{'py cpu/s':>9}{'pg cpu/s':>9}{'WAL MB/s':>9}  worker backend (share of samples)"
+        f"{'py cpu/s':>9}{'pg cpu/s':>9}{'server':>8}{'machine':>8}{'WAL MB/s':>9}"
+        "  worker backend (share of samples)"
     )
     for phase in phases:
         ws = by_phase.get(phase, [])
@@ -463,6 +501,8 @@ def summarise(windows: list[dict[str, Any]], phases: tuple[str, ...]) -> None:
             f"{sum(w['jobs'] for w in ws) / secs:>8.0f}"
             f"{sum(w['py_cpu'] for w in ws) / secs:>9.2f}"
             f"{sum(w['backend_cpu'] for w in ws) / secs:>9.2f}"
+            f"{sum(w['server_cpu'] for w in ws) / secs:>8.2f}"
+            f"{statistics.mean(w['machine_busy'] for w in ws):>8.0%}"
             f"{sum(w['wal'] for w in ws) / secs / 1_048_576:>9.2f}  {top}",
             flush=True,
         )
