@@ -27,6 +27,7 @@ written and what the worker's backend was waiting on (sampled from ``pg_stat_act
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import multiprocessing
 import os
 import platform
@@ -285,7 +286,7 @@ def _machine_busy() -> tuple[float, float]:
 class Pruner:
     """The prune of the parent process, whose backends (and itself) can be niced."""
 
-    def __init__(self, url: str, settings: Any) -> None:
+    def __init__(self, url: str, settings: Any, other_shares: tuple[float, ...] = ()) -> None:
         from sqlalchemy import event
         from sqlalchemy.engine import Engine
 
@@ -303,6 +304,15 @@ class Pruner:
 
         event.listen(Engine, "connect", remember)
         self.app = Ratchet(url, allow_empty_class_policy=True, retention=settings)
+        #: ``prune@SHARE`` phases: the same settings with another busy_share.
+        self.apps = {
+            f"prune@{share}": Ratchet(
+                url,
+                allow_empty_class_policy=True,
+                retention=dataclasses.replace(settings, busy_share=share),
+            )
+            for share in other_shares
+        }
 
     def nice(self, niceness: int) -> None:
         """Run this process and the prune's backends at ``niceness`` (needs root to go back)."""
@@ -392,7 +402,8 @@ def interleaved_run(
         child = ctx.Process(target=_worker_child, args=(url, stop, ready, out))
         child.start()
         ready.wait(300)
-        pruner = Pruner(url, settings)
+        others = tuple(float(p.split("@")[1]) for p in phases if p.startswith("prune@"))
+        pruner = Pruner(url, settings, others)
         monitor = psycopg.connect(_libpq(url), autocommit=True)
         monitor_pid = monitor.execute("SELECT pg_backend_pid()").fetchone()[0]  # type: ignore[index]
         data_dir = monitor.execute("SHOW data_directory").fetchone()[0]  # type: ignore[index]
@@ -423,7 +434,8 @@ def interleaved_run(
                 else:
                     pruner.nice(19 if phase == "nice" else 0)
                     until = start + phase_s
-                    report = pruner.app.retention.run(
+                    app = pruner.apps.get(phase, pruner.app)
+                    report = app.retention.run(
                         should_stop=lambda until=until: time.monotonic() >= until
                     )
                     pruner.nice(0)
@@ -462,6 +474,8 @@ def interleaved_run(
         sampler.close()
         monitor.close()
         pruner.app.close()
+        for other in pruner.apps.values():
+            other.close()
     for w in windows:
         w.update(window(claims, w["start"], w["end"]))
         w["latencies"] = sorted(c[1] for c in claims if w["start"] <= c[0] < w["end"] and c[2])
@@ -575,6 +589,14 @@ def main(argv: list[str] | None = None) -> int:
         "--nice", action="store_true", help="with --interleave: add a phase pruning at nice 19"
     )
     parser.add_argument(
+        "--also-share",
+        type=float,
+        action="append",
+        default=[],
+        metavar="SHARE",
+        help="with --interleave: add a phase pruning with this busy_share (repeatable)",
+    )
+    parser.add_argument(
         "--limit", type=float, default=600.0, help="with --interleave: stop after this long (s)"
     )
     args = parser.parse_args(argv)
@@ -646,7 +668,13 @@ def _interleaved_main(args: argparse.Namespace, url: str) -> int:
         busy_share=args.busy_share,
         batch_target=timedelta(milliseconds=args.batch_target),
     )
-    phases = ("idle", "prune", "burn", *(("nice",) if args.nice else ()))
+    phases = (
+        "idle",
+        "prune",
+        "burn",
+        *(("nice",) if args.nice else ()),
+        *(f"prune@{share}" for share in args.also_share),
+    )
     for i in range(args.runs):
         result = interleaved_run(
             url, args.rows, args.pending, args.interleave, phases, settings, args.limit
