@@ -426,7 +426,7 @@ def interleaved_run(
                 lsn0 = monitor.execute("SELECT pg_current_wal_lsn()").fetchone()[0]  # type: ignore[index]
                 sampler.take()
                 start = time.monotonic()
-                batches = 0
+                batches = removed_now = 0
                 if phase == "idle":
                     time.sleep(phase_s)
                 elif phase == "burn":
@@ -439,7 +439,8 @@ def interleaved_run(
                         should_stop=lambda until=until: time.monotonic() >= until
                     )
                     pruner.nice(0)
-                    removed += report.removed.get("SUCCEEDED", 0)
+                    removed_now = report.removed.get("SUCCEEDED", 0)
+                    removed += removed_now
                     batches = report.batches
                     done = report.complete
                 end = time.monotonic()
@@ -461,6 +462,7 @@ def interleaved_run(
                         "machine_busy": (busy1 - busy0) / max(1, total1 - total0),
                         "wal": float(wal),
                         "batches": batches,
+                        "removed": removed_now,
                         "waits": sampler.take(),
                         "load": os.getloadavg()[0],
                         "duty": duty if phase == "burn" else None,
@@ -490,8 +492,8 @@ def summarise(windows: list[dict[str, Any]], phases: tuple[str, ...]) -> None:
     for w in windows:
         by_phase.setdefault(w["phase"], []).append(w)
     print(
-        f"  {'phase':<6}{'windows':>8}{'seconds':>9}{'p50 ms':>8}{'p99 ms':>8}{'jobs/s':>8}"
-        f"{'py cpu/s':>9}{'pg cpu/s':>9}{'server':>8}{'machine':>8}{'WAL MB/s':>9}"
+        f"  {'phase':<10}{'n':>4}{'seconds':>9}{'p50 ms':>8}{'p99 ms':>8}{'jobs/s':>8}"
+        f"{'rows/s':>7}{'py cpu/s':>9}{'pg cpu/s':>9}{'server':>8}{'machine':>8}{'WAL MB/s':>9}"
         "  worker backend (share of samples)"
     )
     for phase in phases:
@@ -510,9 +512,10 @@ def summarise(windows: list[dict[str, Any]], phases: tuple[str, ...]) -> None:
             f"{k} {v / total:.0%}" for k, v in sorted(waits.items(), key=lambda kv: -kv[1])[:5]
         )
         print(
-            f"  {phase:<6}{len(ws):>8}{secs:>9.0f}"
+            f"  {phase:<10}{len(ws):>4}{secs:>9.0f}"
             f"{statistics.median(lat) if lat else float('nan'):>8.2f}{p99:>8.2f}"
             f"{sum(w['jobs'] for w in ws) / secs:>8.0f}"
+            f"{sum(w['removed'] for w in ws) / secs:>7.0f}"
             f"{sum(w['py_cpu'] for w in ws) / secs:>9.2f}"
             f"{sum(w['backend_cpu'] for w in ws) / secs:>9.2f}"
             f"{sum(w['server_cpu'] for w in ws) / secs:>8.2f}"
