@@ -592,6 +592,9 @@ def main(argv: list[str] | None = None) -> int:
         "--nice", action="store_true", help="with --interleave: add a phase pruning at nice 19"
     )
     parser.add_argument(
+        "--no-burn", action="store_true", help="with --interleave: no burn phase (shorter runs)"
+    )
+    parser.add_argument(
         "--also-share",
         type=float,
         action="append",
@@ -674,7 +677,7 @@ def _interleaved_main(args: argparse.Namespace, url: str) -> int:
     phases = (
         "idle",
         "prune",
-        "burn",
+        *(() if args.no_burn else ("burn",)),
         *(("nice",) if args.nice else ()),
         *(f"prune@{share}" for share in args.also_share),
     )
