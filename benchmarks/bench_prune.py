@@ -14,11 +14,20 @@ over and over, timing every claim. First it runs ``--baseline`` seconds alone; t
 report compares the claim's p50 / p99 and the worker's throughput during the prune with the
 baseline, then shows table and index sizes before, after the prune, after ``VACUUM (ANALYZE)``
 and after ``VACUUM FULL``.
+
+``--interleave SECONDS`` measures side by side instead: while the worker runs, phases of that
+length take turns until the prune is done: ``idle`` (the worker alone), ``prune`` (retention
+runs), ``burn`` (this process spins the CPU for the share of time the prune's Python process and
+its PostgreSQL backend were busy, doing no SQL: what any background work of that duty cycle
+costs) and, with ``--nice``, ``nice`` (the prune with its process and backend at nice 19). Each
+phase reports the claim's p50 / p99, the worker's throughput, the prune's CPU seconds, the WAL
+written and what the worker's backend was waiting on (sampled from ``pg_stat_activity``).
 """
 
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import multiprocessing
 import os
 import platform
@@ -26,7 +35,7 @@ import statistics
 import time
 import uuid
 from collections.abc import Iterator
-from contextlib import contextmanager
+from contextlib import contextmanager, suppress
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
@@ -240,6 +249,301 @@ def one_run(
     }
 
 
+def _proc_cpu(pid: int) -> float:
+    """CPU seconds (user + system) of process ``pid`` so far (0 once it is gone)."""
+    try:
+        with open(f"/proc/{pid}/stat") as f:
+            fields = f.read().rsplit(")", 1)[1].split()
+    except OSError:
+        return 0.0
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
+def _postgres_cpu(postmaster: int) -> float:
+    """CPU seconds so far of the server: the postmaster and its children (backends,
+    autovacuum, WAL writer, checkpointer), the ones still running."""
+    total = _proc_cpu(postmaster)
+    for entry in os.listdir("/proc"):
+        if entry.isdigit():
+            try:
+                with open(f"/proc/{entry}/stat") as f:
+                    ppid = int(f.read().rsplit(")", 1)[1].split()[1])
+            except OSError:
+                continue
+            if ppid == postmaster:
+                total += _proc_cpu(int(entry))
+    return total
+
+
+def _machine_busy() -> tuple[float, float]:
+    """(busy, total) CPU ticks of the machine so far (/proc/stat)."""
+    with open("/proc/stat") as f:
+        ticks = [int(x) for x in f.readline().split()[1:]]
+    idle = ticks[3] + ticks[4]
+    return sum(ticks) - idle, sum(ticks)
+
+
+class Pruner:
+    """The prune of the parent process, whose backends (and itself) can be niced."""
+
+    def __init__(self, url: str, settings: Any, other_shares: tuple[float, ...] = ()) -> None:
+        from sqlalchemy import event
+        from sqlalchemy.engine import Engine
+
+        from ratchet import Ratchet
+
+        self.backends: list[int] = []
+        self.niceness = 0
+
+        def remember(dbapi_conn: Any, _record: Any) -> None:
+            with dbapi_conn.cursor() as cur:
+                cur.execute("SELECT pg_backend_pid()")
+                pid = int(cur.fetchone()[0])
+            self.backends.append(pid)
+            os.setpriority(os.PRIO_PROCESS, pid, self.niceness)
+
+        event.listen(Engine, "connect", remember)
+        self.app = Ratchet(url, allow_empty_class_policy=True, retention=settings)
+        #: ``prune@SHARE`` phases: the same settings with another busy_share.
+        self.apps = {
+            f"prune@{share}": Ratchet(
+                url,
+                allow_empty_class_policy=True,
+                retention=dataclasses.replace(settings, busy_share=share),
+            )
+            for share in other_shares
+        }
+
+    def nice(self, niceness: int) -> None:
+        """Run this process and the prune's backends at ``niceness`` (needs root to go back)."""
+        self.niceness = niceness
+        for pid in [0, *self.backends]:
+            with suppress(ProcessLookupError):
+                os.setpriority(os.PRIO_PROCESS, pid, niceness)
+
+    def cpu(self) -> tuple[float, float]:
+        """CPU seconds so far: this thread (the prune's Python), the prune's backends."""
+        return time.thread_time(), sum(_proc_cpu(pid) for pid in self.backends)
+
+
+class WaitSampler:
+    """Samples what the other client backends (the worker's) are doing, 20 times a second."""
+
+    def __init__(self, url: str, exclude: Any) -> None:
+        import threading
+
+        import psycopg
+
+        self.conn = psycopg.connect(_libpq(url), autocommit=True)
+        self.exclude = exclude
+        self.counts: dict[str, int] = {}
+        self.stop = threading.Event()
+        self.thread = threading.Thread(target=self._loop, daemon=True)
+        self.thread.start()
+
+    def _loop(self) -> None:
+        while not self.stop.wait(0.05):
+            rows = self.conn.execute(
+                "SELECT backend_type, pid = ANY(%s), state, wait_event_type, wait_event"
+                " FROM pg_stat_activity WHERE pid <> pg_backend_pid()"
+                " AND backend_type IN ('client backend', 'autovacuum worker')",
+                (list(self.exclude()),),
+            ).fetchall()
+            for backend, excluded, state, kind, event in rows:
+                if backend == "autovacuum worker":
+                    key = "autovacuum"
+                elif excluded:
+                    continue
+                else:
+                    key = "idle" if state != "active" else f"{kind}:{event}" if kind else "CPU"
+                self.counts[key] = self.counts.get(key, 0) + 1
+
+    def take(self) -> dict[str, int]:
+        """The samples since the last call."""
+        counts, self.counts = self.counts, {}
+        return counts
+
+    def close(self) -> None:
+        self.stop.set()
+        self.thread.join()
+        self.conn.close()
+
+
+def burn(seconds: float, duty: float, cycle: float) -> None:
+    """For ``seconds``, use ``duty * cycle`` CPU seconds in every ``cycle`` seconds of wall
+    time (spinning, no SQL): the prune's CPU share even when the machine is saturated."""
+    end = time.monotonic() + seconds
+    while (now := time.monotonic()) < end:
+        spin_until = time.thread_time() + duty * cycle
+        while time.thread_time() < spin_until:
+            pass
+        time.sleep(max(0.0, now + cycle - time.monotonic()))
+
+
+def interleaved_run(
+    server_url: str,
+    rows: int,
+    pending: int,
+    phase_s: float,
+    phases: tuple[str, ...],
+    settings: Any,
+    limit_s: float,
+) -> dict[str, Any]:
+    """Phases of ``phase_s`` seconds take turns while the worker runs, until the prune is done
+    (or ``limit_s`` passed); returns every window with its measures."""
+    import psycopg
+
+    with database(server_url) as url:
+        started = time.monotonic()
+        seed(url, rows, pending)
+        seeded = time.monotonic() - started
+        ctx = multiprocessing.get_context("spawn")
+        stop, ready, out = ctx.Event(), ctx.Event(), ctx.Queue()
+        child = ctx.Process(target=_worker_child, args=(url, stop, ready, out))
+        child.start()
+        ready.wait(300)
+        others = tuple(float(p.split("@")[1]) for p in phases if p.startswith("prune@"))
+        pruner = Pruner(url, settings, others)
+        monitor = psycopg.connect(_libpq(url), autocommit=True)
+        monitor_pid = monitor.execute("SELECT pg_backend_pid()").fetchone()[0]  # type: ignore[index]
+        data_dir = monitor.execute("SHOW data_directory").fetchone()[0]  # type: ignore[index]
+        with open(os.path.join(data_dir, "postmaster.pid")) as f:
+            postmaster = int(f.readline())
+        sampler = WaitSampler(url, lambda: [monitor_pid, *pruner.backends])
+        time.sleep(2)
+        cycle = settings.batch_target.total_seconds() / settings.busy_share
+        duty = 0.5 * settings.busy_share  # until a prune phase measured it
+        windows: list[dict[str, Any]] = []
+        removed = 0
+        done = False
+        t0 = time.monotonic()
+        while not done and time.monotonic() - t0 < limit_s:
+            for phase in phases:
+                if phase == "burn" and not any(w["phase"] == "prune" for w in windows):
+                    continue
+                py0, be0 = pruner.cpu()
+                pg0, (busy0, total0) = _postgres_cpu(postmaster), _machine_busy()
+                lsn0 = monitor.execute("SELECT pg_current_wal_lsn()").fetchone()[0]  # type: ignore[index]
+                sampler.take()
+                start = time.monotonic()
+                batches = removed_now = 0
+                if phase == "idle":
+                    time.sleep(phase_s)
+                elif phase == "burn":
+                    burn(phase_s, duty, cycle)
+                else:
+                    pruner.nice(19 if phase == "nice" else 0)
+                    until = start + phase_s
+                    app = pruner.apps.get(phase, pruner.app)
+                    report = app.retention.run(
+                        should_stop=lambda until=until: time.monotonic() >= until
+                    )
+                    pruner.nice(0)
+                    removed_now = report.removed.get("SUCCEEDED", 0)
+                    removed += removed_now
+                    batches = report.batches
+                    done = report.complete
+                end = time.monotonic()
+                py1, be1 = pruner.cpu()
+                pg1, (busy1, total1) = _postgres_cpu(postmaster), _machine_busy()
+                wal = monitor.execute(
+                    "SELECT pg_wal_lsn_diff(pg_current_wal_lsn(), %s)", (lsn0,)
+                ).fetchone()[0]  # type: ignore[index]
+                if phase == "prune":
+                    duty = min(1.0, (py1 - py0 + be1 - be0) / (end - start))
+                windows.append(
+                    {
+                        "phase": phase,
+                        "start": start,
+                        "end": end,
+                        "py_cpu": py1 - py0,
+                        "backend_cpu": be1 - be0,
+                        "server_cpu": pg1 - pg0,
+                        "machine_busy": (busy1 - busy0) / max(1, total1 - total0),
+                        "wal": float(wal),
+                        "batches": batches,
+                        "removed": removed_now,
+                        "waits": sampler.take(),
+                        "load": os.getloadavg()[0],
+                        "duty": duty if phase == "burn" else None,
+                    }
+                )
+                if done:
+                    break
+        stop.set()
+        claims = out.get(timeout=600)
+        child.join(60)
+        sampler.close()
+        monitor.close()
+        pruner.app.close()
+        for other in pruner.apps.values():
+            other.close()
+    for w in windows:
+        w.update(window(claims, w["start"], w["end"]))
+        w["latencies"] = sorted(c[1] for c in claims if w["start"] <= c[0] < w["end"] and c[2])
+        w["jobs"] = sum(c[2] for c in claims if w["start"] <= c[0] < w["end"])
+    return {"seed_s": seeded, "removed": removed, "windows": windows}
+
+
+def summarise(windows: list[dict[str, Any]], phases: tuple[str, ...]) -> None:
+    """Per phase: pooled p50 / p99 and throughput, CPU, WAL and the worker backend's waits;
+    then each phase against the idle window of the same cycle (median and range)."""
+    by_phase: dict[str, list[dict[str, Any]]] = {}
+    for w in windows:
+        by_phase.setdefault(w["phase"], []).append(w)
+    print(
+        f"  {'phase':<10}{'n':>4}{'seconds':>9}{'p50 ms':>8}{'p99 ms':>8}{'jobs/s':>8}"
+        f"{'rows/s':>7}{'py cpu/s':>9}{'pg cpu/s':>9}{'server':>8}{'machine':>8}{'WAL MB/s':>9}"
+        "  worker backend (share of samples)"
+    )
+    for phase in phases:
+        ws = by_phase.get(phase, [])
+        if not ws:
+            continue
+        secs = sum(w["end"] - w["start"] for w in ws)
+        lat = sorted(x for w in ws for x in w["latencies"])
+        p99 = lat[min(len(lat) - 1, int(len(lat) * 0.99))] if lat else float("nan")
+        waits: dict[str, int] = {}
+        for w in ws:
+            for k, v in w["waits"].items():
+                waits[k] = waits.get(k, 0) + v
+        total = sum(waits.values()) or 1
+        top = ", ".join(
+            f"{k} {v / total:.0%}" for k, v in sorted(waits.items(), key=lambda kv: -kv[1])[:5]
+        )
+        print(
+            f"  {phase:<10}{len(ws):>4}{secs:>9.0f}"
+            f"{statistics.median(lat) if lat else float('nan'):>8.2f}{p99:>8.2f}"
+            f"{sum(w['jobs'] for w in ws) / secs:>8.0f}"
+            f"{sum(w['removed'] for w in ws) / secs:>7.0f}"
+            f"{sum(w['py_cpu'] for w in ws) / secs:>9.2f}"
+            f"{sum(w['backend_cpu'] for w in ws) / secs:>9.2f}"
+            f"{sum(w['server_cpu'] for w in ws) / secs:>8.2f}"
+            f"{statistics.mean(w['machine_busy'] for w in ws):>8.0%}"
+            f"{sum(w['wal'] for w in ws) / secs / 1_048_576:>9.2f}  {top}",
+            flush=True,
+        )
+    idle = [w for w in windows if w["phase"] == "idle"]
+    for phase in phases:
+        if phase == "idle":
+            continue
+        p99s, tputs = [], []
+        for w in windows:
+            if w["phase"] != phase or not w["claims"]:
+                continue
+            base = max((i for i in idle if i["start"] < w["start"]), key=lambda i: i["start"])
+            p99s.append(w["p99"] / base["p99"])
+            tputs.append(w["jobs_per_s"] / base["jobs_per_s"])
+        if p99s:
+            print(
+                f"  {phase} / idle of the same cycle ({len(p99s)} cycles): claim p99 median "
+                f"{statistics.median(p99s):.2f} ({min(p99s):.2f}..{max(p99s):.2f}), "
+                f"throughput median {statistics.median(tputs):.2f} "
+                f"({min(tputs):.2f}..{max(tputs):.2f})",
+                flush=True,
+            )
+
+
 def _mb(n: int) -> str:
     return f"{n / 1_048_576:,.1f}"
 
@@ -278,6 +582,29 @@ def main(argv: list[str] | None = None) -> int:
         default=0.5,
         help="most of the prune's time inside removal transactions (the default 0.5)",
     )
+    parser.add_argument(
+        "--interleave",
+        type=float,
+        metavar="SECONDS",
+        help="phases of this length (idle, prune, burn) take turns until the prune is done",
+    )
+    parser.add_argument(
+        "--nice", action="store_true", help="with --interleave: add a phase pruning at nice 19"
+    )
+    parser.add_argument(
+        "--no-burn", action="store_true", help="with --interleave: no burn phase (shorter runs)"
+    )
+    parser.add_argument(
+        "--also-share",
+        type=float,
+        action="append",
+        default=[],
+        metavar="SHARE",
+        help="with --interleave: add a phase pruning with this busy_share (repeatable)",
+    )
+    parser.add_argument(
+        "--limit", type=float, default=600.0, help="with --interleave: stop after this long (s)"
+    )
     args = parser.parse_args(argv)
 
     server = None
@@ -293,6 +620,12 @@ def main(argv: list[str] | None = None) -> int:
         f" {platform.platform()}; load average at start {os.getloadavg()[0]:.1f}",
         flush=True,
     )
+    if args.interleave:
+        try:
+            return _interleaved_main(args, url)
+        finally:
+            if server is not None:
+                server.stop()
     results = []
     try:
         for i in range(args.runs):
@@ -330,6 +663,36 @@ def main(argv: list[str] | None = None) -> int:
         + "; throughput "
         + ", ".join(f"{x:.2f}" for x in ratios("jobs_per_s"))
     )
+    return 0
+
+
+def _interleaved_main(args: argparse.Namespace, url: str) -> int:
+    from ratchet import RetentionSettings
+
+    settings = RetentionSettings(
+        pause_between_batches=timedelta(milliseconds=args.pause),
+        busy_share=args.busy_share,
+        batch_target=timedelta(milliseconds=args.batch_target),
+    )
+    phases = (
+        "idle",
+        "prune",
+        *(() if args.no_burn else ("burn",)),
+        *(("nice",) if args.nice else ()),
+        *(f"prune@{share}" for share in args.also_share),
+    )
+    for i in range(args.runs):
+        result = interleaved_run(
+            url, args.rows, args.pending, args.interleave, phases, settings, args.limit
+        )
+        loads = [w["load"] for w in result["windows"]]
+        print(
+            f"run {i + 1}: removed {result['removed']:,} (seeding {result['seed_s']:.0f} s);"
+            f" busy_share {args.busy_share}, batch_target {args.batch_target:.0f} ms;"
+            f" load average {min(loads):.1f} to {max(loads):.1f}",
+            flush=True,
+        )
+        summarise(result["windows"], phases)
     return 0
 
 

@@ -359,3 +359,31 @@ def test_a_connection_used_a_moment_ago_is_not_pinged(postgres_store_url: str) -
             assert conn.execute(text("SELECT 1")).scalar_one() == 1
     finally:
         eng.dispose()
+
+
+# ---------------------------------------------------------------------- id lists
+def test_a_list_of_ids_is_one_array_parameter(store: PostgresStore) -> None:
+    """``in_values`` binds any number of ids as one ``= ANY`` array: the statement text is the
+    same for 3 ids and for 1,500, and it selects exactly the listed rows."""
+    from sqlalchemy import select
+    from sqlalchemy.dialects import postgresql
+
+    from ratchet.sql import schema
+
+    clock = FakeClock()
+    jobs = [new_job(clock) for _ in range(1500)]
+    store.insert_jobs(jobs, now=clock.now())
+    job = schema.job
+    wanted = [j.job_id for j in jobs[::2]]
+
+    def stmt(ids: list[Any]) -> Any:
+        return select(job.c.job_id).where(DIALECT.in_values(job.c.job_id, ids))
+
+    texts = {
+        str(stmt(ids).compile(dialect=postgresql.psycopg.dialect())) for ids in (wanted[:3], wanted)
+    }
+    assert len(texts) == 1 and "= ANY (" in texts.pop()
+    with store.engine.connect() as conn:
+        found = set(conn.execute(stmt(wanted)).scalars())
+        assert found == set(wanted)
+        assert list(conn.execute(stmt([])).scalars()) == []

@@ -2,12 +2,13 @@
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
-from sqlalchemy import Select, text
+from sqlalchemy import ColumnElement, Select, any_, bindparam, text
+from sqlalchemy.dialects.postgresql import ARRAY
 from sqlalchemy.engine import Connection, Engine
 from sqlalchemy.exc import DBAPIError
 
@@ -76,6 +77,14 @@ class PostgresDialect(SqlDialect):
         """Check a pooled connection's socket on checkout (a ping only if the server spoke), so
         a worker reconnects after the server restarts without a round trip per transaction."""
         install_socket_check(engine, _socket_of)
+
+    id_list_chunk = 10_000
+
+    def in_values(self, column: Any, values: Sequence[Any]) -> ColumnElement[bool]:
+        """``column = ANY(:values)``: one array parameter, so a statement's text (and its plan)
+        is the same for every list length and binding costs one parameter, not one per id."""
+        array = bindparam("values", list(values), type_=ARRAY(column.type), unique=True)
+        return column == any_(array)  # type: ignore[no-any-return]
 
     def lock_for_claim(self, stmt: Select[Any]) -> Select[Any]:
         return stmt.with_for_update(skip_locked=True)

@@ -8,6 +8,7 @@ schedule under a cluster lease. Time is always a parameter.
 
 from __future__ import annotations
 
+import math
 import uuid
 from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
@@ -197,7 +198,9 @@ def pause_after(elapsed: timedelta, settings: RetentionSettings) -> timedelta:
     run's time in transactions to ``settings.busy_share``, never less than
     ``settings.pause_between_batches``."""
     share = settings.busy_share
-    keep_share = elapsed * ((1 - share) / share) if elapsed > timedelta(0) else timedelta(0)
+    micros = elapsed / timedelta(microseconds=1) * ((1 - share) / share)
+    # Rounded up: a pause rounded down to the microsecond would overshoot the share.
+    keep_share = timedelta(microseconds=math.ceil(micros)) if micros > 0 else timedelta(0)
     return max(settings.pause_between_batches, keep_share)
 
 

@@ -5,7 +5,8 @@ two places, both narrow:
 
 * a :class:`SqlDialect` (this module) supplies engine setup (``engine_kwargs``,
   ``configure_engine``, ``separate_write_engine``, ``ping_idle_after``), the locking clauses
-  (``lock_for_claim``: skip rows others hold; ``lock_rows``: wait for them), how an insert skips
+  (``lock_for_claim``: skip rows others hold; ``lock_rows``: wait for them), how a list of ids is
+  bound (``in_values``, ``id_list_chunk``), how an insert skips
   taken idempotency keys (``skip_duplicate_keys_clause``), the migration lock and migrations of
   its own (``migration_lock``, ``migration_locations``) and what an error means (``classify``);
   every statement the shared store builds goes through these.
@@ -33,11 +34,11 @@ See ``docs/writing-a-store-adapter.md``.
 from __future__ import annotations
 
 import enum
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from typing import Any
 
-from sqlalchemy import Select
+from sqlalchemy import ColumnElement, Select
 from sqlalchemy.engine import Connection, Engine
 
 
@@ -89,6 +90,15 @@ class SqlDialect:
         skipped, not an error, with the row count telling how many went in (None: unsupported;
         the store then looks the keys up before inserting)."""
         return None
+
+    id_list_chunk = 500
+    """At most this many values in one :meth:`in_values` condition (the store splits longer
+    lists into several statements)."""
+
+    def in_values(self, column: Any, values: Sequence[Any]) -> ColumnElement[bool]:
+        """``column`` is one of ``values``, bound as parameters: an ``IN`` list here, one
+        parameter each."""
+        return column.in_(list(values))  # type: ignore[no-any-return]
 
     def lock_for_claim(self, stmt: Select[Any]) -> Select[Any]:
         """Make a candidate select lock its rows, skipping rows others hold."""

@@ -51,7 +51,7 @@ _CHILD = J.alias("retention_child")
 _BRANCH_CHILD = J.alias("retention_branch_child")
 FAILED = JobStatus.FAILED.value
 
-#: Rows per statement when deleting by id lists (keeps every IN list small).
+#: Rows per statement when writing job log lines (keeps every tuple IN list small).
 ID_CHUNK = 500
 
 
@@ -144,31 +144,33 @@ class RetentionStoreMixin:
         node_id: str,
     ) -> int:
         """Delete the jobs of ``rows`` (picked by :meth:`_removable`) and all that is theirs."""
+        among = self.dialect.in_values
         removed = 0
-        for chunk in iter_chunks(list(rows), ID_CHUNK):
+        for chunk in iter_chunks(list(rows), self.dialect.id_list_chunk):
             ids = [r.job_id for r in chunk]
             if archive:
                 self._archive(conn, ids, now, node_id)
             for table in (TAGS, EXE, LOG, CANCEL, PERMIT):
-                conn.execute(delete(table).where(table.c.job_id.in_(ids)))
+                conn.execute(delete(table).where(among(table.c.job_id, ids)))
             # Only flow jobs own branch conditions and batch rows.
             parents = [r.job_id for r in chunk if r.has_dependents]
             if parents:
-                conn.execute(delete(WF).where(WF.c.parent_job_id.in_(parents)))
+                conn.execute(delete(WF).where(among(WF.c.parent_job_id, parents)))
             batches = [r.job_id for r in chunk if r.job_type == JobType.BATCH_PARENT.value]
             if batches:
-                conn.execute(delete(BATCH).where(BATCH.c.batch_id.in_(batches)))
+                conn.execute(delete(BATCH).where(among(BATCH.c.batch_id, batches)))
             removed += conn.execute(
-                delete(J).where(J.c.job_id.in_(ids), J.c.terminal_status == status)
+                delete(J).where(among(J.c.job_id, ids), J.c.terminal_status == status)
             ).rowcount
         return removed
 
     def _archive(
         self, conn: Connection, ids: Sequence[uuid.UUID], now: datetime, node_id: str
     ) -> None:
+        among = self.dialect.in_values
         history: dict[uuid.UUID, list[dict[str, Any]]] = {job_id: [] for job_id in ids}
         for a in conn.execute(
-            select(EXE).where(EXE.c.job_id.in_(ids)).order_by(EXE.c.started_at, EXE.c.epoch)
+            select(EXE).where(among(EXE.c.job_id, ids)).order_by(EXE.c.started_at, EXE.c.epoch)
         ):
             history[a.job_id].append(
                 {
@@ -209,11 +211,13 @@ class RetentionStoreMixin:
                 "archived_by": storable_text(node_id)[:128],
                 "attempt_history": json.dumps(history[r.job_id]),
             }
-            for r in conn.execute(select(J).where(J.c.job_id.in_(ids)))
+            for r in conn.execute(select(J).where(among(J.c.job_id, ids)))
         ]
         if rows:
             # A job archived before (then restored by hand) is replaced by its newer end.
-            conn.execute(delete(ARCHIVE).where(ARCHIVE.c.job_id.in_([r["job_id"] for r in rows])))
+            conn.execute(
+                delete(ARCHIVE).where(among(ARCHIVE.c.job_id, [r["job_id"] for r in rows]))
+            )
             conn.execute(insert(ARCHIVE), rows)
 
     def prune_jobs(
@@ -278,7 +282,8 @@ class RetentionStoreMixin:
             keys = list(conn.execute(self.dialect.lock_for_claim(stmt)).scalars())
             if not keys:
                 return 0
-            return int(conn.execute(delete(IDEM).where(IDEM.c.idempotency_key.in_(keys))).rowcount)
+            among = self.dialect.in_values(IDEM.c.idempotency_key, keys)
+            return int(conn.execute(delete(IDEM).where(among)).rowcount)
 
         return self._run(work)
 
