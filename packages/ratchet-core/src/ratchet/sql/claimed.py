@@ -96,6 +96,10 @@ def claimed_job(
     )
 
 
+#: The columns of an attempt row as :func:`attempt_rows` gives them.
+ATTEMPT_ROW_COLUMNS = ("job_id", "attempt_no", "epoch", "node_id", "started_at", "outcome")
+
+
 def attempt_rows(rows: Sequence[Any], node_id: str, now: datetime) -> list[dict[str, Any]]:
     """The attempt-history rows that ownership of ``rows`` (live rows read before their epoch +
     1) opens for ``node_id`` at ``now``."""

@@ -52,7 +52,7 @@ from ratchet.sql.affinity import (
     tag_list,
     tag_parameters,
 )
-from ratchet.sql.claimed import DEFINITIONS, attempt_rows, claimed_job
+from ratchet.sql.claimed import ATTEMPT_ROW_COLUMNS, DEFINITIONS, attempt_rows, claimed_job
 from ratchet.sql.dialect import SqlDialect
 from ratchet.sql.prepared import PreparedInsert, PreparedKeyLookup, PreparedStatement, uuid_binder
 from ratchet.sql.types import UTCMicros, to_micros
@@ -84,7 +84,11 @@ _CLAIM_MARK = (
         start_by=None,  # started: the schedule-to-start deadline is met
     )
 )
-_OPEN_ATTEMPT = insert(EXE)
+_OPEN_ATTEMPT = PreparedStatement(
+    insert(EXE).values(
+        {name: bindparam(name, type_=EXE.c[name].type) for name in ATTEMPT_ROW_COLUMNS}
+    )
+)
 _STILL_PENDING = select(Q.c.job_id).where(
     Q.c.job_id.in_(_ids()), Q.c.status == JobStatus.PENDING.value
 )
@@ -95,8 +99,8 @@ OWNED_ROWS = select(Q.c.job_id, Q.c.epoch, Q.c.attempts).where(
     Q.c.picked_by == bindparam("node"),
     Q.c.status.in_(OWNED),
 )
-_DELETE_LIVE = delete(Q).where(Q.c.job_id == bindparam("b_id"))
-_END_JOB = (
+_DELETE_LIVE = PreparedStatement(delete(Q).where(Q.c.job_id == bindparam("b_id")))
+_END_JOB = PreparedStatement(
     update(J)
     .where(J.c.job_id == bindparam("b_id"))
     .values(
@@ -110,7 +114,7 @@ _END_JOB = (
 #: A retry or reschedule: back to PENDING. Its error (the failure, or why the attempt was
 #: rescheduled: breaker open, no permit) becomes the job's last error; an outcome without one
 #: keeps the previous last error.
-_BACK_TO_PENDING = (
+_BACK_TO_PENDING = PreparedStatement(
     update(Q)
     .where(Q.c.job_id == bindparam("b_id"))
     .values(
@@ -123,7 +127,7 @@ _BACK_TO_PENDING = (
         timed_out_at=None,
     )
 )
-_CLOSE_ATTEMPT = (
+_CLOSE_ATTEMPT = PreparedStatement(
     update(EXE)
     .where(
         EXE.c.job_id == bindparam("b_id"),
@@ -240,7 +244,7 @@ class ClaimStatements:
         ids = [r.job_id for r in chosen]
         marked = conn.execute(_CLAIM_MARK, {"ids": ids, "node": node_id, "now": now}).rowcount
         definitions = {r.job_id: r for r in conn.execute(DEFINITIONS, {"ids": ids})}
-        conn.execute(_OPEN_ATTEMPT, attempt_rows(chosen, node_id, now))
+        _OPEN_ATTEMPT.execute(conn, attempt_rows(chosen, node_id, now))
         return marked, definitions
 
     def gated_claim(
@@ -640,18 +644,6 @@ class OutcomeStatements:
     def __init__(self, dialect: SqlDialect) -> None:
         self.dialect = dialect
         self._owned_stmt = dialect.lock_rows(OWNED_ROWS)
-        self._rendered: dict[int, tuple[PreparedStatement, ...]] = {}
-
-    def _statements(self, conn: Connection) -> tuple[PreparedStatement, ...]:
-        """The four writes of :meth:`apply` rendered for ``conn``'s dialect (once each)."""
-        found = self._rendered.get(id(conn.dialect))
-        if found is None:
-            found = tuple(
-                PreparedStatement(conn.dialect, statement)
-                for statement in (_DELETE_LIVE, _END_JOB, _BACK_TO_PENDING, _CLOSE_ATTEMPT)
-            )
-            self._rendered = {id(conn.dialect): found}
-        return found
 
     def owned(
         self, conn: Connection, node_id: str, ids: Sequence[uuid.UUID]
@@ -666,15 +658,14 @@ class OutcomeStatements:
 
     def apply(self, conn: Connection, writes: Sequence[AppliedOutcome]) -> None:
         """Write the applied outcomes (their rows are locked)."""
-        delete_live, end_job, back_to_pending, close_attempt = self._statements(conn)
         terminal = [w for w in writes if w.planned.terminal_status is not None]
         back = [w for w in writes if w.planned.terminal_status is None]
         if terminal:
             # One statement per job (the dialects batch them into one round trip): with an IN
             # list MySQL/MariaDB may scan the table (a small one by its statistics) and wait on,
             # then deadlock with, other workers' rows.
-            delete_live.execute(conn, [{"b_id": w.outcome.job_id} for w in terminal])
-            end_job.execute(
+            _DELETE_LIVE.execute(conn, [{"b_id": w.outcome.job_id} for w in terminal])
+            _END_JOB.execute(
                 conn,
                 [
                     {
@@ -689,7 +680,7 @@ class OutcomeStatements:
                 ],
             )
         if back:
-            back_to_pending.execute(
+            _BACK_TO_PENDING.execute(
                 conn,
                 [
                     {
@@ -701,7 +692,7 @@ class OutcomeStatements:
                     for w in back
                 ],
             )
-        close_attempt.execute(
+        _CLOSE_ATTEMPT.execute(
             conn,
             [
                 {

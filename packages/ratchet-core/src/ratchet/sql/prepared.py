@@ -54,11 +54,38 @@ class PreparedInsert:
 
 
 class PreparedStatement:
-    """A statement whose per-row values are required bind parameters, rendered once for a
+    """A statement whose per-row values are required bind parameters, rendered once per
     dialect and run with many rows: each row (a mapping of those names) goes to the driver as a
     plain tuple or dict, every value through its type's bind processor, the statement's own
     constants filled in. It skips SQLAlchemy's per-row parameter building, which costs more than
     SQLite's own update of a row."""
+
+    def __init__(self, statement: Any) -> None:
+        self.statement = statement
+        self._rendered: dict[Dialect, _Rendering] = {}
+
+    def rendering(self, dialect: Dialect) -> _Rendering:
+        """The statement rendered for ``dialect`` (each engine has its dialect object; a
+        process has one or a few, a test run many: the first eight are kept)."""
+        found = self._rendered.get(dialect)
+        if found is None:
+            found = _Rendering(dialect, self.statement)
+            if len(self._rendered) >= 8:
+                self._rendered = {}
+            self._rendered[dialect] = found
+        return found
+
+    def execute(self, conn: Connection, rows: Sequence[Mapping[str, Any]]) -> int:
+        """Run the statement once per row (one ``executemany``; nothing when empty); returns
+        the row count the driver reports."""
+        if not rows:
+            return 0
+        rendering = self.rendering(conn.dialect)
+        return conn.exec_driver_sql(rendering.sql, rendering.driver_rows(rows)).rowcount
+
+
+class _Rendering:
+    """A :class:`PreparedStatement` for one dialect: its SQL and how a row becomes the driver's."""
 
     def __init__(self, dialect: Dialect, statement: Any) -> None:
         compiled = statement.compile(dialect=dialect)
@@ -78,23 +105,18 @@ class PreparedStatement:
                 slots.append((name, None, False, value if process is None else process(value)))
         #: (name, bind processor or None, whether the row gives the value, the constant value)
         self._slots = tuple(slots)
-        self._named = not compiled.positional
+        self._names = None if compiled.positional else tuple(slot[0] for slot in slots)
 
-    def _driver_row(self, row: Mapping[str, Any]) -> Any:
-        values = [
-            (row[name] if process is None else process(row[name])) if given else constant
-            for name, process, given, constant in self._slots
-        ]
-        if self._named:
-            return dict(zip((slot[0] for slot in self._slots), values, strict=True))
-        return tuple(values)
-
-    def execute(self, conn: Connection, rows: Sequence[Mapping[str, Any]]) -> int:
-        """Run the statement once per row (one ``executemany``; nothing when empty); returns
-        the row count the driver reports."""
-        if not rows:
-            return 0
-        return conn.exec_driver_sql(self.sql, [self._driver_row(row) for row in rows]).rowcount
+    def driver_rows(self, rows: Sequence[Mapping[str, Any]]) -> list[Any]:
+        slots, names = self._slots, self._names
+        out: list[Any] = []
+        for row in rows:
+            values = [
+                (row[name] if process is None else process(row[name])) if given else constant
+                for name, process, given, constant in slots
+            ]
+            out.append(tuple(values) if names is None else dict(zip(names, values, strict=True)))
+        return out
 
 
 class PreparedKeyLookup:
