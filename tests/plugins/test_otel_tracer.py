@@ -115,12 +115,18 @@ def test_an_ended_attempt_span_is_let_go_while_the_watchdog_keeps_the_attempt(
     """The watchdog's heap keeps finished attempts until it sweeps them (about a thousand);
     their ended spans must not stay that long (they would reach the oldest GC generation)."""
     started = sdk_spans_started(tracer, monkeypatch)
-    app.submit_many([app.enqueue(sample_jobs.record, i) for i in range(3)])
+    app.submit_many([app.enqueue(sample_jobs.record, i).with_priority(i) for i in range(3)])
     app.enqueue(sample_jobs.fail_always, "boom").with_max_retries(0).submit()
     worker = app.worker()
     worker.record([o for o in (worker.execute(job) for job in worker.poll_once()) if o])
     assert worker.watchdog.pending() == 4, "the heap still holds the finished attempts"
-    assert len(spans(exporter, "ratchet run")) == 4
+    runs = spans(exporter, "ratchet run")
+    assert sorted(str(run.attributes["ratchet.job.priority"]) for run in runs) == [  # type: ignore[index]
+        "LOW",
+        "LOWEST",
+        "NORMAL",
+        "NORMAL",
+    ]
     assert [ref() for ref in started] == [None] * 4
 
 
