@@ -7,18 +7,21 @@ Run on demand::
 ``off``: no tracer (the default). ``otel``: the OpenTelemetry tracer on the SDK's
 ``TracerProvider`` (its default sampler: every trace) with a ``BatchSpanProcessor`` (its defaults)
 feeding an exporter that drops the spans; ``otel10``: the same with a parent-based sampler that
-keeps one trace in ten (``ParentBased(TraceIdRatioBased(0.1))``), so what is measured is Ratchet's instrumentation and the SDK, not a collector. In
-``otel`` the jobs are submitted traced (each stores its trace context; each attempt span is
-parented on it). One worker in this process (the settings of ``bench_sqlite.py``) runs
-``--jobs`` no-op jobs on a fresh SQLite file per run; the variants alternate within each round,
-first one then the other, so a change in the machine's load hits them alike. Printed: jobs/s per
-variant (median and every run) and the per-round ratio of each traced variant to ``off``
-(median, min, max).
+keeps one trace in ten (``ParentBased(TraceIdRatioBased(0.1))``), so what is measured is
+Ratchet's instrumentation and the SDK, not a collector. The jobs are submitted in submissions of
+20 (traced, each stores its submission's trace context and each attempt span is parented on
+it), so ``otel10`` keeps about a tenth of the attempts. One worker in this process (the settings
+of ``bench_sqlite.py``) runs ``--jobs`` no-op jobs on a fresh SQLite file per run; the variants
+alternate within each round, in reverse order every other round, so a change in the machine's
+load hits them alike. Printed: jobs/s per variant (median and every run), the per-round ratio
+of each traced variant to ``off`` (median, min, max), this process's CPU time per job, the full
+garbage collections during each run and the share of the spans each traced run kept.
 """
 
 from __future__ import annotations
 
 import argparse
+import gc
 import os
 import platform
 import statistics
@@ -45,6 +48,14 @@ TRACED = VARIANTS[1:]
 #: This process's CPU time per job while the worker ran them (microseconds), by variant: on a
 #: loaded machine it moves far less than the wall-clock rate.
 CPU: dict[str, list[float]] = {v: [] for v in VARIANTS}
+#: Full (oldest-generation) garbage collections while the worker ran, by variant.
+FULL_GC: dict[str, list[int]] = {v: [] for v in VARIANTS}
+#: The share of the spans the exporter received, by traced variant.
+SAMPLED: dict[str, list[float]] = {v: [] for v in TRACED}
+#: Jobs per submission. A sampler decides once per trace and each submission is a trace, so
+#: with few large submissions ``otel10`` would record all of the jobs or none; with 20 a run of
+#: 20,000 jobs has 1,000 traces and records close to a tenth of them.
+PER_SUBMISSION = 20
 
 
 class DropSpans(SpanExporter):
@@ -74,21 +85,32 @@ def process(variant: str, n: int) -> float:
     """Jobs/s of one worker running ``n`` no-op jobs submitted beforehand."""
     with tempfile.TemporaryDirectory(prefix="ratchet-bench-") as workdir:
         app, provider, exporter = make_app(workdir, variant)
-        builders = [app.enqueue(bench_jobs.noop, i) for i in range(n)]
-        for chunk in range(0, n, 5000):
-            app.submit_many(builders[chunk : chunk + 5000])
+        submissions = submit(app, n)
+        gc.collect()
+        collections = [g["collections"] for g in gc.get_stats()]
         cpu = time.process_time()
         rate = drain(app, n)
         CPU[variant].append((time.process_time() - cpu) / n * 1e6)
+        FULL_GC[variant].append(gc.get_stats()[2]["collections"] - collections[2])
         if provider is not None:
             provider.shutdown()  # flushes: every attempt (and submission) made a span
-            spans = n + n // 5000 + (1 if n % 5000 else 0)
+            spans = n + submissions
             if variant == "otel":
                 assert exporter.spans == spans, exporter.spans
             else:  # a submission and its attempts share a trace: sampled or not together
                 assert exporter.spans < spans, exporter.spans
+            SAMPLED[variant].append(exporter.spans / spans)
         app.close()
         return rate
+
+
+def submit(app: Ratchet, n: int) -> int:
+    """Submit ``n`` no-op jobs in submissions of :data:`PER_SUBMISSION`; returns how many
+    submissions that made (traced, each is a trace: a sampler decides per submission)."""
+    builders = [app.enqueue(bench_jobs.noop, i) for i in range(n)]
+    for chunk in range(0, n, PER_SUBMISSION):
+        app.submit_many(builders[chunk : chunk + PER_SUBMISSION])
+    return -(-n // PER_SUBMISSION)
 
 
 def enqueue(variant: str, n: int) -> float:
@@ -178,6 +200,11 @@ def compare(label: str, measure: object, n: int, runs: int) -> None:
             )
         for variant in TRACED:
             print_ratio("  CPU per job", variant, CPU[variant], CPU["off"], "")
+        for variant, counts in FULL_GC.items():
+            print(f"{'  full GCs':<14} {variant:<6} runs: " + ", ".join(map(str, counts)))
+        for variant, shares in SAMPLED.items():
+            print(f"{'  spans kept':<14} {variant:<6} runs: "
+                  + ", ".join(f"{share:.1%}" for share in shares))  # fmt: skip
 
 
 def print_ratio(label: str, variant: str, traced: list[float], off: list[float], tail: str) -> None:

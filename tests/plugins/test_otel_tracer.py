@@ -7,7 +7,8 @@ import json
 import subprocess
 import sys
 import textwrap
-from collections.abc import Iterator
+import weakref
+from collections.abc import Callable, Iterator
 from datetime import timedelta
 from pathlib import Path
 
@@ -23,13 +24,14 @@ from opentelemetry.trace import StatusCode
 from timeout_harness import running_worker, wait_for
 
 from ratchet import Ratchet
-from ratchet.domain.model import MAX_TRACE_CONTEXT
+from ratchet.domain.model import MAX_TRACE_CONTEXT, ClaimedJob
 from ratchet.exporters.otel import (
     OpenTelemetryTracer,
     decode_carrier,
     encode_carrier,
     stored_context,
 )
+from ratchet.ports import AttemptSpan
 from ratchet.testing import FakeClock
 
 
@@ -57,11 +59,32 @@ def app(sqlite_url: str, tracer: OpenTelemetryTracer) -> Iterator[Ratchet]:
     app.close()
 
 
+def sdk_spans_started(
+    tracer: OpenTelemetryTracer, monkeypatch: pytest.MonkeyPatch
+) -> list[Callable[[], object]]:
+    """Weak references to the SDK span of every attempt ``tracer`` starts from now on."""
+    started: list[Callable[[], object]] = []
+    attempt = tracer.attempt
+
+    def recording(job: ClaimedJob, node_id: str) -> AttemptSpan:
+        span = attempt(job, node_id)
+        started.append(weakref.ref(span._span))  # type: ignore[attr-defined]
+        return span
+
+    monkeypatch.setattr(tracer, "attempt", recording)
+    return started
+
+
 def test_a_timed_out_attempt_ends_its_span_at_the_deadline(
-    app: Ratchet, exporter: InMemorySpanExporter, tmp_path: Path
+    app: Ratchet,
+    tracer: OpenTelemetryTracer,
+    exporter: InMemorySpanExporter,
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
 ) -> None:
     import timeout_jobs as tj
 
+    started = sdk_spans_started(tracer, monkeypatch)
     with running_worker(app) as worker:
         handle = (
             app.enqueue(tj.sleep_in_c, str(tmp_path / "log"), 1.5)
@@ -71,6 +94,8 @@ def test_a_timed_out_attempt_ends_its_span_at_the_deadline(
         wait_for(lambda: spans(exporter, "ratchet run"), 10, "the attempt's span to end")
         ended_while_running = worker.stats.zombies_active + len(worker.slots.attempts())
         wait_for(lambda: worker.stats.zombies_active == 0, 10, "the zombie call to return")
+        # The call's thread lets go of it as it returns; the watchdog has let go already.
+        wait_for(lambda: started[0]() is None, 10, "the ended span to be let go")
     [span] = spans(exporter, "ratchet run")
     assert ended_while_running >= 1, "the span ended at the deadline, not when the call returned"
     assert span.attributes["ratchet.job.id"] == str(handle.id)
@@ -79,6 +104,30 @@ def test_a_timed_out_attempt_ends_its_span_at_the_deadline(
     [event] = span.events
     assert str(event.attributes["exception.type"]).endswith("JobTimeoutError")
     assert event.attributes["ratchet.job.timed_out"] is True
+
+
+def test_an_ended_attempt_span_is_let_go_while_the_watchdog_keeps_the_attempt(
+    app: Ratchet,
+    tracer: OpenTelemetryTracer,
+    exporter: InMemorySpanExporter,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """The watchdog's heap keeps finished attempts until it sweeps them (about a thousand);
+    their ended spans must not stay that long (they would reach the oldest GC generation)."""
+    started = sdk_spans_started(tracer, monkeypatch)
+    app.submit_many([app.enqueue(sample_jobs.record, i).with_priority(i) for i in range(3)])
+    app.enqueue(sample_jobs.fail_always, "boom").with_max_retries(0).submit()
+    worker = app.worker()
+    worker.record([o for o in (worker.execute(job) for job in worker.poll_once()) if o])
+    assert worker.watchdog.pending() == 4, "the heap still holds the finished attempts"
+    runs = spans(exporter, "ratchet run")
+    assert sorted(str(run.attributes["ratchet.job.priority"]) for run in runs) == [  # type: ignore[index]
+        "LOW",
+        "LOWEST",
+        "NORMAL",
+        "NORMAL",
+    ]
+    assert [ref() for ref in started] == [None] * 4
 
 
 def test_a_failed_attempt_records_only_the_sanitised_error(

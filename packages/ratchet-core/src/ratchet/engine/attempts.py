@@ -194,8 +194,14 @@ class AttemptRunner:
                 self._discard_late(attempt, outcome)
             if span is not None:
                 end_span(span, "TIMED_OUT" if attempt.timed_out else NOT_RECORDED)
+                if not attempt.timed_out:  # handed back; a timeout's span is the watchdog's
+                    attempt.span = None
             return None
         if span is not None:
+            # Ended spans are let go at once: the watchdog's heap keeps a finished attempt for
+            # about a thousand more, and a span held that long would reach the oldest GC
+            # generation (more and longer full collections).
+            attempt.span = None
             end_span(span, NOT_RECORDED if outcome is None else outcome.kind.value)
         return outcome
 

@@ -25,6 +25,7 @@ from typing import TYPE_CHECKING, Any
 
 from ratchet import hookimpl
 from ratchet.domain.errors import ConfigurationError
+from ratchet.domain.lifecycle import JobPriority
 from ratchet.domain.model import MAX_TRACE_CONTEXT, ClaimedJob
 from ratchet.domain.text import json_object_of
 from ratchet.ports import AttemptSpan, SpanValue, SubmitSpan
@@ -39,6 +40,8 @@ NAME = "otel"
 #: The instrumentation scope of every span.
 SCOPE = "ratchet"
 _DESCRIPTION_CHARS = 300
+#: The attribute value of each priority (an enum's ``name`` is a slow property).
+_PRIORITY_NAMES = {priority: priority.name for priority in JobPriority}
 #: Parsed parent contexts kept per tracer: the jobs of one submission share their stored trace
 #: context, so their attempts parse it once.
 _PARENT_CACHE = 1024
@@ -107,6 +110,7 @@ class OpenTelemetryTracer:
 
         self._trace = trace
         self._context_api = context_api
+        self._consumer = trace.SpanKind.CONSUMER
         self._tracer = trace.get_tracer(SCOPE, __version__, tracer_provider=tracer_provider)
         self._propagator = TraceContextTextMapPropagator()
         self._parent = functools.lru_cache(maxsize=_PARENT_CACHE)(self._extract)
@@ -141,7 +145,7 @@ class OpenTelemetryTracer:
             "ratchet.job.target": job.target,
             "ratchet.job.attempt": job.attempt,
             "ratchet.job.epoch": job.epoch,
-            "ratchet.job.priority": job.priority.name,
+            "ratchet.job.priority": _PRIORITY_NAMES[job.priority],
             "ratchet.node.id": node_id,
         }
         if job.takeovers:
@@ -149,7 +153,7 @@ class OpenTelemetryTracer:
         span = self._tracer.start_span(
             f"ratchet run {job.target}",
             context=parent,
-            kind=self._trace.SpanKind.CONSUMER,
+            kind=self._consumer,
             attributes=attributes,
         )
         return _Attempt(self._trace, self._context_api, span)
