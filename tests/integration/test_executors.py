@@ -94,7 +94,9 @@ def test_job_without_safe_points_is_interrupted_at_the_deadline(
     app: Ratchet, events: Events, tmp_path: Path, executor: str
 ) -> None:
     log = str(tmp_path / "overrun.log")
-    with running_worker(app) as worker:
+    # A zombie is a call still running 5 s after its deadline (1 s by default: a pause of the
+    # test process, such as a full garbage collection late in a long test run, is not one).
+    with running_worker(app, zombie_grace=timedelta(seconds=5)) as worker:
         warm_up(app, events, executor)
         handle = submit(app, executor, OVERRUN[executor], log, 30, timeout=0.5)
         events.settle(handle)
