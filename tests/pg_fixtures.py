@@ -96,14 +96,9 @@ SELECT string_agg(quote_ident(tablename), ', ') FROM pg_tables
 WHERE schemaname = 'public' AND tablename <> 'ratchet_alembic_version'
 """
 
-#: Whether a table has planner statistics (gathered by ANALYZE or autovacuum). TRUNCATE keeps
-#: them, so a database that has them is not like a fresh clone: a later test's plans would differ.
-_ANALYZED = "SELECT EXISTS (SELECT 1 FROM pg_stats WHERE schemaname = 'public')"
-
 
 class DatabasePool:
-    """Fresh clones of the template, recycled by truncation when a test left the schema intact
-    and no statistics behind."""
+    """Fresh clones of the template, recycled by truncation when a test left the schema intact."""
 
     def __init__(self, admin: PostgresAdmin, template: str) -> None:
         self.admin = admin
@@ -127,8 +122,7 @@ class DatabasePool:
         return name, self.admin.create(name, template=self.template)
 
     def release(self, name: str) -> None:
-        """Recycle ``name`` if its schema is untouched and its tables were never analyzed, else
-        drop it."""
+        """Recycle ``name`` if its schema is untouched, else drop it."""
         url = database_url(self.admin.server_url, name)
         try:
             self.admin.execute(
@@ -140,9 +134,6 @@ class DatabasePool:
                 row = conn.execute(_FINGERPRINT).fetchone()
                 if row is None or row[0] != self.fingerprint:
                     raise LookupError("schema changed by the test")
-                analyzed = conn.execute(_ANALYZED).fetchone()
-                if analyzed is None or analyzed[0]:
-                    raise LookupError("planner statistics gathered during the test")
                 tables = conn.execute(_TABLES).fetchone()
                 if tables and tables[0]:
                     conn.execute(f"TRUNCATE {tables[0]} CASCADE")
