@@ -192,14 +192,6 @@ PARTIAL = {
 }
 
 
-#: Other partial indexes (migration 0010) on the same leading column and predicate.
-SAME_PREDICATE = {
-    "idx_job_terminal": ("idx_job_status_page",),
-    "idx_job_recurring_master": ("idx_job_master_page",),
-    "idx_job_batch": ("idx_job_batch_page",),
-}
-
-
 def _index_predicates(store: PostgresStore) -> dict[str, str | None]:
     with store.engine.connect() as conn:
         rows = conn.execute(
@@ -238,21 +230,32 @@ def test_the_null_free_indexes_migrate_to_partial_and_back(empty_store: Postgres
 @pytest.mark.parametrize("plan", ["force_custom_plan", "force_generic_plan"])
 def test_partial_indexes_serve_their_queries(postgres_store_url: str, plan: str) -> None:
     """Each query shape that reads one of these indexes implies its ``IS NOT NULL``
-    predicate, also under a generic plan (parameter values unknown)."""
-    with psycopg.connect(libpq_url(postgres_store_url), autocommit=True) as conn:
-        conn.execute("SET enable_seqscan = off")
-        conn.execute(f"SET plan_cache_mode = {plan}")
+    predicate, also under a generic plan (parameter values unknown).
+
+    The table's other secondary indexes are dropped inside a rolled-back transaction first: on
+    a small table another index (say ``(status, job_id)`` for ``status = 'WAITING'``) can tie
+    with the partial one, and which of two usable indexes the planner picks is not the point.
+    With the competitors gone and sequential scans off, a predicate the planner cannot prove
+    leaves it a full scan of the primary key, and the test fails."""
+    with psycopg.connect(libpq_url(postgres_store_url)) as conn:
         for index, (table, condition) in PARTIAL.items():
+            conn.execute("SET LOCAL enable_seqscan = off")
+            conn.execute(f"SET LOCAL plan_cache_mode = {plan}")
+            others = conn.execute(
+                "SELECT c.relname FROM pg_index i JOIN pg_class c ON c.oid = i.indexrelid"
+                " WHERE i.indrelid = %s::regclass AND c.relname <> %s"
+                " AND NOT EXISTS (SELECT 1 FROM pg_constraint k WHERE k.conindid = i.indexrelid)",
+                (table, index),
+            ).fetchall()
+            for (other,) in others:
+                conn.execute(f"DROP INDEX {other}")
             name = f"q_{index}"
             conn.execute(f"PREPARE {name} AS SELECT 1 FROM {table} WHERE {condition}")
             arg = "0" if "deadline" in index else "'00000000-0000-0000-0000-000000000000'"
             if index in ("idx_queue_owner", "idx_queue_signal_key", "idx_job_terminal"):
                 arg = "'x'"
             lines = conn.execute(f"EXPLAIN EXECUTE {name}({arg})").fetchall()
+            conn.execute(f"DEALLOCATE {name}")
+            conn.rollback()
             plan_text = "\n".join(line for (line,) in lines)
-            # The query API's (column, job_id) indexes, partial on the same predicate, tie with
-            # these on empty tables; either one shows the point.
-            usable = (index, *SAME_PREDICATE.get(index, ()))
-            assert any(
-                f"using {name}" in plan_text.lower() or f"on {name}" in plan_text for name in usable
-            ), plan_text
+            assert f"using {index}" in plan_text.lower() or f"on {index}" in plan_text, plan_text
