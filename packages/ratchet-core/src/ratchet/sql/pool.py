@@ -14,7 +14,8 @@ transaction, so that adds a round trip to each. Two cheaper checks:
   statement itself (``StoreUnavailable``; the worker backs off and the pool reconnects).
 
 And the pool itself, :class:`ShrinkingQueuePool`: one per store, closing connections beyond the
-first that nobody needed for 30 s, so that an idle process holds one.
+first that nobody needed for 30 s, and waiting a moment for that first one before opening a second,
+so that an idle process holds one.
 """
 
 from __future__ import annotations
@@ -29,6 +30,7 @@ from typing import Any
 from sqlalchemy import event, exc
 from sqlalchemy.engine import Engine
 from sqlalchemy.pool import ConnectionPoolEntry, QueuePool
+from sqlalchemy.util import queue as sqla_queue
 
 log = logging.getLogger("ratchet.store")
 
@@ -105,6 +107,9 @@ def _ping(engine: Engine, dbapi_conn: Any) -> bool:
 #: Seconds a surplus pooled connection may sit idle before the pool closes it.
 DEFAULT_IDLE_TIMEOUT = 30.0
 
+#: Seconds a checkout waits for the resting connection before the pool opens another.
+DEFAULT_GROW_AFTER = 0.05
+
 _IDLE_SINCE = "ratchet_idle_since"
 
 
@@ -118,6 +123,14 @@ class ShrinkingQueuePool(QueuePool):
     connection, a busy one keeps what its threads use at the same time (up to ``pool_size``,
     plus ``max_overflow`` opened for bursts and closed as they return). Always LIFO
     (``use_lifo`` is accepted, as ``create_engine`` passes it, and ignored).
+
+    A process at rest still has several threads that touch the store now and then (heartbeat,
+    recurring occurrences, the poller); when two of them meet, a plain pool would open a second
+    connection and keep it for the idle timeout. Here a checkout that finds the pool holding
+    only its ``pool_keep_idle`` connections, all in use, first waits up to ``pool_grow_after``
+    seconds (default 0.05) for one to come back: a resting process's statements take a
+    millisecond, so it stays at one connection, while a busy one pays the wait once per
+    connection it grows by (``0`` turns the wait off).
     """
 
     def __init__(
@@ -129,6 +142,7 @@ class ShrinkingQueuePool(QueuePool):
         use_lifo: bool = True,
         pool_idle_timeout: float = DEFAULT_IDLE_TIMEOUT,
         pool_keep_idle: int = 1,
+        pool_grow_after: float = DEFAULT_GROW_AFTER,
         **kw: Any,
     ) -> None:
         super().__init__(
@@ -141,8 +155,13 @@ class ShrinkingQueuePool(QueuePool):
         )
         self.idle_timeout = pool_idle_timeout
         self.keep_idle = pool_keep_idle
+        self.grow_after = pool_grow_after
         self.closed_idle = 0
         """How many idle connections this pool closed."""
+        self.waiting_to_grow = 0
+        """Checkouts now waiting for a resting connection to come back."""
+        self.grew_after_wait = 0
+        """Checkouts that waited ``grow_after`` in vain and opened a connection."""
 
     @property
     def max_overflow(self) -> int:
@@ -151,6 +170,27 @@ class ShrinkingQueuePool(QueuePool):
 
     clock: Callable[[], float] = staticmethod(time.monotonic)
     """Seconds of a monotonic clock (tests replace it)."""
+
+    def _do_get(self) -> ConnectionPoolEntry:
+        if self.grow_after > 0 and self._at_resting_size():
+            self.waiting_to_grow += 1
+            try:
+                return self._pool.get(True, self.grow_after)
+            except sqla_queue.Empty:
+                self.grew_after_wait += 1
+            finally:
+                self.waiting_to_grow -= 1
+        return super()._do_get()
+
+    def _at_resting_size(self) -> bool:
+        """Every connection is in use, there are only the resting ones, and more may open."""
+        opened = self._pool.maxsize + self._overflow
+        return (
+            self._pool.empty()
+            and opened <= self.keep_idle
+            and opened > 0
+            and (self._max_overflow < 0 or opened < self._pool.maxsize + self._max_overflow)
+        )
 
     def _do_return_conn(self, record: ConnectionPoolEntry) -> None:
         record.info[_IDLE_SINCE] = self.clock()
@@ -187,6 +227,7 @@ class ShrinkingQueuePool(QueuePool):
         assert isinstance(fresh, ShrinkingQueuePool)
         fresh.idle_timeout = self.idle_timeout
         fresh.keep_idle = self.keep_idle
+        fresh.grow_after = self.grow_after
         fresh.clock = self.clock
         if self in _CHECKED:  # the checkout check's listener came along with the events
             _CHECKED.add(fresh)

@@ -1,0 +1,85 @@
+"""The store's pool: a resting process keeps one connection even when two of its threads meet."""
+
+from __future__ import annotations
+
+import sqlite3
+import threading
+import time
+from typing import Any
+
+from ratchet.sql.pool import ShrinkingQueuePool
+
+
+class CountingCreator:
+    """Opens in-memory SQLite connections and counts them."""
+
+    def __init__(self) -> None:
+        self.opened = 0
+
+    def __call__(self) -> sqlite3.Connection:
+        self.opened += 1
+        return sqlite3.connect(":memory:", check_same_thread=False)
+
+
+def _pool(grow_after: float, **kw: Any) -> tuple[ShrinkingQueuePool, CountingCreator]:
+    creator = CountingCreator()
+    pool = ShrinkingQueuePool(
+        creator, pool_size=5, max_overflow=5, pool_grow_after=grow_after, **kw
+    )
+    return pool, creator
+
+
+def _wait_until(predicate: Any, timeout: float = 10.0) -> None:
+    deadline = time.monotonic() + timeout
+    while not predicate():
+        assert time.monotonic() < deadline, "condition not reached in time"
+        time.sleep(0.001)
+
+
+def test_a_checkout_that_meets_the_resting_connection_in_use_waits_for_it() -> None:
+    pool, creator = _pool(grow_after=30.0)
+    held = pool.connect()
+    got: list[Any] = []
+    other = threading.Thread(target=lambda: got.append(pool.connect()))
+    other.start()
+    _wait_until(lambda: pool.waiting_to_grow == 1)
+    held.close()  # back to the pool: the waiting checkout takes it
+    other.join(10)
+    assert got and creator.opened == 1
+    assert pool.grew_after_wait == 0
+    got[0].close()
+    pool.dispose()
+
+
+def test_a_connection_held_past_the_grace_makes_the_pool_grow() -> None:
+    pool, creator = _pool(grow_after=0.01)
+    held = pool.connect()
+    second = pool.connect()  # the first is still out after 10 ms: a second opens
+    assert creator.opened == 2 and pool.grew_after_wait == 1
+    third = pool.connect()  # past the resting size, growth is immediate
+    assert creator.opened == 3 and pool.grew_after_wait == 1
+    for conn in (held, second, third):
+        conn.close()
+    pool.dispose()
+
+
+def test_no_wait_when_a_connection_is_idle_or_the_wait_is_off() -> None:
+    pool, creator = _pool(grow_after=30.0)
+    first = pool.connect()
+    first.close()
+    again = pool.connect()  # the idle one is handed out
+    assert creator.opened == 1
+    off, off_creator = _pool(grow_after=0.0)
+    a, b = off.connect(), off.connect()
+    assert off_creator.opened == 2 and off.grew_after_wait == 0
+    for conn in (again, a, b):
+        conn.close()
+    pool.dispose()
+    off.dispose()
+
+
+def test_the_grace_survives_a_recreated_pool() -> None:
+    pool, _ = _pool(grow_after=0.2, pool_keep_idle=2)
+    fresh = pool.recreate()
+    assert isinstance(fresh, ShrinkingQueuePool)
+    assert (fresh.grow_after, fresh.keep_idle) == (0.2, 2)
