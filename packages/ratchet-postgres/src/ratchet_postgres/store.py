@@ -443,6 +443,14 @@ SELECT job_id FROM owned
     )
 
 
+def _claimed_jobs(rows: Sequence[Any], now: datetime) -> list[ClaimedJob]:
+    """The jobs of the claim statement's rows (queue and definition columns in one row)."""
+    return [
+        claimed_job(r, r, now, epoch=r.epoch, scheduled_time=from_micros(r.scheduled_time))
+        for r in rows
+    ]
+
+
 class PostgresClaim(ClaimStatements):
     """The claim as one statement (:func:`claim_statement`)."""
 
@@ -459,11 +467,7 @@ class PostgresClaim(ClaimStatements):
         node_tags: frozenset[str] = frozenset(),
     ) -> list[ClaimedJob]:
         params = claim_parameters(node_id, limit, now, boost, node_tags, self.contention_margin)
-        rows = conn.execute(claim_statement("boost" in params), params).all()
-        return [
-            claimed_job(r, r, now, epoch=r.epoch, scheduled_time=from_micros(r.scheduled_time))
-            for r in rows
-        ]
+        return _claimed_jobs(conn.execute(claim_statement("boost" in params), params).all(), now)
 
     gates_claims = True
 
@@ -481,11 +485,7 @@ class PostgresClaim(ClaimStatements):
         params.update((name, gate[name]) for name in GATE_PARAMETERS)
         rows = conn.execute(claim_statement("boost" in params, gated=True), params).all()
         first = rows[0]  # the probe's row: one even when nothing was claimed
-        claimed = [
-            claimed_job(r, r, now, epoch=r.epoch, scheduled_time=from_micros(r.scheduled_time))
-            for r in rows
-            if r.job_id is not None
-        ]
+        claimed = _claimed_jobs([r for r in rows if r.job_id is not None], now)
         return GatedClaim(first.state, bool(first.eligible), claimed)
 
 
@@ -605,7 +605,6 @@ class PostgresStore(SqlStore):
     """:class:`~ratchet.sql.store.SqlStore` on PostgreSQL with one-statement hot paths."""
 
     atomic_insert = True
-    atomic_claim = True
     atomic_record = True
     insert_chunk_size = INSERT_CHUNK
 

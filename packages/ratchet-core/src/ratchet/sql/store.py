@@ -138,9 +138,6 @@ class SqlStore(
     """Whether :meth:`_insert` writes with one statement (plus reads), so that a submission
     outside a caller's transaction may run it in autocommit mode."""
 
-    atomic_claim = False
-    """Whether :meth:`_claim` is one statement, so that a poll may run it in autocommit mode."""
-
     atomic_record = False
     """Whether :meth:`_record` writes outcomes with one statement when none of them has flow
     effects, so that such a batch may be written in autocommit mode."""

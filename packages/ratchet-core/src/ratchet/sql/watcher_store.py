@@ -158,6 +158,16 @@ def _probe() -> Any:
     return select(state.label("state"), eligible.exists().label("eligible"))
 
 
+def _node_state(value: str | None) -> NodeState | None:
+    """A node row's state (None: the node has no row)."""
+    return None if value is None else NodeState(value)
+
+
+def _may_obtain_work(state: NodeState | None, without_row: bool) -> bool:
+    """Only an ALIVE node obtains work, and a node without a row where that is allowed."""
+    return state is NodeState.ALIVE or (state is None and without_row)
+
+
 def _live_nodes() -> Any:
     return select(NODE.c.node_id).where(NODE.c.state.in_(LIVE))
 
@@ -171,7 +181,6 @@ class WatcherStoreMixin:
 
     if TYPE_CHECKING:
         dialect: SqlDialect
-        atomic_claim: bool
         hot_paths: HotPaths
 
         def _run(
@@ -788,33 +797,17 @@ class WatcherStoreMixin:
                 ),
                 autocommit=True,
             )
-            state = None if gated.state is None else NodeState(gated.state)
-            if state is not NodeState.ALIVE and not (state is None and without_row):
+            state = _node_state(gated.state)
+            if not _may_obtain_work(state, without_row):
                 return AcquiredWork(state)
             if not (gated.eligible and state is NodeState.ALIVE):
                 return AcquiredWork(state, (), (), tuple(gated.claimed))
             # takeovers are possible (nothing was claimed): the general path below
-        elif self.atomic_claim and not reserved:
-            # The claim is one statement: probe, then claim, each on its own without BEGIN and
-            # COMMIT (a transaction around them would add two round trips and no guarantee: the
-            # probe locks nothing, so a node may be declared dead between the two either way,
-            # and the watcher then treats what it claimed as orphaned).
-            row = self._run(lambda conn: conn.execute(probe, params).one(), autocommit=True)
-            state = None if row.state is None else NodeState(row.state)
-            if state is not NodeState.ALIVE and not (state is None and without_row):
-                return AcquiredWork(state)
-            if not (row.eligible and state is NodeState.ALIVE):
-                claimed = self._run(
-                    lambda conn: self._claim(conn, node_id, want, now, boost_interval, node_tags),
-                    autocommit=True,
-                )
-                return AcquiredWork(state, (), (), tuple(claimed))
-            # takeovers are possible: the general path below, in one transaction
 
         def work(conn: Connection) -> AcquiredWork:
             row = conn.execute(probe, params).one()
-            state = None if row.state is None else NodeState(row.state)
-            if state is not NodeState.ALIVE and not (state is None and without_row):
+            state = _node_state(row.state)
+            if not _may_obtain_work(state, without_row):
                 return AcquiredWork(state)
             taken: list[ClaimedJob] = []
             if row.eligible and state is NodeState.ALIVE:
