@@ -123,10 +123,11 @@ def sizes(url: str) -> dict[str, tuple[int, int]]:
         }
 
 
-def _worker_child(url: str, stop: Any, ready: Any, out: Any) -> None:
+def _worker_child(url: str, stop: Any, ready: Any, out: Any, rate: float | None = None) -> None:
     """Submit 50 jobs, claim 50, record them SUCCEEDED, repeat until ``stop`` (the queue stays
     fed however long the prune takes); report each claim as ``(monotonic start, milliseconds,
-    jobs)``."""
+    jobs)``. With ``rate``, rounds start at most ``rate / 50`` times a second (a steady stream
+    that leaves the machine headroom) instead of back to back."""
     from ratchet.domain.lifecycle import JobPriority
     from ratchet.domain.model import NewJob, Outcome, OutcomeKind
     from ratchet.domain.options import BackoffPolicy
@@ -136,7 +137,12 @@ def _worker_child(url: str, stop: Any, ready: Any, out: Any) -> None:
     store = PostgresStore(url)
     boost = timedelta(minutes=15)
     claims: list[tuple[float, float, int]] = []
+    period = 50 / rate if rate else 0.0
+    next_round = time.monotonic()
     while not stop.is_set():
+        if period:
+            next_round += period
+            stop.wait(max(0.0, next_round - time.monotonic()))
         now = datetime.now(UTC)
         fresh = [
             NewJob(
@@ -388,6 +394,7 @@ def interleaved_run(
     phases: tuple[str, ...],
     settings: Any,
     limit_s: float,
+    rate: float | None = None,
 ) -> dict[str, Any]:
     """Phases of ``phase_s`` seconds take turns while the worker runs, until the prune is done
     (or ``limit_s`` passed); returns every window with its measures."""
@@ -399,7 +406,7 @@ def interleaved_run(
         seeded = time.monotonic() - started
         ctx = multiprocessing.get_context("spawn")
         stop, ready, out = ctx.Event(), ctx.Event(), ctx.Queue()
-        child = ctx.Process(target=_worker_child, args=(url, stop, ready, out))
+        child = ctx.Process(target=_worker_child, args=(url, stop, ready, out, rate))
         child.start()
         ready.wait(300)
         others = tuple(float(p.split("@")[1]) for p in phases if p.startswith("prune@"))
@@ -603,6 +610,12 @@ def main(argv: list[str] | None = None) -> int:
         help="with --interleave: add a phase pruning with this busy_share (repeatable)",
     )
     parser.add_argument(
+        "--worker-rate",
+        type=float,
+        metavar="JOBS_PER_S",
+        help="with --interleave: the worker loop runs at this pace instead of flat out",
+    )
+    parser.add_argument(
         "--limit", type=float, default=600.0, help="with --interleave: stop after this long (s)"
     )
     args = parser.parse_args(argv)
@@ -683,12 +696,20 @@ def _interleaved_main(args: argparse.Namespace, url: str) -> int:
     )
     for i in range(args.runs):
         result = interleaved_run(
-            url, args.rows, args.pending, args.interleave, phases, settings, args.limit
+            url,
+            args.rows,
+            args.pending,
+            args.interleave,
+            phases,
+            settings,
+            args.limit,
+            args.worker_rate,
         )
         loads = [w["load"] for w in result["windows"]]
         print(
             f"run {i + 1}: removed {result['removed']:,} (seeding {result['seed_s']:.0f} s);"
             f" busy_share {args.busy_share}, batch_target {args.batch_target:.0f} ms;"
+            f" worker {'flat out' if not args.worker_rate else f'{args.worker_rate:.0f} jobs/s'};"
             f" load average {min(loads):.1f} to {max(loads):.1f}",
             flush=True,
         )
