@@ -123,17 +123,22 @@ def sizes(url: str) -> dict[str, tuple[int, int]]:
         }
 
 
-def _worker_child(url: str, stop: Any, ready: Any, out: Any, rate: float | None = None) -> None:
+def _worker_child(
+    url: str, stop: Any, ready: Any, out: Any, rate: float | None = None, cpus: Any = None
+) -> None:
     """Submit 50 jobs, claim 50, record them SUCCEEDED, repeat until ``stop`` (the queue stays
     fed however long the prune takes); report each claim as ``(monotonic start, milliseconds,
     jobs)``. With ``rate``, rounds start at most ``rate / 50`` times a second (a steady stream
-    that leaves the machine headroom) instead of back to back."""
+    that leaves the machine headroom) instead of back to back. With ``cpus``, this process and
+    its database backends run on those CPUs only."""
     from ratchet.domain.lifecycle import JobPriority
     from ratchet.domain.model import NewJob, Outcome, OutcomeKind
     from ratchet.domain.options import BackoffPolicy
     from ratchet.ids import uuid7
     from ratchet_postgres import PostgresStore
 
+    if cpus:
+        _pin_connections(cpus)
     store = PostgresStore(url)
     boost = timedelta(minutes=15)
     claims: list[tuple[float, float, int]] = []
@@ -174,6 +179,21 @@ def _worker_child(url: str, stop: Any, ready: Any, out: Any, rate: float | None 
         store.record_outcomes("bench-worker", outcomes, now=now)
     out.put(claims)
     store.close()
+
+
+def _pin_connections(cpus: set[int]) -> None:
+    """Run this process, and the backend of every connection it opens from now on, on ``cpus``."""
+    from sqlalchemy import event
+    from sqlalchemy.engine import Engine
+
+    os.sched_setaffinity(0, cpus)
+
+    def pin(dbapi_conn: Any, _record: Any) -> None:
+        with dbapi_conn.cursor() as cur:
+            cur.execute("SELECT pg_backend_pid()")
+            os.sched_setaffinity(int(cur.fetchone()[0]), cpus)
+
+    event.listen(Engine, "connect", pin)
 
 
 def window(claims: list[tuple[float, float, int]], start: float, end: float) -> dict[str, float]:
@@ -292,7 +312,13 @@ def _machine_busy() -> tuple[float, float]:
 class Pruner:
     """The prune of the parent process, whose backends (and itself) can be niced."""
 
-    def __init__(self, url: str, settings: Any, other_shares: tuple[float, ...] = ()) -> None:
+    def __init__(
+        self,
+        url: str,
+        settings: Any,
+        other_shares: tuple[float, ...] = (),
+        cpus: set[int] | None = None,
+    ) -> None:
         from sqlalchemy import event
         from sqlalchemy.engine import Engine
 
@@ -307,6 +333,8 @@ class Pruner:
                 pid = int(cur.fetchone()[0])
             self.backends.append(pid)
             os.setpriority(os.PRIO_PROCESS, pid, self.niceness)
+            if cpus:
+                os.sched_setaffinity(pid, cpus)
 
         event.listen(Engine, "connect", remember)
         self.app = Ratchet(url, allow_empty_class_policy=True, retention=settings)
@@ -395,9 +423,13 @@ def interleaved_run(
     settings: Any,
     limit_s: float,
     rate: float | None = None,
+    pin: bool = False,
 ) -> dict[str, Any]:
     """Phases of ``phase_s`` seconds take turns while the worker runs, until the prune is done
-    (or ``limit_s`` passed); returns every window with its measures."""
+    (or ``limit_s`` passed); returns every window with its measures. With ``pin``, the worker
+    loop and its backend run on CPU 0 and everything of the prune's side (this process, its
+    backends, the burn) on the others: the prune cannot take the worker's CPU, as on a server
+    with cores to spare, and what remains is its effect through the database."""
     import psycopg
 
     with database(server_url) as url:
@@ -406,11 +438,15 @@ def interleaved_run(
         seeded = time.monotonic() - started
         ctx = multiprocessing.get_context("spawn")
         stop, ready, out = ctx.Event(), ctx.Event(), ctx.Queue()
-        child = ctx.Process(target=_worker_child, args=(url, stop, ready, out, rate))
+        cpus = sorted(os.sched_getaffinity(0))
+        worker_cpus, prune_cpus = ({cpus[0]}, set(cpus[1:])) if pin else (None, None)
+        if prune_cpus:
+            os.sched_setaffinity(0, prune_cpus)
+        child = ctx.Process(target=_worker_child, args=(url, stop, ready, out, rate, worker_cpus))
         child.start()
         ready.wait(300)
         others = tuple(float(p.split("@")[1]) for p in phases if p.startswith("prune@"))
-        pruner = Pruner(url, settings, others)
+        pruner = Pruner(url, settings, others, prune_cpus)
         monitor = psycopg.connect(_libpq(url), autocommit=True)
         monitor_pid = monitor.execute("SELECT pg_backend_pid()").fetchone()[0]  # type: ignore[index]
         data_dir = monitor.execute("SHOW data_directory").fetchone()[0]  # type: ignore[index]
@@ -485,6 +521,7 @@ def interleaved_run(
         pruner.app.close()
         for other in pruner.apps.values():
             other.close()
+        os.sched_setaffinity(0, cpus)
     for w in windows:
         w.update(window(claims, w["start"], w["end"]))
         w["latencies"] = sorted(c[1] for c in claims if w["start"] <= c[0] < w["end"] and c[2])
@@ -616,6 +653,12 @@ def main(argv: list[str] | None = None) -> int:
         help="with --interleave: the worker loop runs at this pace instead of flat out",
     )
     parser.add_argument(
+        "--pin",
+        action="store_true",
+        help="with --interleave: the worker loop and its backend on CPU 0, the prune's side on the"
+        " others (a server with a core to spare)",
+    )
+    parser.add_argument(
         "--limit", type=float, default=600.0, help="with --interleave: stop after this long (s)"
     )
     args = parser.parse_args(argv)
@@ -704,12 +747,14 @@ def _interleaved_main(args: argparse.Namespace, url: str) -> int:
             settings,
             args.limit,
             args.worker_rate,
+            args.pin,
         )
         loads = [w["load"] for w in result["windows"]]
         print(
             f"run {i + 1}: removed {result['removed']:,} (seeding {result['seed_s']:.0f} s);"
             f" busy_share {args.busy_share}, batch_target {args.batch_target:.0f} ms;"
-            f" worker {'flat out' if not args.worker_rate else f'{args.worker_rate:.0f} jobs/s'};"
+            f" worker {'flat out' if not args.worker_rate else f'{args.worker_rate:.0f} jobs/s'}"
+            f"{', pinned' if args.pin else ''};"
             f" load average {min(loads):.1f} to {max(loads):.1f}",
             flush=True,
         )
