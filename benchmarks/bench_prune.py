@@ -123,6 +123,21 @@ def sizes(url: str) -> dict[str, tuple[int, int]]:
         }
 
 
+def _vacuumed_sizes(url: str) -> tuple[dict[str, tuple[int, int]], float, Any, Any]:
+    """Sizes now, the seconds ``VACUUM (ANALYZE)`` took, sizes after it and after ``VACUUM
+    FULL``."""
+    import psycopg
+
+    now = sizes(url)
+    with psycopg.connect(_libpq(url), autocommit=True) as conn:
+        started = time.monotonic()
+        conn.execute("VACUUM (ANALYZE)")
+        vacuum_s = time.monotonic() - started
+        after_vacuum = sizes(url)
+        conn.execute("VACUUM FULL")
+        return now, vacuum_s, after_vacuum, sizes(url)
+
+
 def _worker_child(
     url: str, stop: Any, ready: Any, out: Any, rate: float | None = None, cpus: Any = None
 ) -> None:
@@ -248,16 +263,7 @@ def one_run(
         claims = out.get(timeout=600)
         child.join(60)
         app.close()
-        after_prune = sizes(url)
-        import psycopg
-
-        with psycopg.connect(_libpq(url), autocommit=True) as conn:
-            vacuum_started = time.monotonic()
-            conn.execute("VACUUM (ANALYZE)")
-            vacuum_s = time.monotonic() - vacuum_started
-            after_vacuum = sizes(url)
-            conn.execute("VACUUM FULL")
-            after_full = sizes(url)
+        after_prune, vacuum_s, after_vacuum, after_full = _vacuumed_sizes(url)
     return {
         "seed_s": seeded,
         "prune_s": t_end - t_prune,
@@ -436,6 +442,7 @@ def interleaved_run(
         started = time.monotonic()
         seed(url, rows, pending)
         seeded = time.monotonic() - started
+        before = sizes(url)
         ctx = multiprocessing.get_context("spawn")
         stop, ready, out = ctx.Event(), ctx.Event(), ctx.Queue()
         cpus = sorted(os.sched_getaffinity(0))
@@ -522,11 +529,23 @@ def interleaved_run(
         for other in pruner.apps.values():
             other.close()
         os.sched_setaffinity(0, cpus)
+        after_prune, vacuum_s, after_vacuum, after_full = _vacuumed_sizes(url)
     for w in windows:
         w.update(window(claims, w["start"], w["end"]))
         w["latencies"] = sorted(c[1] for c in claims if w["start"] <= c[0] < w["end"] and c[2])
         w["jobs"] = sum(c[2] for c in claims if w["start"] <= c[0] < w["end"])
-    return {"seed_s": seeded, "removed": removed, "windows": windows}
+    return {
+        "seed_s": seeded,
+        "removed": removed,
+        "windows": windows,
+        "vacuum_s": vacuum_s,
+        "sizes": {
+            "before": before,
+            "after prune": after_prune,
+            "after VACUUM": after_vacuum,
+            "after VACUUM FULL": after_full,
+        },
+    }
 
 
 def summarise(windows: list[dict[str, Any]], phases: tuple[str, ...]) -> None:
@@ -759,6 +778,8 @@ def _interleaved_main(args: argparse.Namespace, url: str) -> int:
             flush=True,
         )
         summarise(result["windows"], phases)
+        print(f"  VACUUM (ANALYZE) after the prune: {result['vacuum_s']:.1f} s")
+        print_sizes(result["sizes"])
     return 0
 
 
