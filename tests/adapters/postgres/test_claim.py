@@ -298,3 +298,51 @@ def test_a_poll_is_one_statement_with_the_node_probe_folded_in(store: PostgresSt
             text("SELECT count(*) FROM scheduler_job_queue WHERE status = 'RUNNING'")
         ).scalar_one()
     assert running == 2, "the dead and the unknown node claimed nothing"
+
+
+def test_a_poll_whose_window_other_claims_hold_looks_wider_once(store: PostgresStore) -> None:
+    """Other claims in flight hold every candidate the window reads: the poll looks again
+    with a window :data:`WIDER_WINDOW` times wider and takes the next due jobs, instead of
+    coming back empty while jobs wait. A short claim whose window was not full costs nothing
+    more."""
+    from sqlalchemy import event
+
+    from ratchet.domain.watcher import NodeInfo, WatcherSettings
+    from ratchet_postgres.store import CANDIDATES_PER_CLAIMED, CONTENTION_MARGIN
+
+    clock = FakeClock()
+    start = clock.now() - timedelta(hours=1)
+    jobs = [new_job(clock, scheduled_time=start + timedelta(seconds=i)) for i in range(120)]
+    store.insert_jobs(jobs, now=clock.now())
+    store.register_incarnation(NodeInfo("n1", "web-1", "host", 1, 4), now=clock.now())
+    statements: list[str] = []
+    event.listen(store.engine, "before_cursor_execute", lambda *a: statements.append(a[2]))
+    window = 10 * CANDIDATES_PER_CLAIMED + CONTENTION_MARGIN
+    with store.engine.connect() as holder:
+        holder.execute(
+            text("SELECT 1 FROM scheduler_job_queue WHERE job_id = ANY(:ids) FOR UPDATE"),
+            {"ids": [j.job_id for j in jobs[:window]]},
+        )
+        statements.clear()
+        work = store.acquire_work(
+            "n1", 10, now=clock.now(), settings=WatcherSettings(), boost_interval=BOOST
+        )
+        holder.rollback()
+    assert [c.job_id for c in work.claimed] == [j.job_id for j in jobs[window : window + 10]]
+    assert len(statements) == 2, statements
+    statements.clear()
+    rest = store.acquire_work(
+        "n1", 200, now=clock.now(), settings=WatcherSettings(), boost_interval=BOOST
+    )
+    assert len(rest.claimed) == 110 and len(statements) == 1, "the window was not full"
+    store.insert_jobs([new_job(clock) for _ in range(60)], now=clock.now())
+    assert store.declare_dead(["n1"], now=clock.now()) == ["n1"]
+    closed = store.acquire_work(
+        "n1", 5, now=clock.now(), settings=WatcherSettings(), boost_interval=BOOST
+    )
+    assert closed.claimed == (), "a full window never opens a closed gate"
+    with store.engine.connect() as conn:
+        waiting = conn.execute(
+            text("SELECT count(*) FROM scheduler_job_queue WHERE status = 'PENDING'")
+        ).scalar_one()
+    assert waiting == 60
