@@ -159,11 +159,6 @@ CANDIDATES_PER_CLAIMED = 2
 #: visiting only the rows it takes or skips). See ``PostgresClaim.contention_margin``.
 CONTENTION_MARGIN = 32
 
-#: How much wider a gated claim looks, once, when it came back short although its fullest
-#: priority level filled the window: the rows it read were held (or just taken) by other
-#: claims, and due jobs may wait beyond them.
-WIDER_WINDOW = 8
-
 
 def _gate() -> str:
     """The CTEs that decide whether a node may claim now (:data:`GATE_PARAMETERS`): ``probe``
@@ -212,9 +207,7 @@ def claim_statement(boosted: bool, gated: bool = False) -> TextClause:
     jobs) walks every PENDING row, and a claim costs as much as the queue is long.
 
     Gated, it claims only when the gate is open and always returns at least one row: the
-    probe's ``state``, ``eligible`` and ``open`` on every row, ``fullest`` (the most candidates one
-    priority level gave: ``:cand`` when that level had more due jobs than the window), the job
-    columns NULL when none was claimed.
+    probe's ``state`` and ``eligible`` on every row, the job columns NULL when none was claimed.
     """
     if boosted:
         effective = (
@@ -261,8 +254,7 @@ WITH {gate}cand AS (
 FROM upd u JOIN scheduler_job j ON j.job_id = u.job_id"""
     if gated:
         sql += f"""
-SELECT g.state, g.eligible, (SELECT open FROM gate) AS open,
-       (SELECT max(n) FROM (SELECT count(*) AS n FROM cand GROUP BY priority) f) AS fullest, c.*
+SELECT g.state, g.eligible, c.*
 FROM probe g LEFT JOIN ({claimed}) c ON TRUE
 ORDER BY c.eff DESC, c.scheduled_time, c.job_id
 """
@@ -490,18 +482,10 @@ class PostgresClaim(ClaimStatements):
         gate: Mapping[str, Any],
     ) -> GatedClaim:
         params = claim_parameters(node_id, limit, now, boost, node_tags, self.contention_margin)
-        boosted = "boost" in params
         params.update((name, gate[name]) for name in GATE_PARAMETERS)
-        rows = conn.execute(claim_statement(boosted, gated=True), params).all()
+        rows = conn.execute(claim_statement("boost" in params, gated=True), params).all()
         first = rows[0]  # the probe's row: one even when nothing was claimed
         claimed = _claimed_jobs([r for r in rows if r.job_id is not None], now)
-        if first.open and len(claimed) < limit and first.fullest == params["cand"]:
-            # Every candidate of a full level was held by another claim in flight (or taken
-            # since): look once more, wider, instead of leaving due jobs for the next poll.
-            wider = claim_parameters(node_id, limit - len(claimed), now, boost, node_tags)
-            wider["cand"] = params["cand"] * WIDER_WINDOW
-            more = conn.execute(claim_statement(boosted), wider).all()
-            claimed.extend(_claimed_jobs(more, now))
         return GatedClaim(first.state, bool(first.eligible), claimed)
 
 
