@@ -290,3 +290,17 @@ def _wait(check: Any, what: str, workers: Any, timeout: float = 90) -> None:
         if time.monotonic() > deadline:
             raise AssertionError(f"timed out waiting for: {what}\n{workers.logs()[-4000:]}")
         time.sleep(0.1)
+
+
+def test_the_pool_wait_before_growing_is_a_store_option(postgres_store_url: str) -> None:
+    """``pool_grow_after`` reaches the pool (0.05 s by default) and survives a resize."""
+    default = PostgresStore(postgres_store_url)
+    tuned = PostgresStore(postgres_store_url, pool_grow_after=0.25)
+    try:
+        assert default.engine.pool.grow_after == 0.05  # type: ignore[attr-defined]
+        assert tuned.engine.pool.grow_after == 0.25  # type: ignore[attr-defined]
+        tuned.resize_pool(4, 2)
+        assert tuned.engine.pool.grow_after == 0.25  # type: ignore[attr-defined]
+    finally:
+        default.close()
+        tuned.close()
