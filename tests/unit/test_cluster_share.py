@@ -47,19 +47,46 @@ def test_n_live_nodes_each_wait_n_intervals_on_average_so_the_cluster_keeps_one(
     assert min(waits) < 0.1, "exponential: some runs come soon, so nodes do not run in lockstep"
 
 
-def test_the_count_is_read_at_most_once_per_refresh_and_survives_an_outage() -> None:
+def test_a_steady_count_is_read_at_doubling_gaps_up_to_the_refresh_and_survives_an_outage() -> None:
     now = [0.0]
     nodes = Nodes("ALIVE", "ALIVE")
-    share = ClusterShare(nodes, refresh=60, rng=random.Random(3), clock=lambda: now[0])
-    assert share.live_nodes() == 2 and nodes.reads == 1
-    nodes.states.append("ALIVE")
-    now[0] = 59.0
-    assert share.live_nodes() == 2 and nodes.reads == 1
-    now[0] = 60.0
-    assert share.live_nodes() == 3 and nodes.reads == 2
+    share = ClusterShare(nodes, refresh=60, settling=2, rng=random.Random(3), clock=lambda: now[0])
+    reads_at = []
+    for second in range(0, 200):
+        now[0] = float(second)
+        before = nodes.reads
+        assert share.live_nodes() == 2
+        if nodes.reads > before:
+            reads_at.append(second)
+    assert reads_at == [0, 2, 6, 14, 30, 62, 122, 182], "gaps 2, 4, 8, 16, 32, then 60"
     nodes.fail = True
-    now[0] = 120.0
-    assert share.live_nodes() == 3 and nodes.reads == 3
+    now[0] = 242.0
+    assert share.live_nodes() == 2 and nodes.reads == 9
+    now[0] = 250.0
+    assert share.live_nodes() == 2 and nodes.reads == 9, "an outage does not make reads come faster"
+
+
+def test_a_forming_cluster_is_seen_within_seconds_not_a_refresh_later() -> None:
+    """Nodes started together: the first reads find few alive; a changed count is re-read
+    after the settling gap, so each node soon shares the tasks with all the others."""
+    now = [0.0]
+    nodes = Nodes("ALIVE")
+    share = ClusterShare(nodes, refresh=60, settling=2, rng=random.Random(3), clock=lambda: now[0])
+    assert share.live_nodes() == 1
+    nodes.states += ["ALIVE"] * 9  # the others register
+    now[0] = 2.0
+    assert share.live_nodes() == 10
+    nodes.states += ["ALIVE"] * 40
+    now[0] = 4.0
+    assert share.live_nodes() == 50, "the count changed at the last read: read again soon"
+    now[0] = 5.0
+    assert share.live_nodes() == 50 and nodes.reads == 3
+    now[0] = 6.0
+    assert share.live_nodes() == 50 and nodes.reads == 4
+    now[0] = 9.0
+    assert share.live_nodes() == 50 and nodes.reads == 4, "unchanged since: the gap doubled"
+    now[0] = 10.0
+    assert share.live_nodes() == 50 and nodes.reads == 5
 
 
 def test_only_the_cluster_wide_tasks_are_shared() -> None:

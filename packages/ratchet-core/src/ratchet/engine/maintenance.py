@@ -45,8 +45,12 @@ class PermitJanitor:
             log.warning("released %d permit(s) of attempts no longer running here", released)
 
 
-#: How often a node re-reads how many nodes are alive (for :class:`ClusterShare`).
+#: How often a node re-reads how many nodes are alive (for :class:`ClusterShare`) once the
+#: count holds still.
 LIVE_NODES_REFRESH = 60.0
+#: How soon it re-reads after a read that found the count changed (a cluster starting up, or a
+#: rolling deploy); the gap then doubles with each unchanged read up to the refresh.
+LIVE_NODES_SETTLING = 2.0
 #: A shared task's wait is at most this many times its mean (the draw is exponential).
 SHARE_TAIL_CAP = 4.0
 
@@ -60,8 +64,11 @@ class ClusterShare:
     so however the nodes' phases line up their runs together form a Poisson stream at one run per
     interval), and the cluster's cost of an idle interval stays that of one node instead of
     growing with the nodes. Alone (or when the count cannot be read) a node keeps the plain
-    interval. The count of ALIVE nodes is read from the store at most every
-    :data:`LIVE_NODES_REFRESH` seconds.
+    interval. The count of ALIVE nodes is read from the store again
+    :data:`LIVE_NODES_SETTLING` seconds after a read that found it changed, then at doubling
+    gaps up to :data:`LIVE_NODES_REFRESH` seconds while it holds still: nodes that start
+    together learn of each other within seconds instead of each running the shared tasks as if
+    alone for a minute.
     """
 
     def __init__(
@@ -69,6 +76,7 @@ class ClusterShare:
         store: object,
         *,
         refresh: float = LIVE_NODES_REFRESH,
+        settling: float = LIVE_NODES_SETTLING,
         rng: random.Random | None = None,
         clock: Callable[[], float] = time.monotonic,
     ) -> None:
@@ -76,22 +84,30 @@ class ClusterShare:
         self._refresh = refresh
         self._rng = rng or random.Random()
         self._clock = clock
+        self._settling = min(settling, refresh)
+        self._gap = self._settling
         self._live = 1
+        self._last_read: int | None = None
         self._read_at: float | None = None
 
     def live_nodes(self) -> int:
         """The number of ALIVE nodes at the last read (at least 1)."""
         now = self._clock()
-        if self._read_at is None or now - self._read_at >= self._refresh:
+        if self._read_at is None or now - self._read_at >= self._gap:
             self._read_at = now
             list_nodes = getattr(self._store, "list_nodes", None)
+            alive: int | None = None
             if list_nodes is not None:
                 try:
                     alive = sum(1 for n in list_nodes() if n.state == NodeState.ALIVE.value)
                 except Exception as exc:  # keep the last count; the store's outage shows elsewhere
                     log.debug("could not count the live nodes: %s", exc)
-                else:
-                    self._live = max(1, alive)
+            if alive is not None and alive != self._last_read:
+                self._last_read = alive
+                self._live = max(1, alive)
+                self._gap = self._settling
+            else:
+                self._gap = min(self._gap * 2, self._refresh)
         return self._live
 
     def wait(self, interval: timedelta) -> float:
