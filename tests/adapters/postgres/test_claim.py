@@ -298,3 +298,26 @@ def test_a_poll_is_one_statement_with_the_node_probe_folded_in(store: PostgresSt
             text("SELECT count(*) FROM scheduler_job_queue WHERE status = 'RUNNING'")
         ).scalar_one()
     assert running == 2, "the dead and the unknown node claimed nothing"
+
+
+def test_the_start_check_read_is_one_statement_without_a_transaction(
+    store: PostgresStore,
+) -> None:
+    """``owned_jobs`` (a slot's last look before a late start) answers which jobs this node
+    still holds under their epochs, as a single statement in autocommit: no ``BEGIN`` and
+    ``COMMIT`` round trips around the read."""
+    from sqlalchemy import event
+
+    clock = FakeClock()
+    store.insert_jobs([new_job(clock) for _ in range(3)], now=clock.now())
+    mine = store.claim("n1", 2, now=clock.now(), boost_interval=BOOST)
+    [theirs] = store.claim("n2", 1, now=clock.now(), boost_interval=BOOST)
+    seen: list[bool] = []
+    event.listen(
+        store.engine,
+        "before_cursor_execute",
+        lambda conn, *a: seen.append(conn.connection.dbapi_connection.autocommit),
+    )
+    asked = [(c.job_id, c.epoch) for c in [*mine, theirs]] + [(mine[0].job_id, mine[0].epoch + 1)]
+    assert store.owned_jobs("n1", asked) == {(c.job_id, c.epoch) for c in mine}
+    assert seen == [True]

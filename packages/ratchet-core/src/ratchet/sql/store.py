@@ -630,14 +630,18 @@ class SqlStore(
             return set()
         asked = set(jobs)
 
+        ids = list({job_id for job_id, _ in asked})
+
         def work(conn: Connection) -> set[tuple[uuid.UUID, int]]:
             owned: set[tuple[uuid.UUID, int]] = set()
-            for chunk in iter_chunks(list({job_id for job_id, _ in asked}), CHUNK):
+            for chunk in iter_chunks(ids, CHUNK):
                 rows = conn.execute(OWNED_ROWS, {"ids": chunk, "node": node_id})
                 owned.update((r.job_id, r.epoch) for r in rows)
             return owned & asked
 
-        return self._run(work, write=False)
+        # One chunk is one read: no BEGIN / COMMIT around it (a worker whose slots start late,
+        # on a busy machine, asks this for many of its jobs).
+        return self._run(work, write=False, autocommit=len(ids) <= CHUNK)
 
     # ------------------------------------------------------------------ outcomes
     def record_outcomes(
