@@ -123,19 +123,30 @@ def sizes(url: str) -> dict[str, tuple[int, int]]:
         }
 
 
-def _vacuumed_sizes(url: str) -> tuple[dict[str, tuple[int, int]], float, Any, Any]:
-    """Sizes now, the seconds ``VACUUM (ANALYZE)`` took, sizes after it and after ``VACUUM
-    FULL``."""
+Sizes = dict[str, tuple[int, int]]
+
+
+def sizes_by_stage(url: str, before: Sizes) -> tuple[float, dict[str, Sizes]]:
+    """After a prune: the seconds ``VACUUM (ANALYZE)`` took, and the sizes ``before``, now,
+    after ``VACUUM (ANALYZE)`` and after ``VACUUM FULL`` (:func:`print_sizes` prints them)."""
     import psycopg
 
-    now = sizes(url)
+    stages = {"before": before, "after prune": sizes(url)}
     with psycopg.connect(_libpq(url), autocommit=True) as conn:
         started = time.monotonic()
         conn.execute("VACUUM (ANALYZE)")
         vacuum_s = time.monotonic() - started
-        after_vacuum = sizes(url)
+        stages["after VACUUM"] = sizes(url)
         conn.execute("VACUUM FULL")
-        return now, vacuum_s, after_vacuum, sizes(url)
+        stages["after VACUUM FULL"] = sizes(url)
+    return vacuum_s, stages
+
+
+def _backend_pid(dbapi_conn: Any) -> int:
+    """The server process of a new driver connection (for ``connect`` listeners)."""
+    with dbapi_conn.cursor() as cur:
+        cur.execute("SELECT pg_backend_pid()")
+        return int(cur.fetchone()[0])
 
 
 def _worker_child(
@@ -204,9 +215,7 @@ def _pin_connections(cpus: set[int]) -> None:
     os.sched_setaffinity(0, cpus)
 
     def pin(dbapi_conn: Any, _record: Any) -> None:
-        with dbapi_conn.cursor() as cur:
-            cur.execute("SELECT pg_backend_pid()")
-            os.sched_setaffinity(int(cur.fetchone()[0]), cpus)
+        os.sched_setaffinity(_backend_pid(dbapi_conn), cpus)
 
     event.listen(Engine, "connect", pin)
 
@@ -263,7 +272,7 @@ def one_run(
         claims = out.get(timeout=600)
         child.join(60)
         app.close()
-        after_prune, vacuum_s, after_vacuum, after_full = _vacuumed_sizes(url)
+        vacuum_s, stages = sizes_by_stage(url, before)
     return {
         "seed_s": seeded,
         "prune_s": t_end - t_prune,
@@ -272,12 +281,7 @@ def one_run(
         "base": window(claims, t_base, t_prune),
         "prune": window(claims, t_prune, t_end),
         "vacuum_s": vacuum_s,
-        "sizes": {
-            "before": before,
-            "after prune": after_prune,
-            "after VACUUM": after_vacuum,
-            "after VACUUM FULL": after_full,
-        },
+        "sizes": stages,
     }
 
 
@@ -334,9 +338,7 @@ class Pruner:
         self.niceness = 0
 
         def remember(dbapi_conn: Any, _record: Any) -> None:
-            with dbapi_conn.cursor() as cur:
-                cur.execute("SELECT pg_backend_pid()")
-                pid = int(cur.fetchone()[0])
+            pid = _backend_pid(dbapi_conn)
             self.backends.append(pid)
             os.setpriority(os.PRIO_PROCESS, pid, self.niceness)
             if cpus:
@@ -529,7 +531,7 @@ def interleaved_run(
         for other in pruner.apps.values():
             other.close()
         os.sched_setaffinity(0, cpus)
-        after_prune, vacuum_s, after_vacuum, after_full = _vacuumed_sizes(url)
+        vacuum_s, stages = sizes_by_stage(url, before)
     for w in windows:
         w.update(window(claims, w["start"], w["end"]))
         w["latencies"] = sorted(c[1] for c in claims if w["start"] <= c[0] < w["end"] and c[2])
@@ -539,12 +541,7 @@ def interleaved_run(
         "removed": removed,
         "windows": windows,
         "vacuum_s": vacuum_s,
-        "sizes": {
-            "before": before,
-            "after prune": after_prune,
-            "after VACUUM": after_vacuum,
-            "after VACUUM FULL": after_full,
-        },
+        "sizes": stages,
     }
 
 
