@@ -86,7 +86,6 @@ class ClusterShare:
         self._clock = clock
         self._settling = min(settling, refresh)
         self._gap = self._settling
-        self._live = 1
         self._last_read: int | None = None
         self._read_at: float | None = None
 
@@ -104,11 +103,10 @@ class ClusterShare:
                     log.debug("could not count the live nodes: %s", exc)
             if alive is not None and alive != self._last_read:
                 self._last_read = alive
-                self._live = max(1, alive)
                 self._gap = self._settling
             else:
                 self._gap = min(self._gap * 2, self._refresh)
-        return self._live
+        return max(1, self._last_read or 0)
 
     def wait(self, interval: timedelta) -> float:
         """Seconds until this node's next run of a cluster-wide task of ``interval``."""
