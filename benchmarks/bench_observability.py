@@ -3,19 +3,25 @@
 Run on demand::
 
     uv run python benchmarks/bench_observability.py [--runs 5] [--jobs 20000] [--only sqlite,postgres]
+        [--defaults] [--variants off,metrics,tracing,both]
 
-One worker (in this process, the settings of ``bench_sqlite.py``) runs ``--jobs`` no-op jobs on a
+One worker (in this process, the settings of ``bench_sqlite.py``, or with ``--defaults`` the
+worker's own defaults, what ``ratchet worker module:app`` runs) runs ``--jobs`` no-op jobs on a
 fresh database per run, once per variant; the variants alternate within each round (interleaved),
 so a change in the machine's load hits them alike. ``metrics``: the Prometheus collector installed
-and scraped (rendered as text) every second. Printed: jobs/s per variant (median and every run),
-and each variant's throughput relative to ``off`` (the median of the per-round ratios, and their
-spread). PostgreSQL is a throwaway server (``ratchet.testing.servers``) unless ``--pg-url``.
+and scraped (rendered as text) every second. ``tracing``: the OpenTelemetry tracer on the SDK with
+its default sampler (every trace) and a ``BatchSpanProcessor`` feeding an exporter that drops the
+spans. ``both``: the two together. The jobs are submitted 20 to a submission with the variant
+already set up, so a traced run's attempts have their submission's trace as parent. Printed: jobs/s
+per variant (median and every run), and each variant's throughput relative to ``off`` (the median
+of the per-round ratios, and their spread). PostgreSQL is a throwaway server
+(``ratchet.testing.servers``) unless ``--pg-url``.
 
 It also times what the instrumentation costs a worker with no exporter: the check the poller and
 the writer make once per poll and per outcome write.
 
 Variants are entries of :data:`VARIANTS`: a function that prepares an app and returns what to
-close afterwards. A tracing variant is added there.
+close afterwards.
 """
 
 from __future__ import annotations
@@ -72,25 +78,69 @@ def variant_metrics(app: Ratchet) -> Closer:
     return close
 
 
+def variant_tracing(app: Ratchet) -> Closer:
+    """OpenTelemetry on the SDK as it comes (every trace sampled), spans batched then dropped."""
+    from bench_tracing import DropSpans
+    from opentelemetry.sdk.trace import TracerProvider
+    from opentelemetry.sdk.trace.export import BatchSpanProcessor
+
+    from ratchet.exporters.otel import OpenTelemetryTracer
+
+    provider = TracerProvider()
+    provider.add_span_processor(BatchSpanProcessor(DropSpans()))
+    app.enable_tracing(OpenTelemetryTracer(tracer_provider=provider))
+    return provider.shutdown
+
+
+def variant_both(app: Ratchet) -> Closer:
+    close_tracing = variant_tracing(app)
+    close_metrics = variant_metrics(app)
+
+    def close() -> None:
+        close_metrics()
+        close_tracing()
+
+    return close
+
+
 #: name -> set-up function. "off" must come first: the ratios are relative to it.
 VARIANTS: dict[str, Callable[[Ratchet], Closer]] = {
     "off": variant_off,
     "metrics": variant_metrics,
+    "tracing": variant_tracing,
+    "both": variant_both,
 }
+#: Jobs per submission: each submission is one trace when tracing is on.
+PER_SUBMISSION = 20
 
 
-def process(url: str, n: int, setup: Callable[[Ratchet], Closer]) -> tuple[float, float]:
+def drain_with_defaults(app: Ratchet, n: int, timeout: float) -> float:
+    """Jobs per second of a worker with every setting at its default running ``n`` jobs."""
+    worker = app.worker()
+    start = time.perf_counter()
+    worker.start()
+    ok = worker.wait_until(lambda: worker.stats.succeeded >= n, timeout=timeout)
+    elapsed = time.perf_counter() - start
+    worker.stop()
+    assert ok and app.store.count_by_status().get("SUCCEEDED") == n
+    return n / elapsed
+
+
+def process(
+    url: str, n: int, setup: Callable[[Ratchet], Closer], defaults: bool
+) -> tuple[float, float]:
     """Jobs per second of one in-process worker running ``n`` no-op jobs under ``setup``, and
     the CPU time of this process per job (µs; every thread, the database client included), which
     a loaded machine disturbs less than the wall time."""
     app = Ratchet(url, allowed_modules=["bench_jobs"])
     app.store.migrate()
-    builders = [app.enqueue(bench_jobs.noop, i) for i in range(n)]
-    for chunk in range(0, n, 5000):
-        app.submit_many(builders[chunk : chunk + 5000])
     close = setup(app)
+    for chunk in range(0, n, PER_SUBMISSION):
+        app.submit_many(
+            [app.enqueue(bench_jobs.noop, i) for i in range(chunk, min(n, chunk + PER_SUBMISSION))]
+        )
     cpu = time.process_time()
-    rate = drain(app, n, timeout=900)
+    rate = drain_with_defaults(app, n, timeout=900) if defaults else drain(app, n, timeout=900)
     cpu = (time.process_time() - cpu) / n * 1e6
     close()
     app.close()
@@ -130,21 +180,30 @@ def postgres_databases(url: str | None) -> Iterator[Callable[[], str]]:
             server.cleanup()
 
 
-def compare(label: str, databases: Callable[[], str], n: int, runs: int) -> None:
-    rates: dict[str, list[float]] = {name: [] for name in VARIANTS}
-    cpus: dict[str, list[float]] = {name: [] for name in VARIANTS}
+def compare(
+    label: str,
+    databases: Callable[[], str],
+    n: int,
+    runs: int,
+    variants: list[str],
+    defaults: bool,
+) -> None:
+    rates: dict[str, list[float]] = {name: [] for name in variants}
+    cpus: dict[str, list[float]] = {name: [] for name in variants}
     for round_ in range(runs):
-        names = list(VARIANTS)
+        names = list(variants)
         if round_ % 2:  # alternate the order too, so neither always runs first
             names.reverse()
         for name in names:
-            rate, cpu = process(databases(), n, VARIANTS[name])
+            rate, cpu = process(databases(), n, VARIANTS[name], defaults)
             rates[name].append(rate)
             cpus[name].append(cpu)
+    settings = "worker defaults" if defaults else "bench_sqlite settings"
     print(
-        f"{label}: {n:,} no-op jobs, {runs} interleaved rounds, load average {os.getloadavg()[0]:.1f}"
+        f"{label}: {n:,} no-op jobs, {settings}, {runs} interleaved rounds, "
+        f"load average {os.getloadavg()[0]:.1f}"
     )
-    for name in VARIANTS:
+    for name in variants:
         print(
             f"  {name:<10} median {statistics.median(rates[name]):>8,.0f} jobs/s   runs: "
             f"{', '.join(f'{v:,.0f}' for v in rates[name])}"
@@ -153,7 +212,7 @@ def compare(label: str, databases: Callable[[], str], n: int, runs: int) -> None
             f"  {'':<10} CPU    {statistics.median(cpus[name]):>8,.1f} us/job   runs: "
             f"{', '.join(f'{v:,.1f}' for v in cpus[name])}"
         )
-    for name in VARIANTS:
+    for name in variants:
         if name == "off":
             continue
         for what, values, base in (
@@ -188,7 +247,17 @@ def main() -> None:
     parser.add_argument("--jobs", type=int, default=20_000)
     parser.add_argument("--only", help="comma list: sqlite,postgres,idle (default: all)")
     parser.add_argument("--pg-url", help="an existing PostgreSQL server (needs CREATEDB)")
+    parser.add_argument(
+        "--defaults", action="store_true", help="the worker's default settings (app.worker())"
+    )
+    parser.add_argument(
+        "--variants", default="off,metrics", help=f"comma list of {', '.join(VARIANTS)}"
+    )
     args = parser.parse_args()
+    variants = ["off"] + [v for v in args.variants.split(",") if v != "off"]
+    unknown = set(variants) - set(VARIANTS)
+    if unknown:
+        parser.error(f"unknown variants: {', '.join(sorted(unknown))}")
     only = set((args.only or "sqlite,postgres,idle").split(","))
     print(
         f"machine: {platform.machine()}, {os.cpu_count()} cores, Python {platform.python_version()}"
@@ -198,10 +267,10 @@ def main() -> None:
         idle_check_cost()
     if "sqlite" in only:
         with sqlite_databases() as databases:
-            compare("SQLite", databases, args.jobs, args.runs)
+            compare("SQLite", databases, args.jobs, args.runs, variants, args.defaults)
     if "postgres" in only:
         with postgres_databases(args.pg_url) as databases:
-            compare("PostgreSQL", databases, args.jobs, args.runs)
+            compare("PostgreSQL", databases, args.jobs, args.runs, variants, args.defaults)
     print(f"load average after: {os.getloadavg()[0]:.1f}")
 
 
