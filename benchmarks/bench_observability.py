@@ -11,7 +11,8 @@ fresh database per run, once per variant; the variants alternate within each rou
 so a change in the machine's load hits them alike. ``metrics``: the Prometheus collector installed
 and scraped (rendered as text) every second. ``tracing``: the OpenTelemetry tracer on the SDK with
 its default sampler (every trace) and a ``BatchSpanProcessor`` feeding an exporter that drops the
-spans. ``both``: the two together. The jobs are submitted 20 to a submission with the variant
+spans. ``both``: the two together. ``tracing10`` and ``both10``: the same with a parent-based sampler that
+keeps one trace in ten. The jobs are submitted 20 to a submission with the variant
 already set up, so a traced run's attempts have their submission's trace as parent. Printed: jobs/s
 per variant (median and every run), and each variant's throughput relative to ``off`` (the median
 of the per-round ratios, and their spread). PostgreSQL is a throwaway server
@@ -78,22 +79,27 @@ def variant_metrics(app: Ratchet) -> Closer:
     return close
 
 
-def variant_tracing(app: Ratchet) -> Closer:
-    """OpenTelemetry on the SDK as it comes (every trace sampled), spans batched then dropped."""
+def variant_tracing(app: Ratchet, ratio: float | None = None) -> Closer:
+    """OpenTelemetry on the SDK as it comes (every trace sampled; with ``ratio``, a parent-based
+    sampler keeping that share of the traces), spans batched then dropped."""
     from bench_tracing import DropSpans
     from opentelemetry.sdk.trace import TracerProvider
     from opentelemetry.sdk.trace.export import BatchSpanProcessor
+    from opentelemetry.sdk.trace.sampling import ParentBased, TraceIdRatioBased
 
     from ratchet.exporters.otel import OpenTelemetryTracer
 
-    provider = TracerProvider()
+    if ratio is None:
+        provider = TracerProvider()
+    else:
+        provider = TracerProvider(sampler=ParentBased(TraceIdRatioBased(ratio)))
     provider.add_span_processor(BatchSpanProcessor(DropSpans()))
     app.enable_tracing(OpenTelemetryTracer(tracer_provider=provider))
     return provider.shutdown
 
 
-def variant_both(app: Ratchet) -> Closer:
-    close_tracing = variant_tracing(app)
+def variant_both(app: Ratchet, ratio: float | None = None) -> Closer:
+    close_tracing = variant_tracing(app, ratio)
     close_metrics = variant_metrics(app)
 
     def close() -> None:
@@ -109,6 +115,8 @@ VARIANTS: dict[str, Callable[[Ratchet], Closer]] = {
     "metrics": variant_metrics,
     "tracing": variant_tracing,
     "both": variant_both,
+    "tracing10": lambda app: variant_tracing(app, 0.1),
+    "both10": lambda app: variant_both(app, 0.1),
 }
 #: Jobs per submission: each submission is one trace when tracing is on.
 PER_SUBMISSION = 20

@@ -22,6 +22,7 @@ from typing import Any
 import pytest
 
 from ratchet import JobStatus, Ratchet
+from ratchet.testing import assert_eventually
 from ratchet_dashboard import DashboardSettings, create_dashboard
 
 pytestmark = [pytest.mark.postgres, pytest.mark.chromium]
@@ -67,11 +68,7 @@ class Served:
 
 
 def wait_until(check: Any, what: str) -> None:
-    deadline = time.monotonic() + WAIT
-    while not check():
-        if time.monotonic() > deadline:
-            pytest.fail(f"timed out waiting until {what}")
-        time.sleep(0.05)
+    assert_eventually(check, WAIT, what, interval=0.05)
 
 
 def test_an_operator_session_in_chromium(

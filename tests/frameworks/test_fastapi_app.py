@@ -5,7 +5,6 @@ neither its row nor its job; the lifespan opens the app (and the worker) and clo
 from __future__ import annotations
 
 import sys
-import time
 import uuid
 from collections.abc import Callable, Iterator
 from pathlib import Path
@@ -16,6 +15,7 @@ import pytest
 from ratchet import JobStatus, Ratchet
 from ratchet.config import WorkerConfig
 from ratchet.integrations.starlette import ratchet_lifespan
+from ratchet.testing import assert_eventually
 
 EXAMPLE = Path(__file__).resolve().parents[2] / "examples" / "fastapi_app"
 FAST = WorkerConfig(
@@ -43,10 +43,7 @@ def database_url(request: pytest.FixtureRequest, tmp_path: Path) -> str:
 
 
 def poll(predicate: Callable[[], bool], timeout: float = 30.0) -> None:
-    deadline = time.monotonic() + timeout
-    while not predicate():
-        assert time.monotonic() < deadline, "condition not reached in time"
-        time.sleep(0.02)
+    assert_eventually(predicate, timeout, interval=0.02)
 
 
 def test_a_request_enqueues_in_its_transaction_and_the_worker_runs_it(

@@ -14,13 +14,12 @@ import socket
 import subprocess
 import sys
 import textwrap
-import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import pytest
 
-from ratchet.testing import pytest_plugin, servers
+from ratchet.testing import pytest_plugin, servers, wait_until
 from ratchet.testing.pytest_plugin import backend_unavailable
 from ratchet.testing.servers import (
     ExternalServer,
@@ -66,12 +65,7 @@ def _uid_of(pid: int) -> int:
 
 
 def _wait_dead(pid: int, timeout: float = 15.0) -> bool:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        if not _alive(pid):
-            return True
-        time.sleep(0.1)
-    return False
+    return wait_until(lambda: not _alive(pid), timeout, interval=0.1)
 
 
 def _started(request: pytest.FixtureRequest, server: AnyServer, backend: str) -> AnyServer:

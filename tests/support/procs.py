@@ -7,9 +7,10 @@ import signal
 import sqlite3
 import subprocess
 import sys
-import time
 from collections.abc import Callable, Sequence
 from pathlib import Path
+
+from ratchet.testing import wait_until
 
 SUPPORT = Path(__file__).resolve().parent
 
@@ -96,12 +97,7 @@ def stop(procs: Sequence[subprocess.Popen[bytes]], timeout: float = 30) -> list[
 
 def wait_for(predicate: Callable[[], bool], timeout: float, interval: float = 0.1) -> bool:
     """Poll ``predicate`` until true or ``timeout`` seconds passed (waiting on real processes)."""
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        if predicate():
-            return True
-        time.sleep(interval)
-    return predicate()
+    return wait_until(predicate, timeout, interval=interval)
 
 
 def make_side_effect_db(path: Path) -> str:

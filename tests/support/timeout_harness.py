@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from datetime import timedelta
@@ -10,6 +9,7 @@ from typing import Any
 
 from ratchet import EventKind, JobEvent, Ratchet
 from ratchet.engine.worker import Worker
+from ratchet.testing import assert_eventually
 
 FAST = {
     "concurrency": 2,
@@ -36,11 +36,7 @@ def running_worker(app: Ratchet, **options: Any) -> Iterator[Worker]:
 
 def wait_for(predicate: Callable[[], bool], timeout: float = 10.0, what: str = "condition") -> None:
     """Poll ``predicate`` until it holds; fail after ``timeout`` seconds."""
-    deadline = time.monotonic() + timeout
-    while not predicate():
-        if time.monotonic() > deadline:
-            raise AssertionError(f"timed out after {timeout}s waiting for {what}")
-        time.sleep(0.01)
+    assert_eventually(predicate, timeout, what)
 
 
 class Events:

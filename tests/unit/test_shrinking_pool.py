@@ -4,10 +4,10 @@ from __future__ import annotations
 
 import sqlite3
 import threading
-import time
 from typing import Any
 
 from ratchet.sql.pool import ShrinkingQueuePool
+from ratchet.testing import assert_eventually
 
 
 class CountingCreator:
@@ -29,20 +29,13 @@ def _pool(grow_after: float, **kw: Any) -> tuple[ShrinkingQueuePool, CountingCre
     return pool, creator
 
 
-def _wait_until(predicate: Any, timeout: float = 10.0) -> None:
-    deadline = time.monotonic() + timeout
-    while not predicate():
-        assert time.monotonic() < deadline, "condition not reached in time"
-        time.sleep(0.001)
-
-
 def test_a_checkout_that_meets_the_resting_connection_in_use_waits_for_it() -> None:
     pool, creator = _pool(grow_after=30.0)
     held = pool.connect()
     got: list[Any] = []
     other = threading.Thread(target=lambda: got.append(pool.connect()))
     other.start()
-    _wait_until(lambda: pool.waiting_to_grow == 1)
+    assert_eventually(lambda: pool.waiting_to_grow == 1, 10, "a checkout waiting", interval=0.001)
     held.close()  # back to the pool: the waiting checkout takes it
     other.join(10)
     assert got and creator.opened == 1

@@ -26,20 +26,11 @@ from ratchet.adapters.wakeups import (
 from ratchet.domain.errors import ConfigurationError
 from ratchet.domain.lifecycle import JobPriority
 from ratchet.ports import WakeupHint
+from ratchet.testing import wait_until
 from ratchet.testing.coordinator_contract import Recorder, unique
 
 LOGGER = "ratchet.coordinator.broker"
 Coordinator = BrokerCoordinator[Any]
-
-
-def wait_until(predicate: Callable[[], object], timeout: float = 5.0) -> bool:
-    """Poll ``predicate`` until it holds (True) or ``timeout`` seconds passed (False)."""
-    deadline = time.monotonic() + timeout
-    while not predicate():
-        if time.monotonic() >= deadline:
-            return False
-        time.sleep(0.002)
-    return True
 
 
 @pytest.fixture
@@ -75,7 +66,7 @@ def stall(broker: MemoryBroker, sender: Coordinator, origin: str) -> threading.E
     """Hang the broker on ``sender``'s next publish call (for ``origin``); set the gate to go on."""
     gate = broker.stall_publishing()
     sender.notify_new_work(WakeupHint(JobPriority.LOW, origin))
-    assert wait_until(lambda: broker.stalled == 1)
+    assert wait_until(lambda: broker.stalled == 1, 5)
     return gate
 
 
@@ -103,7 +94,7 @@ def test_hints_reach_other_nodes_and_the_own_echo_is_ignored(
     b.notify_new_work(WakeupHint(JobPriority.LOW, marker))
     assert at_a.wait_for(marker, 5) is not None
     assert len(at_a.find(origin)) == 1
-    assert wait_until(lambda: a.stats.ignored_own == 1 and a.stats.published == 1)
+    assert wait_until(lambda: a.stats.ignored_own == 1 and a.stats.published == 1, 5)
     assert a.stats.received == 1 and b.stats.received == 1
 
 
@@ -170,7 +161,7 @@ def test_the_outbox_is_bounded_coalesces_and_drains_once_the_broker_answers(
     assert recorder.origins() == ["in-flight"] + [f"queued-{i}" for i in range(5)]
     assert recorder.find("queued-0")[0].priority is JobPriority.CRITICAL
     assert sender.pending == 0
-    assert wait_until(lambda: sender.stats.published == 6)
+    assert wait_until(lambda: sender.stats.published == 6, 5)
     assert broker.publish_calls == [1, 5]  # everything queued goes in one call
 
 
@@ -197,9 +188,9 @@ def test_publish_failures_are_counted_dropped_and_logged_once(
     with broker.cond:  # down for publishing only: the subscribers do not notice
         broker.up = False
     gate.set()
-    assert wait_until(lambda: sender.stats.publish_errors == 1)
+    assert wait_until(lambda: sender.stats.publish_errors == 1, 5)
     sender.notify_new_work(WakeupHint(JobPriority.NORMAL, "lost-2"))
-    assert wait_until(lambda: sender.stats.publish_errors == 2 and sender.pending == 0)
+    assert wait_until(lambda: sender.stats.publish_errors == 2 and sender.pending == 0, 5)
     broker.come_back()
     origin = unique("after")
     sender.notify_new_work(WakeupHint(JobPriority.NORMAL, origin))
@@ -230,11 +221,13 @@ def test_reconnects_with_backoff_after_a_failure(
     node, recorder = listening(make, reconnect_min=0.2, reconnect_max=3.0)
     attempts = broker.connect_attempts
     broker.go_down()
-    assert wait_until(lambda: node.stats.connect_failures >= 4 and sender.state == "reconnecting")
+    assert wait_until(
+        lambda: node.stats.connect_failures >= 4 and sender.state == "reconnecting", 5
+    )
     assert node.state is CoordinatorState.RECONNECTING
     assert not node.wait_connected(0)
     broker.come_back()
-    assert wait_until(lambda: node.stats.reconnects == sender.stats.reconnects == 1)
+    assert wait_until(lambda: node.stats.reconnects == sender.stats.reconnects == 1, 5)
     assert node.state is sender.state is CoordinatorState.CONNECTED
     # one backoff per failure, growing with the count of failures in a row, with our bounds
     mine = [d for d in delays if d[1:] == (0.2, 3.0)]
@@ -249,11 +242,11 @@ def test_reconnects_with_backoff_after_a_failure(
     # a fresh outage starts the backoff over
     delays.clear()
     broker.go_down()
-    assert wait_until(lambda: node.state == sender.state == "reconnecting")
-    assert wait_until(lambda: any(d[1:] == (0.2, 3.0) for d in delays))
+    assert wait_until(lambda: node.state == sender.state == "reconnecting", 5)
+    assert wait_until(lambda: any(d[1:] == (0.2, 3.0) for d in delays), 5)
     assert next(d for d in delays if d[1:] == (0.2, 3.0))[0] == 1
     broker.come_back()
-    assert wait_until(lambda: node.stats.reconnects == sender.stats.reconnects == 2)
+    assert wait_until(lambda: node.stats.reconnects == sender.stats.reconnects == 2, 5)
     # one warning per outage (not per attempt) and one line when it is over
     ours = [r for r in caplog.records if r.name == LOGGER]
     warnings = [r.getMessage() for r in ours if r.levelno >= logging.WARNING]
@@ -277,7 +270,7 @@ def test_a_broker_down_at_start_is_reported_once_and_the_constructor_returns(
     node = make(startup_wait=5.0)
     assert node.state is CoordinatorState.RECONNECTING  # the first attempt has been made
     node.notify_new_work(WakeupHint(JobPriority.NORMAL, "no raise"))
-    assert wait_until(lambda: node.stats.connect_failures >= 3)
+    assert wait_until(lambda: node.stats.connect_failures >= 3, 5)
     broker.come_back()
     assert node.wait_connected(5)
     warnings = [r.getMessage() for r in caplog.records if r.levelno >= logging.WARNING]
@@ -294,7 +287,7 @@ def test_an_unexpected_error_is_logged_with_its_traceback_and_retried(
     node = BrokerCoordinator(transport, reconnect_min=0.01, reconnect_max=0.02, startup_wait=5)
     try:
         assert node.state is CoordinatorState.RECONNECTING
-        assert wait_until(lambda: node.stats.connect_failures >= 3)
+        assert wait_until(lambda: node.stats.connect_failures >= 3, 5)
         transport.fail_connect_with = None
         assert node.wait_connected(5)
     finally:
@@ -314,10 +307,10 @@ def test_a_silent_connection_is_detected_by_the_keepalive(
     assert node.stats.connect_failures == 0 and node.state is CoordinatorState.CONNECTED
     with broker.cond:
         broker.answer_pings = False  # a half-open connection: silence, no error
-    assert wait_until(lambda: node.stats.connect_failures >= 1)
+    assert wait_until(lambda: node.stats.connect_failures >= 1, 5)
     with broker.cond:
         broker.answer_pings = True
-    assert wait_until(lambda: node.stats.reconnects >= 1 and node.state == "connected")
+    assert wait_until(lambda: node.stats.reconnects >= 1 and node.state == "connected", 5)
 
 
 def test_a_ping_answered_at_once_counts_as_traffic(
@@ -325,7 +318,7 @@ def test_a_ping_answered_at_once_counts_as_traffic(
 ) -> None:
     broker.sync_pings = True  # as a ``SELECT 1``: no answer comes through receive()
     node = make(keepalive=0.02, ping_timeout=0.02)
-    assert wait_until(lambda: broker.pings >= 5)
+    assert wait_until(lambda: broker.pings >= 5, 5)
     assert node.stats.connect_failures == 0 and node.state is CoordinatorState.CONNECTED
 
 
@@ -396,7 +389,7 @@ def test_a_forked_child_publishes_under_an_instance_id_of_its_own(
             with broker.cond:
                 broker.connections.clear()  # the parent's, in this copy: never touched
             inherited.notify_new_work(WakeupHint(JobPriority.CRITICAL, "child"))
-            assert wait_until(lambda: inherited.stats.published == 1)
+            assert wait_until(lambda: inherited.stats.published == 1, 5)
             inherited.close()
             code = 0
         finally:

@@ -9,7 +9,6 @@ from __future__ import annotations
 import logging
 import threading
 import time
-from collections.abc import Callable
 from datetime import timedelta
 from typing import Any
 
@@ -22,7 +21,7 @@ from ratchet.domain.lifecycle import JobPriority, JobStatus
 from ratchet.plugins import Plugins, make_plugin_manager
 from ratchet.sql import schema
 from ratchet.sql.dialect import ErrorKind
-from ratchet.testing import FakeClock
+from ratchet.testing import FakeClock, assert_eventually
 from ratchet.testing.store_contract import new_job
 from ratchet_mysql import MySQLDialect, MySQLStore, normalize_url
 from ratchet_mysql.dialect import driver_of, error_code
@@ -30,17 +29,6 @@ from ratchet_mysql.dialect import driver_of, error_code
 BOOST = timedelta(minutes=15)
 Q = schema.job_queue
 IDEM = schema.idempotency_key
-
-
-def wait_until(
-    predicate: Callable[[], bool], timeout: float = 20.0, interval: float = 0.01
-) -> None:
-    """Poll a real condition until it holds (fail after ``timeout`` seconds)."""
-    deadline = time.monotonic() + timeout
-    while not predicate():
-        if time.monotonic() > deadline:
-            raise AssertionError("condition not reached in time")
-        time.sleep(interval)
 
 
 #: InnoDB refreshes the cache behind ``INNODB_TRX`` only when it was not read for 0.1 s: polled
@@ -156,7 +144,12 @@ def test_mariadb_1011_real_deadlock_is_retryable(
     waiter = threading.Thread(target=a_takes_two)
     waiter.start()
     try:
-        wait_until(lambda: lock_wait_of(mysql_template, a_id), interval=TRX_POLL_INTERVAL)
+        assert_eventually(
+            lambda: lock_wait_of(mysql_template, a_id),
+            20,
+            "the lock wait",
+            interval=TRX_POLL_INTERVAL,
+        )
         try:
             b.execute(select(Q.c.job_id).where(Q.c.job_id == one.job_id).with_for_update()).all()
             errors["b"] = None
@@ -215,7 +208,7 @@ def test_mariadb_1011_store_retries_lock_timeouts_and_counts_them(
         )
         canceller.start()
         try:
-            wait_until(lambda: store.retried_errors >= 1)  # timed out once, retrying
+            assert_eventually(lambda: store.retried_errors >= 1, 20, "a retried lock timeout")
         finally:
             holder.rollback()
             holder.close()

@@ -16,6 +16,7 @@ import psycopg
 import pytest
 
 from ratchet import BackoffPolicy, Ratchet
+from ratchet.testing import assert_eventually
 
 pytestmark = pytest.mark.postgres
 
@@ -70,11 +71,14 @@ def submit(client: Ratchet, pg_jobs: ModuleType, n: int, chunk: int = 2000, **kw
 def wait_until(
     predicate: Callable[[], bool], timeout: float, what: str, check: Callable[[], None]
 ) -> None:
-    deadline = time.monotonic() + timeout
-    while not predicate():
+    """Poll the database for progress of other processes; ``check`` fails the test at once if
+    one of them died."""
+
+    def progressed() -> bool:
         check()
-        assert time.monotonic() < deadline, f"timed out after {timeout:.0f} s waiting for {what}"
-        time.sleep(0.1)  # polling the database for progress of other processes
+        return predicate()
+
+    assert_eventually(progressed, timeout, what, interval=0.1)
 
 
 def succeeded(conn: psycopg.Connection[Any]) -> int:

@@ -15,6 +15,7 @@ import pytest
 
 from ratchet.domain.lifecycle import JobPriority
 from ratchet.ports import WakeupHint
+from ratchet.testing import assert_eventually
 from ratchet.testing.coordinator_contract import Recorder
 from ratchet_postgres.coordinator import (
     RECONNECT_ORIGIN,
@@ -50,10 +51,7 @@ def _admin(url: str) -> psycopg.Connection[Any]:
 
 
 def _wait(predicate: Callable[[], bool], timeout: float, what: str) -> None:
-    deadline = time.monotonic() + timeout
-    while not predicate():
-        assert time.monotonic() < deadline, f"timed out waiting for {what}"
-        time.sleep(0.01)  # polling a condition with a deadline
+    assert_eventually(predicate, timeout, what)
 
 
 def test_delivery_to_another_node_is_fast(make: Callable[..., PostgresClusterCoordinator]) -> None:

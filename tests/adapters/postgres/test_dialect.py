@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import threading
-import time
 from collections.abc import Iterator
 from datetime import timedelta
 from typing import Any
@@ -19,6 +18,7 @@ from ratchet.domain.lifecycle import JobStatus
 from ratchet.plugins import Plugins, make_plugin_manager
 from ratchet.sql.dialect import ErrorKind
 from ratchet.sql.pool import has_socket_check, ping_when_idle
+from ratchet.testing import wait_until
 from ratchet.testing.clock import FakeClock
 from ratchet.testing.servers import free_port
 from ratchet.testing.store_contract import new_job
@@ -236,12 +236,8 @@ def test_pooled_connections_killed_by_the_server_are_replaced_before_use(
             "SELECT pg_terminate_backend(pid) FROM pg_stat_activity"
             " WHERE datname = current_database() AND pid <> pg_backend_pid()"
         )
-    deadline = time.monotonic() + 5
-    while time.monotonic() < deadline:  # the backends are gone once they left pg_stat_activity
-        left = admin_count(postgres_store_url)
-        if left == 0:
-            break
-        time.sleep(0.05)
+    # the backends are gone once they left pg_stat_activity
+    wait_until(lambda: admin_count(postgres_store_url) == 0, 5, interval=0.05)
     store.insert_jobs([new_job(clock)], now=clock.now())  # no StoreUnavailable
     assert store.count_by_status() == {JobStatus.PENDING.value: 2}
 

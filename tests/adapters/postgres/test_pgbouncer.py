@@ -22,6 +22,7 @@ from ratchet.domain.errors import ConfigurationError
 from ratchet.plugins import Plugins, make_plugin_manager
 from ratchet.ports import CoordinatorContext
 from ratchet.sql.pool import has_socket_check
+from ratchet.testing import wait_until
 from ratchet.testing.servers import PgBouncerServer
 from ratchet.testing.store_contract import StoreContract
 from ratchet.testing.watcher_contract import WatcherStoreContract
@@ -284,12 +285,12 @@ def _scalar(db: psycopg.Connection[Any], query: str, *params: Any) -> Any:
 
 
 def _wait(check: Any, what: str, workers: Any, timeout: float = 90) -> None:
-    deadline = time.monotonic() + timeout
-    while not check():
+    def progressed() -> bool:
         workers.assert_running()
-        if time.monotonic() > deadline:
-            raise AssertionError(f"timed out waiting for: {what}\n{workers.logs()[-4000:]}")
-        time.sleep(0.1)
+        return bool(check())
+
+    if not wait_until(progressed, timeout, interval=0.1):
+        raise AssertionError(f"timed out waiting for: {what}\n{workers.logs()[-4000:]}")
 
 
 def test_the_pool_wait_before_growing_is_a_store_option(postgres_store_url: str) -> None:

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import time
 import uuid
 from collections.abc import Callable, Iterator
 from pathlib import Path
@@ -11,16 +10,6 @@ from typing import Any
 import pytest
 
 HERE = Path(__file__).parent
-
-
-def wait_until(predicate: Callable[[], bool], timeout: float, interval: float = 0.005) -> bool:
-    """Poll ``predicate`` until it holds (True) or ``timeout`` seconds passed (False)."""
-    deadline = time.monotonic() + timeout
-    while not predicate():
-        if time.monotonic() >= deadline:
-            return False
-        time.sleep(interval)
-    return True
 
 
 def cluster_url(server: Any, **query: object) -> str:

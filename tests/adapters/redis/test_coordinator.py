@@ -14,11 +14,12 @@ import redis
 
 from ratchet.domain.lifecycle import JobPriority
 from ratchet.ports import WakeupHint
+from ratchet.testing import wait_until
 from ratchet.testing.coordinator_contract import Recorder, unique
 from ratchet.testing.servers import free_port
 from ratchet_redis_coordinator import CoordinatorState, RedisClusterCoordinator, parse_url
 
-from .conftest import cluster_url, wait_until
+from .conftest import cluster_url
 
 pytestmark = pytest.mark.redis
 LOGGER = "ratchet.coordinator.redis"

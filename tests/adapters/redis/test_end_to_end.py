@@ -23,9 +23,10 @@ import pytest
 import redis
 
 from ratchet import JobPriority
+from ratchet.testing import wait_until
 from ratchet_redis_coordinator import parse_url
 
-from .conftest import HERE, cluster_url, wait_until
+from .conftest import HERE, cluster_url
 
 pytestmark = pytest.mark.redis
 DEEP_IDLE = 60.0

@@ -20,9 +20,10 @@ import pytest
 from ratchet import JobPriority
 from ratchet.config import WorkerConfig
 from ratchet.domain.polling import PollMode
+from ratchet.testing import wait_until
 from ratchet_redis_coordinator import CoordinatorState
 
-from .conftest import cluster_url, wait_until
+from .conftest import cluster_url
 
 pytestmark = pytest.mark.redis
 POLL = 2.0
