@@ -303,7 +303,7 @@ def test_a_silent_connection_is_detected_by_the_keepalive(
     broker: MemoryBroker, make: Callable[..., Coordinator]
 ) -> None:
     node = make(keepalive=0.05, ping_timeout=1.0)
-    assert wait_until(lambda: broker.pings >= 3)  # answered pings keep the connection
+    assert wait_until(lambda: broker.pings >= 3, 5)  # answered pings keep the connection
     assert node.stats.connect_failures == 0 and node.state is CoordinatorState.CONNECTED
     with broker.cond:
         broker.answer_pings = False  # a half-open connection: silence, no error
