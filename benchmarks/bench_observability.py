@@ -122,18 +122,6 @@ VARIANTS: dict[str, Callable[[Ratchet], Closer]] = {
 PER_SUBMISSION = 20
 
 
-def drain_with_defaults(app: Ratchet, n: int, timeout: float) -> float:
-    """Jobs per second of a worker with every setting at its default running ``n`` jobs."""
-    worker = app.worker()
-    start = time.perf_counter()
-    worker.start()
-    ok = worker.wait_until(lambda: worker.stats.succeeded >= n, timeout=timeout)
-    elapsed = time.perf_counter() - start
-    worker.stop()
-    assert ok and app.store.count_by_status().get("SUCCEEDED") == n
-    return n / elapsed
-
-
 def process(
     url: str, n: int, setup: Callable[[Ratchet], Closer], defaults: bool
 ) -> tuple[float, float]:
@@ -148,7 +136,7 @@ def process(
             [app.enqueue(bench_jobs.noop, i) for i in range(chunk, min(n, chunk + PER_SUBMISSION))]
         )
     cpu = time.process_time()
-    rate = drain_with_defaults(app, n, timeout=900) if defaults else drain(app, n, timeout=900)
+    rate = drain(app, n, timeout=900, defaults=defaults)
     cpu = (time.process_time() - cpu) / n * 1e6
     close()
     app.close()
