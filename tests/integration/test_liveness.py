@@ -294,11 +294,13 @@ def test_prefetch_reserves_within_its_bound(app: Ratchet, clock: FakeClock) -> N
     wait_for(lambda: all(status(app, h.id) is JobStatus.SUCCEEDED for h in handles))
 
 
-def test_a_slot_stays_taken_until_its_outcome_is_written(
+def test_outcomes_waiting_to_be_written_hold_slots_past_the_write_ahead(
     app: Ratchet, clock: FakeClock, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """Back-pressure counts what the store sees: a finished run is still RUNNING there until
-    its (batched) outcome is written, so its slot takes no new job meanwhile."""
+    its (batched) outcome is written. Up to ``concurrency`` such runs wait without holding a
+    slot (the next claim overlaps the write); past that they hold their slots, so a stalled
+    write stops the claims with at most ``2 * concurrency`` of the node's jobs RUNNING."""
     store: Any = app.store
     real = store.record_outcomes
     writing, release = threading.Event(), threading.Event()
@@ -311,17 +313,29 @@ def test_a_slot_stays_taken_until_its_outcome_is_written(
     monkeypatch.setattr(store, "record_outcomes", held_write)
     first = app.enqueue(lj.quick, 1).submit()
     a = start(app, concurrency=1)
+
+    def running_here() -> set[uuid.UUID]:
+        views = store.job_liveness()
+        return {
+            v.job_id for v in views if v.picked_by == a.node_id and v.status is JobStatus.RUNNING
+        }
+
     try:
         wait_for(writing.is_set, what="the first outcome write")
         second = app.enqueue(lj.quick, 2).submit()
+        # the first's outcome waits without its slot: the second is claimed and runs
+        wait_for(lambda: second.id in running_here(), what="the second job claimed")
+        wait_for(lambda: not a.slots.local_job_ids(), what="the second run to end")
+        third = app.enqueue(lj.quick, 3).submit()
         assert a.free_slots() == 0
-        assert a.poll_once() == [], "a poll now would exceed the slots in the store"
-        owned = [v for v in store.job_liveness() if v.picked_by == a.node_id]
-        assert [(v.job_id, v.status) for v in owned] == [(first.id, JobStatus.RUNNING)]
+        assert a.poll_once() == [], "a poll now would exceed the slots and the write-ahead"
+        assert running_here() == {first.id, second.id}
+        assert status(app, third.id) is JobStatus.PENDING
     finally:
         release.set()
-    wait_for(lambda: status(app, second.id) is JobStatus.SUCCEEDED, what="the second job")
+    wait_for(lambda: status(app, third.id) is JobStatus.SUCCEEDED, what="the third job")
     assert status(app, first.id) is JobStatus.SUCCEEDED
+    assert status(app, second.id) is JobStatus.SUCCEEDED
 
 
 def test_a_node_takes_over_only_jobs_it_can_run(app: Ratchet, clock: FakeClock) -> None:

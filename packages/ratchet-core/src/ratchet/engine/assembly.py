@@ -135,7 +135,9 @@ def assemble_worker(worker: WorkerUnderAssembly) -> None:
     """
     config = worker.config
     worker.outages = OutageLog(worker.stats)
-    worker.slots = SlotTable(config.concurrency)
+    worker.slots = SlotTable(
+        config.concurrency, write_ahead=config.concurrency, claim_size=config.batch_size
+    )
     worker.start_check = StartCheck(lambda jobs: worker.store.owned_jobs(worker.node_id, jobs))
     worker.gates = worker_gates()
     worker.meter = Meter(worker.app.plugins)

@@ -131,8 +131,8 @@ class AttemptRunner:
             log.exception("job task crashed for %s", job.job_id)
             outcome = None
         worker = self.worker
-        # With an outcome to write, the slot frees when the completer has written it (and
-        # wakes the producer then); without one it is free now.
+        # Without an outcome to write the slot is free now; with one, now while the unwritten
+        # outcomes fit the write-ahead allowance, else when the completer has written it.
         wake = worker.slots.run_ended(job, outcome=outcome is not None)
         if outcome is not None:
             worker.completer.put(outcome)

@@ -1,11 +1,14 @@
 """A worker's slots: which jobs occupy them, and the attempts running in them.
 
-A slot is taken from the moment the producer claims a job until the completer has written the
-job's outcome (until then the job is still RUNNING here in the store: back-pressure), or until
-the run ends without an outcome to write (fenced out, canceled before it started). An attempt
-the watchdog recorded as timed out keeps its slot while its call is still running (it is
-*expired*: a zombie if it ignores the interrupt). The producer, the attempt runner, the
-completer and the liveness code share this one table and change it only through its methods.
+A slot is taken from the moment the producer claims a job until its run ends. A run that ends
+with an outcome to write leaves the job RUNNING in the store until the completer has written
+it; up to ``write_ahead`` such outcomes wait without holding a slot, so the next claim overlaps
+the write of the last batch instead of following it. Past that they hold their slots again
+(back-pressure: a store that writes slowly stops the claims, and the store never sees more
+than ``concurrency + write_ahead`` of the worker's jobs RUNNING). An attempt the watchdog
+recorded as timed out keeps its slot while its call is still running (it is *expired*: a
+zombie if it ignores the interrupt). The producer, the attempt runner, the completer and the
+liveness code share this one table and change it only through its methods.
 """
 
 from __future__ import annotations
@@ -23,10 +26,16 @@ Key = tuple[uuid.UUID, int]
 
 
 class SlotTable:
-    """The ``concurrency`` slots of one worker, under one lock."""
+    """The ``concurrency`` slots of one worker, under one lock (``write_ahead``: finished runs
+    whose outcomes may wait to be written without holding a slot; ``claim_size``: the most jobs
+    one poll claims, which sets when a run that ends wakes the producer)."""
 
-    def __init__(self, concurrency: int) -> None:
+    def __init__(self, concurrency: int, *, write_ahead: int = 0, claim_size: int = 1) -> None:
         self.concurrency = concurrency
+        self.write_ahead = write_ahead
+        #: Free slots that make a finished run wake the producer: half a claim, so that the
+        #: runs of one batch ending one by one make a few claims of many jobs, not many of one.
+        self.wake_at = max(1, min(concurrency, claim_size) // 2)
         self._lock = threading.Lock()
         self._changed = threading.Condition(self._lock)
         self._running: dict[uuid.UUID, ClaimedJob] = {}
@@ -39,10 +48,14 @@ class SlotTable:
 
     # ------------------------------------------------------------------ reading
     def free(self) -> int:
-        """Slots neither running a job nor waiting for a finished run's outcome to be written."""
+        """Slots neither running a job nor holding a finished run's outcome that waits to be
+        written beyond the ``write_ahead`` allowance."""
         with self._lock:
-            busy = len(self._running) + len(self._expired) + self._unwritten
-            return max(0, self.concurrency - busy)
+            return self._free()
+
+    def _free(self) -> int:
+        held = max(0, self._unwritten - self.write_ahead)
+        return max(0, self.concurrency - len(self._running) - len(self._expired) - held)
 
     def local_job_ids(self) -> set[uuid.UUID]:
         """Jobs whose runs occupy a slot here (running or expired)."""
@@ -113,26 +126,32 @@ class SlotTable:
 
     def run_ended(self, job: ClaimedJob, *, outcome: bool) -> bool:
         """The run of ``job`` ended, with an ``outcome`` to write or not. Returns whether the
-        producer should poll now (its slot is free at once and the last poll found work)."""
+        producer should poll now: the last poll found work, and the slot is free at once
+        without an outcome, or this run brought the free slots up to :attr:`wake_at` (with an
+        outcome, the slot frees at once while the unwritten outcomes fit ``write_ahead``)."""
         with self._lock:
+            before = self._free()
             if self._running.get(job.job_id) is job:
                 del self._running[job.job_id]
             self._expired.pop((job.job_id, job.epoch), None)
             if outcome:
                 self._unwritten += 1
-            wake = self._found_work and not outcome
+            after = self._free()
+            wake = self._found_work and (
+                not outcome or (after > before and before < self.wake_at <= after)
+            )
             self._changed.notify_all()
         if not outcome:
             self.notify_progress()
         return wake
 
     def written(self, count: int) -> bool:
-        """``count`` outcomes were written (or given up); their slots are free. Returns whether
-        the producer should poll now."""
+        """``count`` outcomes were written (or given up); the slots they held are free. Returns
+        whether the producer should poll now (the last poll found work and a slot is free)."""
         with self._lock:
             self._unwritten -= count
             self._changed.notify_all()
-            wake = self._found_work
+            wake = self._found_work and self._free() > 0
         self.notify_progress()
         return wake
 

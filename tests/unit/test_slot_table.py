@@ -1,0 +1,90 @@
+"""The slot table's accounting: runs, unwritten outcomes within and past the write-ahead, and
+when a change wakes the producer."""
+
+from __future__ import annotations
+
+import uuid
+from datetime import UTC, datetime, timedelta
+
+from ratchet.domain.lifecycle import JobPriority
+from ratchet.domain.model import ClaimedJob
+from ratchet.domain.options import BackoffPolicy
+from ratchet.engine.slots import SlotTable
+
+NOW = datetime(2030, 1, 1, tzinfo=UTC)
+
+
+def jobs(n: int) -> list[ClaimedJob]:
+    return [
+        ClaimedJob(
+            job_id=uuid.uuid4(),
+            epoch=1,
+            attempt=1,
+            target="m:f",
+            payload="[]",
+            priority=JobPriority.NORMAL,
+            max_retries=0,
+            backoff=BackoffPolicy.NONE,
+            backoff_delay=timedelta(0),
+            timeout=None,
+            scheduled_time=NOW,
+            claimed_at=NOW,
+        )
+        for _ in range(n)
+    ]
+
+
+def test_without_write_ahead_a_slot_is_held_until_its_outcome_is_written() -> None:
+    table = SlotTable(2)
+    batch = jobs(2)
+    table.claimed(batch)
+    assert table.free() == 0
+    assert table.run_ended(batch[0], outcome=True) is False
+    assert table.free() == 0
+    assert table.written(1) is True
+    assert table.free() == 1
+
+
+def test_outcomes_within_the_write_ahead_hold_no_slot_and_those_past_it_do() -> None:
+    table = SlotTable(2, write_ahead=2, claim_size=2)
+    first, second = jobs(2), jobs(2)
+    table.claimed(first)
+    for job in first:
+        table.run_ended(job, outcome=True)
+    assert table.free() == 2, "two unwritten outcomes fit the write-ahead"
+    table.claimed(second)
+    table.run_ended(second[0], outcome=True)
+    assert table.free() == 0, "the third unwritten outcome holds its slot"
+    table.run_ended(second[1], outcome=True)
+    assert table.free() == 0
+    table.written(2)
+    assert table.free() == 2
+
+
+def test_a_run_that_ends_wakes_the_producer_once_half_a_claim_is_free() -> None:
+    table = SlotTable(8, write_ahead=8, claim_size=50)
+    assert table.wake_at == 4
+    batch = jobs(8)
+    table.claimed(batch)
+    wakes = [table.run_ended(job, outcome=True) for job in batch]
+    assert wakes == [False, False, False, True, False, False, False, False]
+
+
+def test_a_run_without_an_outcome_always_wakes_a_producer_that_found_work() -> None:
+    table = SlotTable(8, write_ahead=8, claim_size=50)
+    batch = jobs(2)
+    table.claimed(batch)
+    assert table.run_ended(batch[0], outcome=False) is True
+    table.claimed([])
+    assert table.run_ended(batch[1], outcome=False) is False, "the last poll found nothing"
+
+
+def test_a_write_wakes_the_producer_only_when_a_slot_is_free() -> None:
+    table = SlotTable(1, write_ahead=1, claim_size=1)
+    first, second = jobs(1), jobs(1)
+    table.claimed(first)
+    table.run_ended(first[0], outcome=True)
+    table.claimed(second)
+    assert table.written(1) is False, "the second job still runs in the only slot"
+    assert table.run_ended(second[0], outcome=True) is True
+    assert table.written(1) is True
