@@ -3,6 +3,8 @@ when a change wakes the producer."""
 
 from __future__ import annotations
 
+import threading
+import time
 import uuid
 from datetime import UTC, datetime, timedelta
 
@@ -88,3 +90,29 @@ def test_a_write_wakes_the_producer_only_when_a_slot_is_free() -> None:
     assert table.written(1) is False, "the second job still runs in the only slot"
     assert table.run_ended(second[0], outcome=True) is True
     assert table.written(1) is True
+
+
+def test_gather_returns_once_a_run_ending_brings_half_a_claim_free() -> None:
+    table = SlotTable(4, write_ahead=4, claim_size=4)
+    batch = jobs(4)
+    table.claimed(batch)
+    table.run_ended(batch[0], outcome=True)
+    ender = threading.Timer(0.05, table.run_ended, (batch[1],), {"outcome": True})
+    ender.start()
+    started = time.monotonic()
+    assert table.gather(30) == 2
+    assert time.monotonic() - started < 10, "gather returned when the run ended, not at 30 s"
+    ender.join()
+
+
+def test_gather_waits_no_longer_than_its_timeout_or_for_no_runs() -> None:
+    table = SlotTable(4, write_ahead=4, claim_size=4)
+    batch = jobs(4)
+    table.claimed(batch)
+    table.run_ended(batch[0], outcome=True)
+    assert table.gather(0.01) == 1, "the other runs did not end in time"
+    for job in batch[1:]:
+        table.release(job)
+    started = time.monotonic()
+    assert table.gather(30) == 4
+    assert time.monotonic() - started < 10, "with no run in flight there is nothing to wait for"

@@ -162,6 +162,18 @@ class SlotTable:
                 del self._running[job.job_id]
 
     # ------------------------------------------------------------------ waiting
+    def gather(self, timeout: float) -> int:
+        """Wait up to ``timeout`` seconds for the free slots to reach :attr:`wake_at` while
+        runs are still in flight (they may end in a moment); returns the free slots then."""
+        deadline = time.monotonic() + timeout
+        with self._changed:
+            while True:
+                free = self._free()
+                remaining = deadline - time.monotonic()
+                if free >= self.wake_at or not self._running or remaining <= 0:
+                    return free
+                self._changed.wait(remaining)
+
     def wait_for_runs(self, deadline: float) -> list[uuid.UUID]:
         """Wait until no job is running here or ``deadline`` (monotonic) passes; returns the
         jobs still running then."""
