@@ -47,6 +47,7 @@ HERE = Path(__file__).resolve().parent
 URL_ENV = "RATCHET_BENCH_URL"
 COORDINATOR_ENV = "RATCHET_BENCH_COORDINATOR"
 CLAIMS_ENV = "RATCHET_BENCH_CLAIMS_DIR"
+MARGIN_ENV = "RATCHET_BENCH_CLAIM_MARGIN"
 
 _app: Any = None
 _start_conn: Any = None
@@ -105,6 +106,9 @@ def __getattr__(name: str) -> Any:
             coordinator=os.environ.get(COORDINATOR_ENV, "local"),
         )
         _record_claims(_app.store)
+        margin = os.environ.get(MARGIN_ENV)
+        if margin is not None:
+            _app.store.hot_paths.claim.contention_margin = int(margin)
     return _app
 
 
@@ -231,6 +235,8 @@ class Cluster:
         env[URL_ENV] = self.url
         env[COORDINATOR_ENV] = self.coordinator
         env[CLAIMS_ENV] = str(self.claims_dir)
+        if self.args.claim_margin is not None:
+            env[MARGIN_ENV] = str(self.args.claim_margin)
         ratchet = Path(sys.executable).with_name("ratchet")
         k = self.args.workers_per_process
         for i in range(self.args.processes):
@@ -474,6 +480,11 @@ def main(argv: list[str]) -> int:
     parser.add_argument("--latency-samples", type=int, default=3)
     parser.add_argument("--busy-jobs", type=int, default=1500)
     parser.add_argument("--busy-timeout", type=float, default=600.0)
+    parser.add_argument(
+        "--claim-margin",
+        type=int,
+        help="PostgreSQL claim: candidates read beyond twice the batch (default: the store's)",
+    )
     parser.add_argument("--no-idle", action="store_true")
     parser.add_argument("--no-busy", action="store_true")
     parser.add_argument("--json", type=Path, help="also write the figures to this file")
@@ -487,6 +498,7 @@ def main(argv: list[str]) -> int:
             "workers_per_process": args.workers_per_process,
             "coordinator": args.coordinator,
             "pgbouncer": args.pgbouncer,
+            "claim_margin": args.claim_margin,
             "cpus": os.cpu_count(),
             "load_before": load_average(),
         }

@@ -107,27 +107,20 @@ def split_pgbouncer(url: str) -> tuple[str, str | None]:
 #: that reads the whole affinity table on every claim: it stays a primary-key look-up, made only
 #: for jobs that have affinity rows.
 AFFINITY_ALLOWS = (
-    "(q.affinity=0 OR NOT EXISTS(SELECT 1 FROM scheduler_job_affinity a"
-    " WHERE a.job_id=q.job_id AND (a.required=1)<>(a.tag=ANY(CAST(:ntags AS text[])))"
+    "(q.affinity = 0 OR NOT EXISTS (SELECT 1 FROM scheduler_job_affinity a"
+    " WHERE a.job_id = q.job_id AND (a.required = 1) <> (a.tag = ANY(CAST(:ntags AS text[])))"
     " OFFSET 0))"
 )
 
 
-def _level(level: int, gated: bool) -> str:
-    """The CTE that locks the claim's candidates of one priority level: its ``:lim`` oldest due
-    PENDING jobs that no other claim holds (``FOR UPDATE SKIP LOCKED`` in the index scan, so a
-    row another claimer holds is passed over and the scan goes on to the next: a claim comes
-    back short only when fewer than ``:lim`` such jobs are left). Gated, it locks nothing unless
-    the gate is open."""
+def _branch(level: int) -> str:
     # Literal status and priority: the planner then matches the partial claim index
     # (priority, scheduled_time, job_id) WHERE status = 'PENDING' even under a generic plan.
-    opened = " AND (SELECT open FROM gate)" if gated else ""
     return (
-        f"l{int(level)} AS MATERIALIZED (SELECT job_id, priority, scheduled_time"
-        " FROM scheduler_job_queue q"
+        "(SELECT job_id, priority, scheduled_time FROM scheduler_job_queue q"
         f" WHERE status = '{JobStatus.PENDING.value}' AND priority = {int(level)}"
-        f" AND scheduled_time <= :now AND {AFFINITY_ALLOWS}{opened}"
-        " ORDER BY scheduled_time, job_id LIMIT :lim FOR UPDATE OF q SKIP LOCKED)"
+        f" AND scheduled_time <= :now AND {AFFINITY_ALLOWS}"
+        " ORDER BY scheduled_time, job_id LIMIT :cand)"
     )
 
 
@@ -137,11 +130,14 @@ def claim_parameters(
     now: datetime,
     boost: timedelta,
     node_tags: frozenset[str] = frozenset(),
+    margin: int = 0,
 ) -> dict[str, Any]:
-    """The bound parameters of :func:`claim_statement` (``boost`` only when the boost is on)."""
+    """The bound parameters of :func:`claim_statement` (``boost`` only when the boost is on;
+    ``margin``: candidates read beyond :data:`CANDIDATES_PER_CLAIMED` per job wanted)."""
     params: dict[str, Any] = {
         "now": to_micros(now),
         "lim": limit,
+        "cand": limit * CANDIDATES_PER_CLAIMED + margin,
         "node": node_id,
         "ntags": sorted(node_tags),
     }
@@ -149,6 +145,19 @@ def claim_parameters(
     if boost_us > 0:
         params["boost"] = boost_us
     return params
+
+
+#: Candidates read per priority level for each job a claim wants. Twice as many: a claimer
+#: racing another one skips the rows the other holds (``SKIP LOCKED``) and still finds its
+#: batch among the next ones instead of coming back short or empty.
+CANDIDATES_PER_CLAIMED = 2
+
+#: Candidates read per priority level beyond those, for the claimers of many nodes at once:
+#: with ``k`` other claims in flight, each holding up to its batch, the oldest ``2 * lim``
+#: candidates may all be held and a claim would come back empty while jobs wait. Reading a
+#: wider window costs index entries only (the lock loop stops once ``lim`` rows are locked,
+#: visiting only the rows it takes or skips). See ``PostgresClaim.contention_margin``.
+CONTENTION_MARGIN = 32
 
 
 def _gate() -> str:
@@ -183,12 +192,14 @@ def claim_statement(boosted: bool, gated: bool = False) -> TextClause:
     """The claim as one statement (``boosted``: whether the age boost is on; ``gated``: the
     poll's probe of the node's state folded in, :func:`_gate`).
 
-    ``l4`` ... ``l0``: per priority level, the oldest due PENDING jobs no other claimer holds,
-    locked as the index is read (:func:`_level`), up to ``:lim`` each. ``picked`` keeps the
-    ``:lim`` first by effective priority, scheduled time and id: their union holds the true top
-    ``:lim`` because the boost never reorders jobs of one level. The rows locked but not picked
-    (only when several levels have due jobs) are free again when the statement ends. ``upd`` marks the picked jobs RUNNING (epoch + 1), ``hist`` opens their attempt rows,
-    and the final select adds the definitions, in claim order.
+    ``cand``: per priority level the ``:cand`` oldest due PENDING jobs (``:lim`` times
+    :data:`CANDIDATES_PER_CLAIMED`; an index-only range scan each); their union holds the true
+    top ``:lim`` because the boost never reorders jobs of one
+    level. ``picked``: the candidates sorted by effective priority, scheduled time and id, then
+    fetched by primary key and locked one at a time in that order (``FOR UPDATE SKIP LOCKED`` in
+    a lateral subquery), skipping rows other claimers hold, until ``:lim`` are locked: only the
+    rows taken (and those skipped) are visited. ``upd`` marks them RUNNING (epoch + 1), ``hist``
+    opens their attempt rows, and the final select adds the definitions, in claim order.
 
     ``upd`` finds its rows by their ids only, as an array as well as by the join (the rows are
     locked and were PENDING when locked, so no status test is needed): given a status test or the
@@ -205,17 +216,25 @@ def claim_statement(boosted: bool, gated: bool = False) -> TextClause:
     else:
         effective = "c.priority"
     flow_effects = has_flow_effects(schema.job.alias("j")).compile(dialect=_PG)
-    levels = sorted(JobPriority, reverse=True)
-    locked = ",\n".join(_level(level, gated) for level in levels)
-    union = " UNION ALL ".join(f"TABLE l{int(level)}" for level in levels)
+    union = "\n      UNION ALL ".join(_branch(level) for level in sorted(JobPriority, reverse=True))
+    pending = JobStatus.PENDING.value
     running = JobStatus.RUNNING.value
     gate = _gate() if gated else ""
+    opened = "\n    WHERE (SELECT open FROM gate)" if gated else ""
     sql = f"""
-WITH {gate}{locked},
-picked AS (
-    SELECT c.job_id, {effective} AS eff
-    FROM ({union}) c
-    ORDER BY eff DESC, c.scheduled_time, c.job_id
+WITH {gate}cand AS (
+      {union}
+), ordered AS (
+    SELECT c.job_id, {effective} AS eff, c.scheduled_time
+    FROM cand c
+), picked AS (
+    SELECT o.job_id, o.eff
+    FROM (SELECT * FROM ordered ORDER BY eff DESC, scheduled_time, job_id) o
+    CROSS JOIN LATERAL (
+        SELECT 1 FROM scheduler_job_queue q
+        WHERE q.job_id = o.job_id AND q.status = '{pending}' AND q.scheduled_time <= :now
+        FOR UPDATE SKIP LOCKED
+    ) locked{opened}
     LIMIT :lim
 ), upd AS (
     UPDATE scheduler_job_queue q
@@ -447,6 +466,9 @@ def _claimed_jobs(rows: Sequence[Any], now: datetime) -> list[ClaimedJob]:
 class PostgresClaim(ClaimStatements):
     """The claim as one statement (:func:`claim_statement`)."""
 
+    contention_margin = CONTENTION_MARGIN
+    """Candidates read per priority level beyond twice the batch (:data:`CONTENTION_MARGIN`)."""
+
     def claim(
         self,
         conn: Connection,
@@ -456,7 +478,7 @@ class PostgresClaim(ClaimStatements):
         boost: timedelta,
         node_tags: frozenset[str] = frozenset(),
     ) -> list[ClaimedJob]:
-        params = claim_parameters(node_id, limit, now, boost, node_tags)
+        params = claim_parameters(node_id, limit, now, boost, node_tags, self.contention_margin)
         return _claimed_jobs(conn.execute(claim_statement("boost" in params), params).all(), now)
 
     gates_claims = True
@@ -471,7 +493,7 @@ class PostgresClaim(ClaimStatements):
         node_tags: frozenset[str],
         gate: Mapping[str, Any],
     ) -> GatedClaim:
-        params = claim_parameters(node_id, limit, now, boost, node_tags)
+        params = claim_parameters(node_id, limit, now, boost, node_tags, self.contention_margin)
         params.update((name, gate[name]) for name in GATE_PARAMETERS)
         rows = conn.execute(claim_statement("boost" in params, gated=True), params).all()
         first = rows[0]  # the probe's row: one even when nothing was claimed
