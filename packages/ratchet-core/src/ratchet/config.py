@@ -98,9 +98,10 @@ class WorkerConfig:
 
     concurrency: int = 32
     """Job slots (threads of the default executor): at most this many of the worker's jobs run
-    (or wait for their outcome to be written) at once. 32 by default: a claim, the runs and the
-    outcome write of a batch follow one another, so more slots mean fewer database round trips
-    per job (docs/performance.md); threads are started only as jobs need them."""
+    at once. As many finished runs again may wait for their outcome to be written (the jobs are
+    still RUNNING in the store until then) while the next claim goes ahead; past that they hold
+    their slots. 32 by default: more slots mean fewer database round trips per job
+    (docs/performance.md); threads are started only as jobs need them."""
     batch_size: int = 50
     """Most jobs claimed per poll (never more than the free slots)."""
     heartbeat_interval: timedelta = timedelta(seconds=10)

@@ -249,8 +249,9 @@ class Worker:
         self.producer.wakeup()
 
     def free_slots(self) -> int:
-        """Slots neither running a job nor waiting for a finished run's outcome to be written:
-        until that write lands the job is still RUNNING here in the store (back-pressure)."""
+        """Slots neither running a job nor holding a finished run whose outcome waits to be
+        written beyond the write-ahead allowance (``concurrency`` such runs; until its write
+        lands a job is still RUNNING in the store: back-pressure)."""
         return self.slots.free()
 
     def poll_once(self) -> list[ClaimedJob]:
