@@ -211,6 +211,26 @@ def test_cancel_with_interrupt_reaches_the_running_attempt(
         assert not app.cancel_job(handle.id, interrupt=True), "already terminal"
 
 
+def test_a_cancel_with_interrupt_is_announced_to_the_node_at_once(
+    app: Ratchet, tmp_path: Path
+) -> None:
+    """The stored request is announced through the coordinator: the node reads it now, not at
+    its next poll of requests (an hour away here)."""
+    log = str(tmp_path / "units.log")
+    with running_worker(app, cancel_request_interval=timedelta(hours=1)) as worker:
+        handle = (
+            app.enqueue(tj.units_with_safe_points, log, 1000, 0.02)
+            .with_timeout(timedelta(seconds=60))
+            .submit()
+        )
+        wait_for(lambda: "unit 1 end" in tj.lines(log), 10, "the job to get going")
+        wakeups = worker.stats.wakeups_received
+        assert app.cancel_job(handle.id, interrupt=True)
+        wait_for(lambda: tj.lines(log)[-1:] == ["stopped at a safe point"], 10, "a safe stop")
+        assert worker.stats.cancellations_delivered == 1
+        assert worker.stats.wakeups_received == wakeups, "the announcement is not a wakeup"
+
+
 def test_a_plain_cancel_does_not_set_the_request(
     app: Ratchet, events: Events, tmp_path: Path
 ) -> None:

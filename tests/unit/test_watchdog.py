@@ -18,7 +18,7 @@ from ratchet.domain.options import BackoffPolicy
 from ratchet.domain.timeouts import TimeoutSettings, WatchdogStep, plan_attempt
 from ratchet.engine.context import AttemptCancellation, bound, stopped_on_request
 from ratchet.engine.running import Attempt
-from ratchet.engine.watchdog import Watchdog
+from ratchet.engine.watchdog import CANCEL_REQUEST_BACKSTOP, CancellationRequestPoller, Watchdog
 from ratchet.testing import FakeClock
 
 T = timedelta(seconds=100)
@@ -364,3 +364,17 @@ def test_for_context_builds_it_on_another_thread() -> None:
         thread.join()
     assert not stopped_on_request(made["plain"], state.token)
     assert stopped_on_request(made["for_context"], state.token)
+
+
+@pytest.mark.parametrize(
+    ("interval", "announced", "expected"),
+    [
+        (timedelta(seconds=1), False, timedelta(seconds=1)),
+        (timedelta(seconds=1), True, CANCEL_REQUEST_BACKSTOP),
+        (timedelta(minutes=5), True, timedelta(minutes=5)),
+    ],
+)
+def test_requests_announced_by_the_coordinator_are_polled_only_as_a_backstop(
+    interval: timedelta, announced: bool, expected: timedelta
+) -> None:
+    assert CancellationRequestPoller.every(interval, announced=announced).interval == expected

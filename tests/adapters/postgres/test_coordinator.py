@@ -325,3 +325,49 @@ def test_a_forked_child_can_still_publish(
     _wait(lambda: inherited.published == 2, 10, "the parent's NOTIFY to be counted")
     assert inherited.transport.sender is not None
     assert (inherited.listener_pid, inherited.transport.sender.info.backend_pid) == sessions
+
+
+def test_a_cancel_with_interrupt_reaches_a_node_of_another_app_at_once(
+    postgres_store_url: str, support_path: Any, tmp_path: Any
+) -> None:
+    """An app that only cancels (a web process) announces the stored request through
+    LISTEN/NOTIFY; the worker of another app reads it at once, though its own poll of
+    requests is an hour away."""
+    from datetime import timedelta
+
+    import timeout_jobs as tj
+
+    from ratchet import Ratchet
+
+    log = str(tmp_path / "units.log")
+    web = Ratchet(
+        postgres_store_url,
+        allowed_modules=["timeout_jobs"],
+        coordinator="postgres",
+        node_name="web",
+    )
+    host = Ratchet(
+        postgres_store_url,
+        allowed_modules=["timeout_jobs"],
+        coordinator="postgres",
+        node_name="host",
+    )
+    worker = host.worker(
+        cancel_request_interval=timedelta(hours=1), min_delay=timedelta(milliseconds=50)
+    )
+    worker.start()
+    try:
+        assert host.coordinator.wait_connected(10)  # type: ignore[attr-defined]
+        handle = (
+            web.enqueue(tj.units_with_safe_points, log, 1000, 0.02)
+            .with_timeout(timedelta(seconds=60))
+            .submit()
+        )
+        _wait(lambda: "unit 1 end" in tj.lines(log), 10, "the job to get going")
+        assert web.cancel_job(handle.id, interrupt=True)
+        _wait(lambda: tj.lines(log)[-1:] == ["stopped at a safe point"], 10, "a safe stop")
+        assert worker.stats.cancellations_delivered == 1
+    finally:
+        worker.stop(timeout=timedelta(seconds=2))
+        host.close()
+        web.close()

@@ -803,11 +803,19 @@ class WatcherStore(Protocol):
 
 @dataclass(frozen=True)
 class WakeupHint:
-    """A hint that new work may be claimable. Never needed for correctness."""
+    """A hint that new work may be claimable (or, with ``target`` set to
+    :data:`CANCEL_REQUESTS_TARGET`, that a cancellation request was stored). Never needed for
+    correctness."""
 
     priority: JobPriority
     origin_node: str
     target: str | None = None
+
+
+#: The :class:`WakeupHint` target that announces a stored ``cancel_job(id, interrupt=True)``
+#: request rather than new work: a busy node reads its requests at once instead of at its next
+#: poll of them. No job's target can have this value (targets are ``module:qualname``).
+CANCEL_REQUESTS_TARGET = "<cancel-requests>"
 
 
 class ClusterCoordinator(Protocol):

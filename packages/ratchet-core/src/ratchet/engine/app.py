@@ -42,6 +42,7 @@ from ratchet.events import EventKind, JobEvent
 from ratchet.ids import uuid7
 from ratchet.plugins import Plugins, make_plugin_manager
 from ratchet.ports import (
+    CANCEL_REQUESTS_TARGET,
     BeanResolver,
     ClassPolicy,
     Clock,
@@ -440,7 +441,8 @@ class Ratchet(LimitsApi, RecurringMixin, RetentionMixin):
         """Cancel a live job; a RUNNING one finishes but its result is discarded.
 
         :param interrupt: also set the running attempt's cancellation request (its node picks
-            it up within ``cancel_request_interval``), so a job that checks
+            it up at once through a coordinator that reaches it, else within
+            ``cancel_request_interval``), so a job that checks
             ``JobContext.is_cancellation_requested()`` stops at its next safe point.
         :returns: False if the job is missing or already terminal.
         :raises NotAuthorized: the current principal may not cancel it.
@@ -455,6 +457,11 @@ class Ratchet(LimitsApi, RecurringMixin, RetentionMixin):
                 log.warning("this store cannot deliver cancellation requests; canceling without")
         if canceled is None:
             canceled = self.store.cancel_job(job_id, now=self.now(), resolve=self.resolver)
+        elif canceled.value:
+            # the request is stored: its node reads it now rather than at its next poll of them
+            self.coordinator.notify_new_work(
+                WakeupHint(JobPriority.NORMAL, self.node_name, target=CANCEL_REQUESTS_TARGET)
+            )
         ok = self._operator(EventKind.CANCELLED, canceled.value, job_id)
         apply_effects(self, canceled.effects, None)  # what the cancellation ended in its flows
         return ok

@@ -151,7 +151,11 @@ def assemble_worker(worker: WorkerUnderAssembly) -> None:
         on_zombie_check=worker.runner.on_zombie_check,
     )
     worker.liveness = Liveness(worker, require_watcher_store(worker.store))
-    worker.periodic = periodic_tasks(worker.store, config)
+    worker.periodic = periodic_tasks(
+        worker.store,
+        config,
+        cross_process=bool(getattr(worker.app.coordinator, "cross_process", False)),
+    )
     worker.sampler = MetricsSampler(config.metrics_interval)
     worker.periodic.append(worker.sampler)
     worker.periodic.extend(retention_tasks(worker.app))  # scheduled, one node at a time
@@ -178,8 +182,11 @@ def require_watcher_store(store: Store) -> WatcherStore:
     return found
 
 
-def periodic_tasks(store: Store, config: WorkerConfig) -> list[PeriodicTask]:
-    """What a worker's maintenance thread runs, each at its own interval.
+def periodic_tasks(
+    store: Store, config: WorkerConfig, *, cross_process: bool = False
+) -> list[PeriodicTask]:
+    """What a worker's maintenance thread runs, each at its own interval (``cross_process``:
+    the app's coordinator carries hints to other processes, cancellation requests included).
 
     :raises ConfigurationError: the recurring settings are out of range.
     """
@@ -187,7 +194,9 @@ def periodic_tasks(store: Store, config: WorkerConfig) -> list[PeriodicTask]:
     if config.summary_interval > timedelta(0):
         tasks.append(WorkSummary(config.summary_interval))
     if cancellation_store(store) is not None:
-        tasks.append(CancellationRequestPoller(config.cancel_request_interval))
+        tasks.append(
+            CancellationRequestPoller.every(config.cancel_request_interval, announced=cross_process)
+        )
     if workflow_store(store) is not None:
         tasks.append(SignalTimeoutScanner(min(config.orphan_scan_interval, SIGNAL_SCAN_INTERVAL)))
     if config.watcher_enabled:

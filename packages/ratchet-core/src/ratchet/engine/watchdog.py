@@ -223,6 +223,12 @@ class Watchdog:
                     self._cond.wait(timeout=wait)
 
 
+#: How often a busy node reads its cancellation requests when a coordinator that reaches other
+#: processes announces each one (:data:`~ratchet.ports.CANCEL_REQUESTS_TARGET`): only a hint
+#: that was lost waits this long.
+CANCEL_REQUEST_BACKSTOP = timedelta(seconds=15)
+
+
 class CancellationRequestPoller:
     """Periodic task: take this node's ``cancel_job(id, interrupt=True)`` requests from the
     store and set the cancellation request of the matching running attempts."""
@@ -231,6 +237,13 @@ class CancellationRequestPoller:
 
     def __init__(self, interval: timedelta) -> None:
         self.interval = interval
+
+    @classmethod
+    def every(cls, interval: timedelta, *, announced: bool) -> CancellationRequestPoller:
+        """The poller reading every ``interval``; ``announced``: the app's coordinator carries
+        each new request to the nodes of other processes as a hint, so the store is read only
+        every :data:`CANCEL_REQUEST_BACKSTOP` (or ``interval`` if longer)."""
+        return cls(max(interval, CANCEL_REQUEST_BACKSTOP) if announced else interval)
 
     def run_once(self, worker: WorkerHost) -> None:
         worker.deliver_cancellation_requests()

@@ -43,8 +43,8 @@ from ratchet.engine.producer import Producer
 from ratchet.engine.slots import SlotTable
 from ratchet.engine.start_check import StartCheck
 from ratchet.engine.stats import WorkerStats
-from ratchet.engine.watchdog import Watchdog
-from ratchet.ports import ExecutorProvider, WakeupHint
+from ratchet.engine.watchdog import CancellationRequestPoller, Watchdog
+from ratchet.ports import CANCEL_REQUESTS_TARGET, ExecutorProvider, WakeupHint
 from ratchet.targets import TargetRef
 
 if TYPE_CHECKING:
@@ -109,6 +109,10 @@ class Worker:
         """Spreads the cluster-wide periodic tasks over the live nodes."""
         assemble_worker(self)
         self._stopping = threading.Event()
+        self._maintenance_wake = threading.Event()
+        """Set to make the maintenance thread look at its tasks now (a task made due, a stop)."""
+        self._next_run: dict[str, float] = {}
+        """When each periodic task runs next (monotonic seconds)."""
         self._signaled = False
         """SIGTERM / SIGINT arrived (set by the signal handler, read by :meth:`run`)."""
         self._draining = threading.Event()
@@ -181,6 +185,7 @@ class Worker:
         """Ask :meth:`run` to drain and return (from any thread but the one in :meth:`run`)."""
         self._draining.set()
         self._stopping.set()
+        self._maintenance_wake.set()
         self.producer.wake()
 
     @property
@@ -200,6 +205,7 @@ class Worker:
             self.app.plugins.notify_worker("ratchet_worker_stopping", self)
         self._draining.set()
         self._stopping.set()
+        self._maintenance_wake.set()
         self.liveness.begin_drain()  # DRAINING; running attempts are asked to stop
         limit = (timeout if timeout is not None else self.config.drain_timeout).total_seconds()
         deadline = time.monotonic() + limit
@@ -241,8 +247,18 @@ class Worker:
 
     # ------------------------------------------------------------------ the parts' public faces
     def _on_hint(self, hint: WakeupHint) -> None:
+        if hint.target == CANCEL_REQUESTS_TARGET:
+            self.run_task_soon(CancellationRequestPoller.name)
+            return
         self.stats.wakeups_received += 1
         self.wakeup()
+
+    def run_task_soon(self, name: str) -> None:
+        """Run the periodic task ``name`` on the maintenance thread now rather than at its next
+        turn (nothing happens if this worker has no such task)."""
+        if name in self._next_run:
+            self._next_run[name] = 0.0
+            self._maintenance_wake.set()
 
     def wakeup(self) -> None:
         """Poll at once and enter burst mode."""
@@ -321,12 +337,17 @@ class Worker:
 
     # ------------------------------------------------------------------ maintenance
     def _maintenance_loop(self) -> None:
-        next_run = {task.name: time.monotonic() for task in self.periodic}
-        while not self._stopping.wait(
-            timeout=max(
-                0.0, min(next_run.values(), default=time.monotonic() + 1) - time.monotonic()
+        next_run = self._next_run
+        next_run.update((task.name, time.monotonic()) for task in self.periodic)
+        while True:
+            self._maintenance_wake.wait(
+                timeout=max(
+                    0.0, min(next_run.values(), default=time.monotonic() + 1) - time.monotonic()
+                )
             )
-        ):
+            self._maintenance_wake.clear()
+            if self._stopping.is_set():
+                return
             now = time.monotonic()
             current = {task.name for task in self.periodic}
             for name in [n for n in next_run if n not in current]:
