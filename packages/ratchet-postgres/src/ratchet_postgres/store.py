@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import json
 import uuid
+from collections import namedtuple
 from collections.abc import Collection, Iterable, Iterator, Mapping, Sequence
 from contextlib import nullcontext
 from datetime import datetime, timedelta
@@ -455,12 +456,25 @@ SELECT job_id FROM owned
     )
 
 
+@cache
+def _plain_row(fields: tuple[str, ...]) -> Any:
+    """A named tuple type with the columns ``fields``: its values are read by name at C speed,
+    where a SQLAlchemy row looks each name up (a claimed job reads twenty of them)."""
+    return namedtuple("ClaimRow", fields)
+
+
 def _claimed_jobs(rows: Sequence[Any], now: datetime) -> list[ClaimedJob]:
     """The jobs of the claim statement's rows (queue and definition columns in one row)."""
-    return [
-        claimed_job(r, r, now, epoch=r.epoch, scheduled_time=from_micros(r.scheduled_time))
-        for r in rows
-    ]
+    if not rows:
+        return []
+    plain = _plain_row(tuple(rows[0]._fields))._make
+    jobs = []
+    for row in rows:
+        r = plain(row)
+        jobs.append(
+            claimed_job(r, r, now, epoch=r.epoch, scheduled_time=from_micros(r.scheduled_time))
+        )
+    return jobs
 
 
 class PostgresClaim(ClaimStatements):
