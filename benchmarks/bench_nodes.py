@@ -427,7 +427,7 @@ def measure_busy(cluster: Cluster) -> dict[str, Any]:
     time.sleep(1.5)
     tx1, db1, w1 = cluster.transactions(), server_cpu(cluster.postmaster), workers_cpu(pids)
     calls, rows = cluster.statements()
-    top = cluster.top_statements(n, limit=12)  # per job, not per second
+    top = cluster.top_statements(n, limit=args.top)  # per job, not per second
     app.close()
     return {
         "jobs": n,
@@ -484,6 +484,9 @@ def main(argv: list[str]) -> int:
         "--claim-margin",
         type=int,
         help="PostgreSQL claim: candidates read beyond twice the batch (default: the store's)",
+    )
+    parser.add_argument(
+        "--top", type=int, default=12, help="busy: list this many statements by calls per job"
     )
     parser.add_argument("--no-idle", action="store_true")
     parser.add_argument("--no-busy", action="store_true")
