@@ -66,6 +66,7 @@ from ratchet.sql.caller_tx import CallerTransactions, caller_connection
 from ratchet.sql.cancellation import CancellationStoreMixin
 from ratchet.sql.dialect import ErrorKind, SqlDialect
 from ratchet.sql.hotpaths import (
+    OWNED_ROWS,
     HotPaths,
     _ms,
     first_of_each_key,
@@ -80,7 +81,7 @@ from ratchet.sql.query_store import QueryStoreMixin
 from ratchet.sql.recurring_store import RecurringStoreMixin
 from ratchet.sql.retention_store import RetentionStoreMixin
 from ratchet.sql.type_limits import TypeLimitStoreMixin
-from ratchet.sql.watcher_store import CHUNK, OWNED, WatcherStoreMixin
+from ratchet.sql.watcher_store import CHUNK, WatcherStoreMixin
 from ratchet.sql.workflow_store import REFUSE_ALL, WorkflowStoreMixin
 
 log = logging.getLogger("ratchet.store")
@@ -634,14 +635,8 @@ class SqlStore(
         def work(conn: Connection) -> set[tuple[uuid.UUID, int]]:
             owned: set[tuple[uuid.UUID, int]] = set()
             for chunk in iter_chunks(ids, CHUNK):
-                # the dialect's list test: on PostgreSQL one array parameter, so the statement
-                # is the same (one prepared statement, one plan) whatever the number of ids
-                read = select(Q.c.job_id, Q.c.epoch).where(
-                    self.dialect.in_values(Q.c.job_id, chunk),
-                    Q.c.picked_by == node_id,
-                    Q.c.status.in_(OWNED),
-                )
-                owned.update((r.job_id, r.epoch) for r in conn.execute(read))
+                rows = conn.execute(OWNED_ROWS, {"ids": chunk, "node": node_id})
+                owned.update((r.job_id, r.epoch) for r in rows)
             return owned & asked
 
         # One chunk is one read: no BEGIN / COMMIT around it (a worker whose slots start late,
