@@ -1,15 +1,20 @@
-"""Helpers for the timeout and executor tests: a fast-polling worker and condition waits."""
+"""Helpers for the timeout and executor tests: a fast-polling worker, condition waits and a
+claimed job to hand the engine's parts directly."""
 
 from __future__ import annotations
 
+import uuid
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from datetime import timedelta
 from typing import Any
 
 from ratchet import EventKind, JobEvent, Ratchet
+from ratchet.domain.lifecycle import JobPriority
+from ratchet.domain.model import ClaimedJob
+from ratchet.domain.options import BackoffPolicy
 from ratchet.engine.worker import Worker
-from ratchet.testing import assert_eventually
+from ratchet.testing import FakeClock, assert_eventually
 
 FAST = {
     "concurrency": 2,
@@ -21,6 +26,31 @@ FAST = {
     "zombie_grace": timedelta(milliseconds=200),
     "drain_timeout": timedelta(seconds=2),
 }
+
+
+#: The timeout of :func:`claimed_job` unless told otherwise.
+CLAIMED_TIMEOUT = timedelta(seconds=100)
+
+
+def claimed_job(
+    timeout: timedelta | None = CLAIMED_TIMEOUT, clock: FakeClock | None = None
+) -> ClaimedJob:
+    """A first attempt of a no-op job, claimed now (``clock``'s now, else a fresh FakeClock's)."""
+    now = (clock or FakeClock()).now()
+    return ClaimedJob(
+        job_id=uuid.uuid4(),
+        epoch=1,
+        attempt=1,
+        target="timeout_jobs:noop",
+        payload='{"args":[],"kwargs":{}}',
+        priority=JobPriority.NORMAL,
+        max_retries=0,
+        backoff=BackoffPolicy.NONE,
+        backoff_delay=timedelta(0),
+        timeout=timeout,
+        scheduled_time=now,
+        claimed_at=now,
+    )
 
 
 @contextmanager

@@ -5,35 +5,15 @@ from __future__ import annotations
 
 import threading
 import time
-import uuid
-from datetime import UTC, datetime, timedelta
 
-from ratchet.domain.lifecycle import JobPriority
+from timeout_harness import claimed_job
+
 from ratchet.domain.model import ClaimedJob
-from ratchet.domain.options import BackoffPolicy
 from ratchet.engine.slots import SlotTable
-
-NOW = datetime(2030, 1, 1, tzinfo=UTC)
 
 
 def jobs(n: int) -> list[ClaimedJob]:
-    return [
-        ClaimedJob(
-            job_id=uuid.uuid4(),
-            epoch=1,
-            attempt=1,
-            target="m:f",
-            payload="[]",
-            priority=JobPriority.NORMAL,
-            max_retries=0,
-            backoff=BackoffPolicy.NONE,
-            backoff_delay=timedelta(0),
-            timeout=None,
-            scheduled_time=NOW,
-            claimed_at=NOW,
-        )
-        for _ in range(n)
-    ]
+    return [claimed_job(timeout=None) for _ in range(n)]
 
 
 def test_without_write_ahead_a_slot_is_held_until_its_outcome_is_written() -> None:

@@ -9,38 +9,19 @@ import uuid
 from datetime import timedelta
 
 import pytest
+from timeout_harness import CLAIMED_TIMEOUT
+from timeout_harness import claimed_job as job
 
 from ratchet import CancellationRequestedException, JobContext, JobTimeoutError
 from ratchet.domain.errors import ConfigurationError
-from ratchet.domain.lifecycle import JobPriority
-from ratchet.domain.model import ClaimedJob
-from ratchet.domain.options import BackoffPolicy
 from ratchet.domain.timeouts import TimeoutSettings, WatchdogStep, plan_attempt
 from ratchet.engine.context import AttemptCancellation, bound, stopped_on_request
 from ratchet.engine.running import Attempt
 from ratchet.engine.watchdog import CANCEL_REQUEST_BACKSTOP, CancellationRequestPoller, Watchdog
 from ratchet.testing import FakeClock
 
-T = timedelta(seconds=100)
+T = CLAIMED_TIMEOUT
 S = WatchdogStep
-
-
-def job(timeout: timedelta | None = T, clock: FakeClock | None = None) -> ClaimedJob:
-    now = (clock or FakeClock()).now()
-    return ClaimedJob(
-        job_id=uuid.uuid4(),
-        epoch=1,
-        attempt=1,
-        target="timeout_jobs:noop",
-        payload='{"args":[],"kwargs":{}}',
-        priority=JobPriority.NORMAL,
-        max_retries=0,
-        backoff=BackoffPolicy.NONE,
-        backoff_delay=timedelta(0),
-        timeout=timeout,
-        scheduled_time=now,
-        claimed_at=now,
-    )
 
 
 class Recorder(logging.Handler):
