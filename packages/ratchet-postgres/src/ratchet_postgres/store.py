@@ -468,13 +468,10 @@ def _claimed_jobs(rows: Sequence[Any], now: datetime) -> list[ClaimedJob]:
     if not rows:
         return []
     plain = _plain_row(tuple(rows[0]._fields))._make
-    jobs = []
-    for row in rows:
-        r = plain(row)
-        jobs.append(
-            claimed_job(r, r, now, epoch=r.epoch, scheduled_time=from_micros(r.scheduled_time))
-        )
-    return jobs
+    return [
+        claimed_job(r, r, now, epoch=r.epoch, scheduled_time=from_micros(r.scheduled_time))
+        for r in map(plain, rows)
+    ]
 
 
 class PostgresClaim(ClaimStatements):
