@@ -193,7 +193,7 @@ def test_an_attempts_buffer_never_exceeds_its_limits(
     limits = JobLogLimits(max_lines=max_lines, max_line_chars=line_chars, max_chars=total)
     buffer = JobLogBuffer(uuid.uuid4(), 3, 2, limits)
     kept = sum(buffer.add(LogLevel.INFO, m, T0) for m in messages)
-    lines = buffer.close(T0)
+    lines = buffer.close(lambda: T0)
     assert len(lines) <= max_lines
     assert sum(len(line.message) for line in lines) <= total
     assert [line.seq for line in lines] == list(range(len(lines)))
@@ -211,7 +211,7 @@ def test_an_object_whose_str_breaks_becomes_a_line_that_says_so() -> None:
 
     buffer = JobLogBuffer(uuid.uuid4(), 1, 1, JobLogLimits())
     assert buffer.add(LogLevel.ERROR, Broken(), T0)
-    [line] = buffer.close(T0)
+    [line] = buffer.close(lambda: T0)
     assert "__str__ raised RuntimeError" in line.message
 
 

@@ -362,6 +362,9 @@ def decode_payload(text: str, resolve_enum: EnumResolver) -> tuple[list[Any], di
             "stored job arguments: not an object with an 'args' list and a 'kwargs' object; "
             f"{_RESUBMIT}"
         )
+    if TAG not in text and "\\" not in text:
+        # No tagged value can be in it (a tag is the literal key, unescaped): plain JSON.
+        return doc["args"], doc["kwargs"]
     decoded = _decode_stored([doc["args"], doc["kwargs"]], resolve_enum, "job arguments")
     return decoded[0], decoded[1]
 

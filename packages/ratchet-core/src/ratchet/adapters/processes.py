@@ -137,7 +137,7 @@ def _execute(request: dict[str, Any], flag: threading.Event) -> dict[str, Any]:
     if lines is not None:
         reply["log"] = [
             [line.level.value, line.message, line.logged_at.isoformat()]
-            for line in lines.close(_utc_now())
+            for line in lines.close(_utc_now)
         ]
     return reply
 

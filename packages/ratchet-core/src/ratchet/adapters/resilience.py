@@ -217,6 +217,9 @@ class CircuitBreakerResilience:
         bound = self._bound.get(service)
         if bound is not None:
             return bound.is_available()
+        known = self._breakers.get(service)
+        if known is not None and known.state is BreakerState.CLOSED:
+            return True  # a closed breaker lets every call start: no clock, no lock
         now = self.clock.now()
         with self._lock:
             return self._breaker(service).is_available(now)

@@ -14,6 +14,7 @@ When the grace is longer than the soft-warning margin, step 2 comes before step 
 from __future__ import annotations
 
 import enum
+import functools
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 
@@ -78,13 +79,23 @@ def plan_attempt(
 ) -> AttemptPlan:
     """The watchdog steps of an attempt that started at ``started``."""
     timeout = settings.timeout_for(job_timeout)
-    deadline = started + timeout
+    offsets = step_offsets(timeout, settings.soft_timeout_percent, settings.cancellation_grace)
+    return AttemptPlan(
+        started, timeout, started + timeout, tuple([(started + at, step) for at, step in offsets])
+    )
+
+
+@functools.lru_cache(maxsize=256)
+def step_offsets(
+    timeout: timedelta, soft_timeout_percent: int, grace: timedelta
+) -> tuple[tuple[timedelta, WatchdogStep], ...]:
+    """When each step falls due, from the attempt's start, in order (the same for every
+    attempt with this timeout: cached, as every attempt asks)."""
     steps = [
-        (started + timeout * settings.soft_timeout_percent / 100, WatchdogStep.SOFT_WARNING),
-        (deadline, WatchdogStep.DEADLINE),
+        (timeout * soft_timeout_percent / 100, WatchdogStep.SOFT_WARNING),
+        (timeout, WatchdogStep.DEADLINE),
     ]
-    grace = settings.cancellation_grace
     if timedelta(0) < grace < timeout:
-        steps.append((deadline - grace, WatchdogStep.CANCELLATION_REQUEST))
+        steps.append((timeout - grace, WatchdogStep.CANCELLATION_REQUEST))
     steps.sort()
-    return AttemptPlan(started, timeout, deadline, tuple(steps))
+    return tuple(steps)

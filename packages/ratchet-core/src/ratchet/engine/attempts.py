@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import asyncio
 import dataclasses
+import functools
 import inspect
 import logging
 import threading
@@ -25,7 +26,14 @@ from ratchet.domain.breaker import CircuitOpenError
 from ratchet.domain.errors import FencedOut, JobTimeoutError, StoreUnavailable
 from ratchet.domain.model import ClaimedJob, Outcome, OutcomeKind
 from ratchet.domain.retry import decide_retry
-from ratchet.engine.context import JobContext, about_job, bound, log_about, stopped_on_request
+from ratchet.engine.context import (
+    JobContext,
+    about_job,
+    bind,
+    log_about,
+    stopped_on_request,
+    unbind,
+)
 from ratchet.engine.gates import breaker_service, reschedule
 from ratchet.engine.host import Gate
 from ratchet.engine.joblogger import JobLogBuffer, JobLogger, store_job_log
@@ -186,7 +194,7 @@ class AttemptRunner:
                     outcome = self._attempt(job, attempt, lines)
         finally:
             self._end_attempt(attempt)
-            store_job_log(worker.store, lines, worker.app.now())
+            store_job_log(worker.store, lines, worker.app.now)
         # Fenced out, or handed back by the drain: not written.
         outcome = worker.liveness.finish(job, attempt, outcome)
         if not attempt.finish():
@@ -225,7 +233,8 @@ class AttemptRunner:
             caller_principal=job.caller_principal,
             job_log=JobLogger(lines, app.now) if lines is not None else None,
         )
-        with bound(ctx):
+        token = bind(ctx)
+        try:
             passed: list[Gate] = []
             try:
                 owned = worker.start_check.confirm(job.job_id, job.epoch)
@@ -252,7 +261,7 @@ class AttemptRunner:
                 if plain is not job.payload:  # sealed: executors get the plain arguments
                     job = dataclasses.replace(job, payload=plain)
                 args, kwargs = decode_payload(plain, app.enums)
-                value = self.invoke(job, ref, fn, args, kwargs)
+                value = self.invoke(job, ref, fn, args, kwargs, attempt)
                 result = app.protection.seal_result(
                     encode_result(value, app.config.max_result_bytes)
                 )
@@ -279,6 +288,8 @@ class AttemptRunner:
                         gate.leave(worker, job)
                     except Exception:
                         log.exception("gate %s failed to release job %s", gate.name, job.job_id)
+        finally:
+            unbind(token)
 
     def invoke(
         self,
@@ -287,22 +298,19 @@ class AttemptRunner:
         fn: Callable[..., Any],
         args: list[Any],
         kwargs: dict[str, Any],
+        attempt: Attempt | None = None,
     ) -> Any:
         """Call the target under the resilience strategy (``async def`` targets run to completion).
 
         An :class:`~ratchet.ports.InterruptibleExecutor` provider runs the call itself, so the
-        watchdog can stop it at the deadline; otherwise it runs here, unstoppable.
+        watchdog can stop it at ``attempt``'s deadline (the live attempt of ``job`` when not
+        given); otherwise it runs here, unstoppable.
         """
-
-        def direct() -> Any:
-            value = fn(*args, **kwargs)
-            if inspect.isawaitable(value):
-                return asyncio.run(_await(value))
-            return value
-
-        call = direct
+        direct = functools.partial(call_target, fn, args, kwargs)
+        call: Callable[[], Any] = direct
         provider = self.executor_for(job)
-        attempt = self.worker.slots.attempt((job.job_id, job.epoch))
+        if attempt is None:
+            attempt = self.worker.slots.attempt((job.job_id, job.epoch))
         if attempt is not None and self._interruptible(provider):
             job_call = JobCall(
                 job=job,
@@ -315,13 +323,7 @@ class AttemptRunner:
                 invoke=direct,
                 max_result_bytes=self.worker.app.config.max_result_bytes,
             )
-            watched = attempt
-
-            interruptible = cast(InterruptibleExecutor, provider)
-
-            def call() -> Any:
-                return interruptible.run(job_call, watched)
-
+            call = functools.partial(cast(InterruptibleExecutor, provider).run, job_call, attempt)
         return self.worker.app.resilience.execute(breaker_service(self.worker, ref), call)
 
     def failure_outcome(
@@ -505,6 +507,14 @@ class AttemptRunner:
         if known is None:
             known = self._interruptible_cache[key] = isinstance(provider, InterruptibleExecutor)
         return known
+
+
+def call_target(fn: Callable[..., Any], args: list[Any], kwargs: dict[str, Any]) -> Any:
+    """``fn(*args, **kwargs)``; an awaitable it returns is run to completion on a new loop."""
+    value = fn(*args, **kwargs)
+    if value is not None and inspect.isawaitable(value):
+        return asyncio.run(_await(value))
+    return value
 
 
 async def _await(value: Any) -> Any:

@@ -175,6 +175,9 @@ class TypeLimitGate:
 
     def limited(self, worker: WorkerHost, now: datetime) -> frozenset[str]:
         """The targets with a limit (re-read once :attr:`refresh` passed)."""
+        read_at = self._read_at
+        if read_at is not None and now - read_at < self.refresh:
+            return self._limited  # fresh: no lock on the path of every attempt
         with self._lock:
             stale = self._read_at is None or now - self._read_at >= self.refresh
             if stale:

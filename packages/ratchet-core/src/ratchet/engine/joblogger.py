@@ -88,9 +88,9 @@ class JobLogBuffer:
             self._chars += len(text)
             return True
 
-    def close(self, at: datetime) -> list[JobLogLine]:
-        """End the attempt's log and return its lines (with a closing line saying how many were
-        dropped, if any). Later :meth:`add` calls are refused."""
+    def close(self, now: Callable[[], datetime]) -> list[JobLogLine]:
+        """End the attempt's log and return its lines (with a closing line, dated ``now()``,
+        saying how many were dropped, if any). Later :meth:`add` calls are refused."""
         with self._lock:
             self._closed = True
             lines = list(self._lines)
@@ -101,7 +101,7 @@ class JobLogBuffer:
                         self.epoch,
                         len(lines),
                         self.attempt,
-                        at,
+                        now(),
                         LogLevel.WARN,
                         f"{self._dropped} more line(s) not stored: the attempt reached its job "
                         f"log limits ({self.limits.max_lines} lines, "
@@ -179,16 +179,16 @@ class JobLogger:
         self.log(logging.ERROR, msg, *args, exc_info=True)
 
 
-def store_job_log(store: Store, buffer: JobLogBuffer | None, at: datetime) -> int:
+def store_job_log(store: Store, buffer: JobLogBuffer | None, now: Callable[[], datetime]) -> int:
     """Close ``buffer`` and store its lines; return how many were stored. Never raises."""
     if buffer is None:
         return 0
-    from ratchet.ports import JobLogStore
-
     try:
-        lines = buffer.close(at)
+        lines = buffer.close(now)
         if not lines:
             return 0
+        from ratchet.ports import JobLogStore
+
         target = store.capability(JobLogStore)  # type: ignore[type-abstract]
         if target is None:
             return 0
@@ -198,7 +198,7 @@ def store_job_log(store: Store, buffer: JobLogBuffer | None, at: datetime) -> in
             "job %s attempt %d: its %d log line(s) were not stored: %s",
             buffer.job_id,
             buffer.attempt,
-            len(buffer.close(at)),
+            len(buffer.close(now)),
             exc,
         )
         return 0

@@ -3,8 +3,7 @@
 from __future__ import annotations
 
 import threading
-from collections.abc import Callable, Iterator
-from contextlib import contextmanager
+from collections.abc import Callable
 from datetime import datetime, timedelta
 
 from ratchet.domain.errors import JobTimeoutError
@@ -55,25 +54,13 @@ class Attempt:
     def is_cancellation_requested(self) -> bool:
         return self.cancellation.is_requested()
 
-    @contextmanager
     def watch(
         self,
         *,
         interrupt: Callable[[], object] | None = None,
         on_request: Callable[[], None] | None = None,
-    ) -> Iterator[None]:
-        with self._lock:
-            if self.timed_out:
-                raise JobTimeoutError(self.timeout_message())
-            self._interrupt = interrupt
-        remove = self.cancellation.add_listener(on_request) if on_request is not None else None
-        try:
-            yield
-        finally:
-            with self._lock:
-                self._interrupt = None
-            if remove is not None:
-                remove()
+    ) -> _Watch:
+        return _Watch(self, interrupt, on_request)
 
     # -- the worker's side ---------------------------------------------------------------
     @property
@@ -106,6 +93,40 @@ class Attempt:
 
     def __repr__(self) -> str:
         return f"<Attempt {self.job.job_id} #{self.job.attempt} epoch {self.job.epoch}>"
+
+
+class _Watch:
+    """The handlers one call of an attempt installs (:meth:`Attempt.watch`): a plain class, as
+    it is entered once per job on the hot path."""
+
+    __slots__ = ("_attempt", "_interrupt", "_on_request", "_remove")
+
+    def __init__(
+        self,
+        attempt: Attempt,
+        interrupt: Callable[[], object] | None,
+        on_request: Callable[[], None] | None,
+    ) -> None:
+        self._attempt = attempt
+        self._interrupt = interrupt
+        self._on_request = on_request
+        self._remove: Callable[[], None] | None = None
+
+    def __enter__(self) -> None:
+        attempt = self._attempt
+        with attempt._lock:
+            if attempt.timed_out:
+                raise JobTimeoutError(attempt.timeout_message())
+            attempt._interrupt = self._interrupt
+        if self._on_request is not None:
+            self._remove = attempt.cancellation.add_listener(self._on_request)
+
+    def __exit__(self, *exc_info: object) -> None:
+        attempt = self._attempt
+        with attempt._lock:
+            attempt._interrupt = None
+        if self._remove is not None:
+            self._remove()
 
 
 def seconds_text(delta: timedelta) -> str:

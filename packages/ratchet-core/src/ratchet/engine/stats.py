@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import collections
 import uuid
 from dataclasses import dataclass, field
 from datetime import timedelta
@@ -37,8 +38,13 @@ class WorkerStats:
     """How the most recent jobs ended here (the last 10,000; older ones are forgotten)."""
 
 
-class RecentOutcomes(dict[uuid.UUID, str]):
-    """A dict that keeps only its ``limit`` most recently added keys (bounded memory)."""
+class RecentOutcomes(collections.OrderedDict[uuid.UUID, str]):
+    """A dict that keeps only its ``limit`` most recently added keys (bounded memory).
+
+    An ``OrderedDict``: dropping the oldest key of a plain dict means finding its first live
+    entry past all the deleted ones, which grows with every key dropped until the dict is
+    rebuilt (about 6 µs a key at 10,000 keys, against about 1 µs here).
+    """
 
     def __init__(self, limit: int) -> None:
         super().__init__()
@@ -46,9 +52,9 @@ class RecentOutcomes(dict[uuid.UUID, str]):
 
     def __setitem__(self, key: uuid.UUID, value: str) -> None:
         if key in self:
-            del self[key]  # re-inserted: now the most recent
+            self.move_to_end(key)  # re-inserted: now the most recent
         elif len(self) >= self.limit:
-            del self[next(iter(self))]
+            self.popitem(last=False)
         super().__setitem__(key, value)
 
 

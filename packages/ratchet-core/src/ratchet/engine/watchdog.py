@@ -65,7 +65,8 @@ class Watchdog:
         self.max_wait = max_wait
         self._heap: list[tuple[datetime, int, int, Attempt]] = []
         self._seq = itertools.count()
-        self._cond = threading.Condition()
+        self._lock = threading.Lock()
+        self._cond = threading.Condition(self._lock)
         self._stale = 0
         self._stopping = False
         self._thread: threading.Thread | None = None
@@ -79,7 +80,9 @@ class Watchdog:
 
     def forget(self, attempt: Attempt) -> None:
         """The attempt ended: its pending step will be skipped (and swept in bulk)."""
-        with self._cond:
+        if not attempt.in_heap:
+            return
+        with self._lock:
             if not attempt.in_heap or attempt.forgotten:
                 return
             attempt.forgotten = True
@@ -100,7 +103,7 @@ class Watchdog:
         self._push(when, _ZOMBIE_CHECK, attempt)
 
     def _push(self, when: datetime, kind: int, attempt: Attempt) -> None:
-        with self._cond:
+        with self._lock:
             if kind != _ZOMBIE_CHECK:
                 attempt.in_heap = True
             entry = (when, next(self._seq), kind, attempt)
