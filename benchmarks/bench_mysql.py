@@ -239,7 +239,16 @@ def store_loop(server: Server, n: int, batch: int) -> tuple[float, float]:
         now = datetime.now(UTC)
         claimed = store.claim("bench", batch, now=now, boost_interval=BOOST)
         outcomes = [
-            Outcome(c.job_id, c.epoch, c.attempt, OutcomeKind.SUCCEEDED, now, now) for c in claimed
+            Outcome(
+                c.job_id,
+                c.epoch,
+                c.attempt,
+                OutcomeKind.SUCCEEDED,
+                now,
+                now,
+                flow_effects=c.flow_effects,
+            )
+            for c in claimed
         ]
         store.record_outcomes("bench", outcomes, now=now)
         done += len(claimed)

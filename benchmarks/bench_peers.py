@@ -260,9 +260,16 @@ def _store_loop(url: str, batch: int) -> int:
             claimed = store.claim("loop", batch, now=now, boost_interval=boost)
             if not claimed:
                 return done
-            outcomes = [
+            outcomes = [  # as the worker builds them: plain jobs skip the workflow look-up
                 Outcome(
-                    c.job_id, c.epoch, c.attempt, OutcomeKind.SUCCEEDED, now, now, result="null"
+                    c.job_id,
+                    c.epoch,
+                    c.attempt,
+                    OutcomeKind.SUCCEEDED,
+                    now,
+                    now,
+                    result="null",
+                    flow_effects=c.flow_effects,
                 )
                 for c in claimed
             ]

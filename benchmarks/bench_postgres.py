@@ -270,7 +270,16 @@ def _store_loop_child(url: str, node: str, batch: int, out: Any) -> None:
         if not claimed:
             break
         outcomes = [
-            Outcome(c.job_id, c.epoch, c.attempt, OutcomeKind.SUCCEEDED, now, now, result="null")
+            Outcome(
+                c.job_id,
+                c.epoch,
+                c.attempt,
+                OutcomeKind.SUCCEEDED,
+                now,
+                now,
+                result="null",
+                flow_effects=c.flow_effects,
+            )
             for c in claimed
         ]
         store.record_outcomes(node, outcomes, now=now)

@@ -199,7 +199,16 @@ def _worker_child(
         if not claimed:
             break
         outcomes = [
-            Outcome(c.job_id, c.epoch, c.attempt, OutcomeKind.SUCCEEDED, now, now, result="null")
+            Outcome(
+                c.job_id,
+                c.epoch,
+                c.attempt,
+                OutcomeKind.SUCCEEDED,
+                now,
+                now,
+                result="null",
+                flow_effects=c.flow_effects,
+            )
             for c in claimed
         ]
         store.record_outcomes("bench-worker", outcomes, now=now)
