@@ -150,6 +150,24 @@ def test_rich_types_keep_their_types() -> None:
     assert type(args[1]) is date
 
 
+def test_a_tag_written_with_json_escapes_is_still_decoded() -> None:
+    # Plain payloads skip the walk for tagged values when the tag's text cannot be in them; a
+    # row written by another JSON writer may spell the tag with escapes, and must decode the same.
+    plain = '{"args": [{"__ratchet__": "uuid", "v": "00000000-0000-0000-0000-000000000007"}], "kwargs": {}}'
+    escaped = plain.replace("__ratchet__", "\\u005f\\u005fratchet\\u005f\\u005f")
+    assert "__ratchet__" not in escaped
+    assert (
+        decode_payload(escaped, ENUMS) == decode_payload(plain, ENUMS) == ([uuid.UUID(int=7)], {})
+    )
+
+
+def test_a_payload_without_tagged_values_decodes_to_its_json() -> None:
+    args, kwargs = decode_payload(
+        '{"args": [1, "a", {"b": [null, 2.5]}], "kwargs": {"k": true}}', ENUMS
+    )
+    assert (args, kwargs) == ([1, "a", {"b": [None, 2.5]}], {"k": True})
+
+
 def _tagged(kind: str, value: Any, **extra: Any) -> str:
     return json.dumps({"args": [{"__ratchet__": kind, "v": value, **extra}], "kwargs": {}})
 

@@ -38,6 +38,7 @@ class SlotTable:
         self.wake_at = max(1, min(concurrency, claim_size) // 2)
         self._lock = threading.Lock()
         self._changed = threading.Condition(self._lock)
+        self._waiters = 0  # threads in gather() or wait_for_runs(): changes notify only then
         self._running: dict[uuid.UUID, ClaimedJob] = {}
         self._expired: dict[Key, ClaimedJob] = {}
         self._attempts: dict[Key, Attempt] = {}
@@ -140,7 +141,8 @@ class SlotTable:
             wake = self._found_work and (
                 not outcome or (after > before and before < self.wake_at <= after)
             )
-            self._changed.notify_all()
+            if self._waiters:
+                self._changed.notify_all()
         if not outcome:
             self.notify_progress()
         return wake
@@ -150,7 +152,8 @@ class SlotTable:
         whether the producer should poll now (the last poll found work and a slot is free)."""
         with self._lock:
             self._unwritten -= count
-            self._changed.notify_all()
+            if self._waiters:
+                self._changed.notify_all()
             wake = self._found_work and self._free() > 0
         self.notify_progress()
         return wake
@@ -172,15 +175,23 @@ class SlotTable:
                 remaining = deadline - time.monotonic()
                 if free >= self.wake_at or not self._running or remaining <= 0:
                     return free
-                self._changed.wait(remaining)
+                self._wait(remaining)
 
     def wait_for_runs(self, deadline: float) -> list[uuid.UUID]:
         """Wait until no job is running here or ``deadline`` (monotonic) passes; returns the
         jobs still running then."""
         with self._changed:
             while self._running and time.monotonic() < deadline:
-                self._changed.wait(timeout=max(0.0, deadline - time.monotonic()))
+                self._wait(max(0.0, deadline - time.monotonic()))
             return list(self._running)
+
+    def _wait(self, timeout: float) -> None:
+        """Wait (holding the lock) until a run ends, outcomes are written or ``timeout``."""
+        self._waiters += 1
+        try:
+            self._changed.wait(timeout)
+        finally:
+            self._waiters -= 1
 
     def notify_progress(self) -> None:
         with self._progress:
