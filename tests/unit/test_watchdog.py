@@ -18,7 +18,7 @@ from ratchet.domain.timeouts import TimeoutSettings, WatchdogStep, plan_attempt
 from ratchet.engine.context import AttemptCancellation, bound, stopped_on_request
 from ratchet.engine.running import Attempt
 from ratchet.engine.watchdog import CANCEL_REQUEST_BACKSTOP, CancellationRequestPoller, Watchdog
-from ratchet.testing import FakeClock, assert_eventually
+from ratchet.testing import FakeClock
 
 T = CLAIMED_TIMEOUT
 S = WatchdogStep
@@ -221,41 +221,6 @@ def test_watchdog_thread_follows_the_injected_clock() -> None:
         clock.advance(T)
         watchdog.wake()
         assert fired.wait(5)
-    finally:
-        watchdog.stop()
-
-
-def test_attempts_that_end_while_the_watchdog_sleeps_never_enter_its_heap() -> None:
-    clock = FakeClock()
-    deadlines: list[Attempt] = []
-    watchdog = Watchdog(clock, TimeoutSettings(), on_deadline=deadlines.append, max_wait=60)
-    long_timeout = timedelta(hours=1)  # the first step (80 %) falls past the 60 s sleep
-    watchdog.start()
-    try:
-        assert_eventually(lambda: watchdog.sleeping_until is not None, 5, "the watchdog asleep")
-        ended = watchdog.begin(job(long_timeout, clock), clock.now())
-        running = watchdog.begin(job(long_timeout, clock), clock.now())
-        assert watchdog.pending() == 0, "both wait outside the heap until the thread wakes"
-        ended.returned = True  # as the slot table marks an attempt whose task returned
-        ended.finish()
-        watchdog.forget(ended)
-        clock.advance(long_timeout)
-        watchdog.wake()
-        assert_eventually(lambda: deadlines == [running], 5, "the running attempt's deadline")
-        assert not ended.in_heap
-    finally:
-        watchdog.stop()
-
-
-def test_an_attempt_due_before_the_watchdog_wakes_goes_straight_to_the_heap() -> None:
-    clock = FakeClock()
-    watchdog = Watchdog(clock, TimeoutSettings(), on_deadline=lambda a: None, max_wait=60)
-    watchdog.start()
-    try:
-        assert_eventually(lambda: watchdog.sleeping_until is not None, 5, "the watchdog asleep")
-        attempt = watchdog.begin(job(timedelta(seconds=10), clock), clock.now())
-        assert attempt.in_heap
-        assert_eventually(lambda: watchdog.pending() == 1, 5, "its entry in the heap")
     finally:
         watchdog.stop()
 

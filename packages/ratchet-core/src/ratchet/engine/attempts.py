@@ -394,9 +394,9 @@ class AttemptRunner:
     def _end_attempt(self, attempt: Attempt) -> None:
         """The task running ``attempt`` returned: stop timing it, account for a zombie."""
         worker = self.worker
-        zombie = worker.slots.returned(attempt)  # before forget(): see Watchdog.forget
         worker.watchdog.forget(attempt)
         worker.start_check.discard(attempt.key)
+        zombie = worker.slots.returned(attempt)
         if zombie:
             with self._lock:
                 worker.stats.zombies_active -= 1

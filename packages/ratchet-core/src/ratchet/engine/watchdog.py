@@ -6,16 +6,10 @@ entry per attempt (its next step) and fires steps when the clock reaches them: a
 the cancellation request at deadline - grace, and at the deadline the worker's ``on_deadline``
 (which records the timeout and interrupts the call). Time comes from the injected clock, so tests
 drive it with a :class:`~ratchet.testing.FakeClock` and :meth:`Watchdog.run_due`, no sleeping.
-
-While the watchdog thread sleeps it publishes when it will wake at the latest (its *horizon*).
-An attempt whose first step falls after that goes into a plain queue instead of the heap, and
-the watchdog moves it into the heap when it wakes, if it is still running: most attempts end long
-before their first step, so they never take the heap's lock.
 """
 
 from __future__ import annotations
 
-import collections
 import heapq
 import itertools
 import logging
@@ -73,9 +67,6 @@ class Watchdog:
         self._seq = itertools.count()
         self._lock = threading.Lock()
         self._cond = threading.Condition(self._lock)
-        self._arrivals: collections.deque[Attempt] = collections.deque()
-        self._horizon: datetime | None = None
-        """While the thread sleeps: the latest it wakes (None while it is awake, or not started)."""
         self._stale = 0
         self._stopping = False
         self._thread: threading.Thread | None = None
@@ -84,25 +75,12 @@ class Watchdog:
     def begin(self, job: ClaimedJob, started: datetime) -> Attempt:
         """Plan and watch a new attempt of ``job`` that started at ``started``."""
         attempt = Attempt(job, plan_attempt(started, job.timeout, self.settings))
-        when, step = attempt.plan.steps[0]
-        horizon = self._horizon
-        if horizon is not None and when > horizon:
-            self._arrivals.append(attempt)
-            if self._horizon is horizon:
-                return attempt  # still asleep: it moves the arrivals to the heap when it wakes
-        with self._lock:
-            if not attempt.in_heap:  # a wake-up may have moved it already
-                self._push_locked(when, step, attempt)
+        self._push(attempt.plan.steps[0][0], attempt.plan.steps[0][1], attempt)
         return attempt
 
     def forget(self, attempt: Attempt) -> None:
-        """The attempt ended: its pending step will be skipped (and swept in bulk).
-
-        The caller marks the attempt returned first, so a wake-up that starts after this never
-        admits it; while the thread sleeps none is under way, and an attempt not in the heap
-        needs nothing.
-        """
-        if not attempt.in_heap and self._horizon is not None:
+        """The attempt ended: its pending step will be skipped (and swept in bulk)."""
+        if not attempt.in_heap:
             return
         with self._lock:
             if not attempt.in_heap or attempt.forgotten:
@@ -126,29 +104,12 @@ class Watchdog:
 
     def _push(self, when: datetime, kind: int, attempt: Attempt) -> None:
         with self._lock:
-            self._push_locked(when, kind, attempt)
-
-    def _push_locked(self, when: datetime, kind: int, attempt: Attempt) -> None:
-        if kind != _ZOMBIE_CHECK:
-            attempt.in_heap = True
-        entry = (when, next(self._seq), kind, attempt)
-        heapq.heappush(self._heap, entry)
-        if self._heap[0] is entry:
-            self._cond.notify_all()
-
-    def _admit_arrivals(self) -> None:
-        """Move the attempts that arrived while the thread slept into the heap, those still
-        running (caller holds the lock)."""
-        arrivals = self._arrivals
-        while arrivals:
-            attempt = arrivals.popleft()
-            if not (attempt.in_heap or attempt.returned):
-                self._push_locked(attempt.plan.steps[0][0], attempt.plan.steps[0][1], attempt)
-
-    @property
-    def sleeping_until(self) -> datetime | None:
-        """The latest the thread wakes, while it sleeps (None while it is awake or stopped)."""
-        return self._horizon
+            if kind != _ZOMBIE_CHECK:
+                attempt.in_heap = True
+            entry = (when, next(self._seq), kind, attempt)
+            heapq.heappush(self._heap, entry)
+            if self._heap[0] is entry:
+                self._cond.notify_all()
 
     def pending(self) -> int:
         """Heap entries (including ones of finished attempts not yet swept)."""
@@ -164,8 +125,6 @@ class Watchdog:
         """Fire every step due at the clock's now; returns how many fired (tests call this)."""
         fired = 0
         now = self.clock.now()
-        with self._lock:
-            self._admit_arrivals()
         while True:
             with self._cond:
                 if not self._heap or self._heap[0][0] > now:
@@ -259,15 +218,12 @@ class Watchdog:
             with self._cond:
                 if self._stopping:
                     return
-                self._admit_arrivals()
-                now = self.clock.now()
                 wait = self.max_wait
                 if self._heap:
-                    wait = min(wait, max(0.0, (self._heap[0][0] - now).total_seconds()))
+                    until = (self._heap[0][0] - self.clock.now()).total_seconds()
+                    wait = min(wait, max(0.0, until))
                 if wait > 0:
-                    self._horizon = now + timedelta(seconds=wait)
                     self._cond.wait(timeout=wait)
-                    self._horizon = None
 
 
 #: How often a busy node reads its cancellation requests when a coordinator that reaches other
