@@ -15,7 +15,6 @@ from __future__ import annotations
 
 import json
 import uuid
-from collections import namedtuple
 from collections.abc import Collection, Iterable, Iterator, Mapping, Sequence
 from contextlib import nullcontext
 from datetime import datetime, timedelta
@@ -35,7 +34,7 @@ from ratchet.domain.watcher import LIVE_NODE_STATES, NodeState
 from ratchet.ports import InsertResult, iter_chunks
 from ratchet.sql import schema
 from ratchet.sql.affinity import AFFINITY_COLUMNS
-from ratchet.sql.claimed import claimed_job, has_flow_effects
+from ratchet.sql.claimed import claimed_job, has_flow_effects, plain_rows
 from ratchet.sql.hotpaths import (
     JOB_COLUMNS,
     QUEUE_COLUMNS,
@@ -456,21 +455,12 @@ SELECT job_id FROM owned
     )
 
 
-@cache
-def _plain_row(fields: tuple[str, ...]) -> Any:
-    """A named tuple type with the columns ``fields``: its values are read by name at C speed,
-    where a SQLAlchemy row looks each name up (a claimed job reads twenty of them)."""
-    return namedtuple("ClaimRow", fields)
-
-
 def _claimed_jobs(rows: Sequence[Any], now: datetime) -> list[ClaimedJob]:
-    """The jobs of the claim statement's rows (queue and definition columns in one row)."""
-    if not rows:
-        return []
-    plain = _plain_row(tuple(rows[0]._fields))._make
+    """The jobs of the claim statement's rows (:func:`~ratchet.sql.claimed.plain_rows`; queue
+    and definition columns in one row)."""
     return [
         claimed_job(r, r, now, epoch=r.epoch, scheduled_time=from_micros(r.scheduled_time))
-        for r in map(plain, rows)
+        for r in rows
     ]
 
 
@@ -490,7 +480,8 @@ class PostgresClaim(ClaimStatements):
         node_tags: frozenset[str] = frozenset(),
     ) -> list[ClaimedJob]:
         params = claim_parameters(node_id, limit, now, boost, node_tags, self.contention_margin)
-        return _claimed_jobs(conn.execute(claim_statement("boost" in params), params).all(), now)
+        rows = conn.execute(claim_statement("boost" in params), params).all()
+        return _claimed_jobs(plain_rows(rows), now)
 
     gates_claims = True
 
@@ -506,7 +497,9 @@ class PostgresClaim(ClaimStatements):
     ) -> GatedClaim:
         params = claim_parameters(node_id, limit, now, boost, node_tags, self.contention_margin)
         params.update((name, gate[name]) for name in GATE_PARAMETERS)
-        rows = conn.execute(claim_statement("boost" in params, gated=True), params).all()
+        rows = plain_rows(
+            conn.execute(claim_statement("boost" in params, gated=True), params).all()
+        )
         first = rows[0]  # the probe's row: one even when nothing was claimed
         claimed = _claimed_jobs([r for r in rows if r.job_id is not None], now)
         return GatedClaim(first.state, bool(first.eligible), claimed)

@@ -4,9 +4,10 @@ path that grants ownership: claim, reservation, takeover, and the dialects' own 
 from __future__ import annotations
 
 import json
-from collections.abc import Sequence
+from collections import namedtuple
+from collections.abc import Iterable, Sequence
 from datetime import datetime, timedelta
-from functools import lru_cache
+from functools import cache, lru_cache
 from typing import Any
 
 from sqlalchemy import ColumnElement, FromClause, bindparam, select
@@ -57,6 +58,22 @@ _BACKOFF = {b.value: b for b in BackoffPolicy}
 @lru_cache(maxsize=256)
 def _millis(ms: int) -> timedelta:
     return timedelta(milliseconds=ms)
+
+
+@cache
+def _plain_row(fields: tuple[str, ...]) -> Any:
+    return namedtuple("ClaimRow", fields)
+
+
+def plain_rows(rows: Iterable[Any]) -> list[Any]:
+    """SQLAlchemy rows as named tuples of the same columns. A row's value read by name costs a
+    failed attribute look-up on its class first (an ``AttributeError`` built and dropped, about
+    3,000 instructions); a named tuple's is a C-level index. A claimed job reads twenty."""
+    rows = list(rows)
+    if not rows:
+        return rows
+    make = _plain_row(tuple(rows[0]._fields))._make
+    return list(map(make, rows))
 
 
 def claimed_job(

@@ -52,7 +52,13 @@ from ratchet.sql.affinity import (
     tag_list,
     tag_parameters,
 )
-from ratchet.sql.claimed import ATTEMPT_ROW_COLUMNS, DEFINITIONS, attempt_rows, claimed_job
+from ratchet.sql.claimed import (
+    ATTEMPT_ROW_COLUMNS,
+    DEFINITIONS,
+    attempt_rows,
+    claimed_job,
+    plain_rows,
+)
 from ratchet.sql.dialect import SqlDialect
 from ratchet.sql.prepared import PreparedInsert, PreparedKeyLookup, PreparedStatement, uuid_binder
 from ratchet.sql.types import UTCMicros, to_micros
@@ -229,7 +235,7 @@ class ClaimStatements:
         params: dict[str, Any] = {"c_now": now, "c_limit": limit}
         if node_tags:
             params.update(tag_parameters(node_tags))
-        return list(conn.execute(stmt, params).all())
+        return plain_rows(conn.execute(stmt, params).all())
 
     def lock(self, conn: Connection, ids: Sequence[uuid.UUID]) -> Collection[uuid.UUID]:
         """Lock the ``ids`` still PENDING that nobody else holds; return them."""
@@ -243,7 +249,7 @@ class ClaimStatements:
         many rows the mark changed, and the definitions."""
         ids = [r.job_id for r in chosen]
         marked = conn.execute(_CLAIM_MARK, {"ids": ids, "node": node_id, "now": now}).rowcount
-        definitions = {r.job_id: r for r in conn.execute(DEFINITIONS, {"ids": ids})}
+        definitions = {r.job_id: r for r in plain_rows(conn.execute(DEFINITIONS, {"ids": ids}))}
         _OPEN_ATTEMPT.execute(conn, attempt_rows(chosen, node_id, now))
         return marked, definitions
 
@@ -653,7 +659,8 @@ class OutcomeStatements:
         owned: dict[Any, tuple[int, int]] = {}
         for chunk in iter_chunks(list(ids), CHUNK):
             rows = conn.execute(self._owned_stmt, {"ids": chunk, "node": node_id})
-            owned.update({r.job_id: (r.epoch, r.attempts) for r in rows})
+            # By position (OWNED_ROWS' column order): a row read by name costs a failed look-up.
+            owned.update({job_id: (epoch, attempts) for job_id, epoch, attempts in rows})
         return owned
 
     def apply(self, conn: Connection, writes: Sequence[AppliedOutcome]) -> None:

@@ -636,7 +636,7 @@ class SqlStore(
             owned: set[tuple[uuid.UUID, int]] = set()
             for chunk in iter_chunks(ids, CHUNK):
                 rows = conn.execute(OWNED_ROWS, {"ids": chunk, "node": node_id})
-                owned.update((r.job_id, r.epoch) for r in rows)
+                owned.update((job_id, epoch) for job_id, epoch, _ in rows)  # by position
             return owned & asked
 
         # One chunk is one read: no BEGIN / COMMIT around it (a worker whose slots start late,
