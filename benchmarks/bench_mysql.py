@@ -224,8 +224,6 @@ def store_loop(server: Server, n: int, batch: int) -> tuple[float, float]:
 
     Returns (jobs/s, client CPU microseconds per job).
     """
-    from ratchet.domain.model import Outcome, OutcomeKind
-
     url = server.fresh_database()
     app = app_for(url)
     builders = [app.enqueue(bench_jobs.noop, i) for i in range(n)]
@@ -238,19 +236,7 @@ def store_loop(server: Server, n: int, batch: int) -> tuple[float, float]:
     while done < n:
         now = datetime.now(UTC)
         claimed = store.claim("bench", batch, now=now, boost_interval=BOOST)
-        outcomes = [
-            Outcome(
-                c.job_id,
-                c.epoch,
-                c.attempt,
-                OutcomeKind.SUCCEEDED,
-                now,
-                now,
-                flow_effects=c.flow_effects,
-            )
-            for c in claimed
-        ]
-        store.record_outcomes("bench", outcomes, now=now)
+        store.record_outcomes("bench", bench_jobs.succeeded(claimed, now, result=None), now=now)
         done += len(claimed)
     wall, cpu = time.perf_counter() - wall, time.process_time() - cpu
     if server_cpu is not None:

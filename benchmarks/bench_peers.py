@@ -248,7 +248,8 @@ def ratchet_single_enqueue(server: Server, n: int) -> float:
 
 
 def _store_loop(url: str, batch: int) -> int:
-    from ratchet.domain.model import Outcome, OutcomeKind
+    import bench_jobs
+
     from ratchet_postgres import PostgresStore
 
     store = PostgresStore(url)
@@ -260,20 +261,7 @@ def _store_loop(url: str, batch: int) -> int:
             claimed = store.claim("loop", batch, now=now, boost_interval=boost)
             if not claimed:
                 return done
-            outcomes = [  # as the worker builds them: plain jobs skip the workflow look-up
-                Outcome(
-                    c.job_id,
-                    c.epoch,
-                    c.attempt,
-                    OutcomeKind.SUCCEEDED,
-                    now,
-                    now,
-                    result="null",
-                    flow_effects=c.flow_effects,
-                )
-                for c in claimed
-            ]
-            store.record_outcomes("loop", outcomes, now=now)
+            store.record_outcomes("loop", bench_jobs.succeeded(claimed, now), now=now)
             done += len(claimed)
     finally:
         store.close()

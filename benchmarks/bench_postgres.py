@@ -257,7 +257,8 @@ def process(bench: Bench, n: int, processes: int) -> float:
 
 def _store_loop_child(url: str, node: str, batch: int, out: Any) -> None:
     """Claim ``batch`` jobs and record them SUCCEEDED until the queue is empty (one process)."""
-    from ratchet.domain.model import Outcome, OutcomeKind
+    import bench_jobs
+
     from ratchet_postgres import PostgresStore
 
     store = PostgresStore(url)
@@ -269,20 +270,7 @@ def _store_loop_child(url: str, node: str, batch: int, out: Any) -> None:
         claimed = store.claim(node, batch, now=now, boost_interval=boost)
         if not claimed:
             break
-        outcomes = [
-            Outcome(
-                c.job_id,
-                c.epoch,
-                c.attempt,
-                OutcomeKind.SUCCEEDED,
-                now,
-                now,
-                result="null",
-                flow_effects=c.flow_effects,
-            )
-            for c in claimed
-        ]
-        store.record_outcomes(node, outcomes, now=now)
+        store.record_outcomes(node, bench_jobs.succeeded(claimed, now), now=now)
         done += len(claimed)
     out.put((done, time.process_time() - cpu))
     store.close()

@@ -157,8 +157,10 @@ def _worker_child(
     jobs)``. With ``rate``, rounds start at most ``rate / 50`` times a second (a steady stream
     that leaves the machine headroom) instead of back to back. With ``cpus``, this process and
     its database backends run on those CPUs only."""
+    import bench_jobs
+
     from ratchet.domain.lifecycle import JobPriority
-    from ratchet.domain.model import NewJob, Outcome, OutcomeKind
+    from ratchet.domain.model import NewJob
     from ratchet.domain.options import BackoffPolicy
     from ratchet.ids import uuid7
     from ratchet_postgres import PostgresStore
@@ -198,20 +200,7 @@ def _worker_child(
         ready.set()
         if not claimed:
             break
-        outcomes = [
-            Outcome(
-                c.job_id,
-                c.epoch,
-                c.attempt,
-                OutcomeKind.SUCCEEDED,
-                now,
-                now,
-                result="null",
-                flow_effects=c.flow_effects,
-            )
-            for c in claimed
-        ]
-        store.record_outcomes("bench-worker", outcomes, now=now)
+        store.record_outcomes("bench-worker", bench_jobs.succeeded(claimed, now), now=now)
     out.put(claims)
     store.close()
 
