@@ -298,20 +298,17 @@ class AttemptRunner:
         fn: Callable[..., Any],
         args: list[Any],
         kwargs: dict[str, Any],
-        attempt: Attempt | None = None,
+        attempt: Attempt,
     ) -> Any:
         """Call the target under the resilience strategy (``async def`` targets run to completion).
 
         An :class:`~ratchet.ports.InterruptibleExecutor` provider runs the call itself, so the
-        watchdog can stop it at ``attempt``'s deadline (the live attempt of ``job`` when not
-        given); otherwise it runs here, unstoppable.
+        watchdog can stop it at ``attempt``'s deadline; otherwise it runs here, unstoppable.
         """
         direct = functools.partial(call_target, fn, args, kwargs)
         call: Callable[[], Any] = direct
         provider = self.executor_for(job)
-        if attempt is None:
-            attempt = self.worker.slots.attempt((job.job_id, job.epoch))
-        if attempt is not None and self._interruptible(provider):
+        if self._interruptible(provider):
             job_call = JobCall(
                 job=job,
                 target=job.target,
