@@ -136,20 +136,15 @@ class Chaos:
         return rng.choice(busy)
 
     def write_lock_free(self) -> bool:
-        """On SQLite: whether a writer gets the database's write lock within 0.3 s (a process
-        frozen inside a write holds it, and every other worker's writes then wait). Other
-        databases lock rows, not the database: True."""
-        if not self.url.startswith("sqlite"):
-            return True
-        conn = sqlite3.connect(self.url.split("///", 1)[1], timeout=0.3, isolation_level=None)
-        try:
-            conn.execute("BEGIN IMMEDIATE")
-            conn.execute("ROLLBACK")
-            return True
-        except sqlite3.OperationalError:
-            return False
-        finally:
-            conn.close()
+        """Whether a writer gets the write lock of every SQLite file the jobs use within 0.3 s:
+        the job store's and the side-effect resource's. A process frozen inside a write holds
+        that file's lock, and every other worker's writes (or every job's fenced write) then
+        wait: their runs stop making progress and are rightly taken over, which is not the
+        chaos this run means. Databases that lock rows, not files, need no probe."""
+        files = [t.split("///", 1)[1] for t in (self.url,) if t.startswith("sqlite")]
+        if not chaos_jobs.is_postgres(self.effects):
+            files.append(self.effects)
+        return all(_sqlite_write_lock_free(path) for path in files)
 
     def kill(self, rng: random.Random) -> None:
         while True:
@@ -306,3 +301,16 @@ def run_chaos(
     )
     chaos.run(kills, freezes, timeout)
     return chaos.verify()
+
+
+def _sqlite_write_lock_free(path: str) -> bool:
+    """Whether ``BEGIN IMMEDIATE`` on the SQLite file at ``path`` succeeds within 0.3 s."""
+    conn = sqlite3.connect(path, timeout=0.3, isolation_level=None)
+    try:
+        conn.execute("BEGIN IMMEDIATE")
+        conn.execute("ROLLBACK")
+        return True
+    except sqlite3.OperationalError:
+        return False
+    finally:
+        conn.close()
