@@ -7,6 +7,7 @@ by ``BEGIN IMMEDIATE`` makes claims from several worker processes on one machine
 from __future__ import annotations
 
 import sqlite3
+from pathlib import Path
 from typing import Any
 
 from sqlalchemy import event
@@ -22,6 +23,7 @@ class SqliteDialect(SqlDialect):
     name = "sqlite"
     skip_locked = False
     multi_host = False
+    migration_locations = (str(Path(__file__).resolve().parent / "sqlite_migrations"),)
 
     def engine_kwargs(self, url: str) -> dict[str, Any]:
         return {"connect_args": {"timeout": BUSY_TIMEOUT_MS / 1000, "check_same_thread": False}}
