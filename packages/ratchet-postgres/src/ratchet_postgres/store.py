@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import json
 import uuid
-from collections.abc import Collection, Iterable, Iterator, Mapping, Sequence
+from collections.abc import Callable, Collection, Iterable, Iterator, Mapping, Sequence
 from contextlib import nullcontext
 from datetime import datetime, timedelta
 from functools import cache
@@ -24,7 +24,7 @@ from typing import Any
 import psycopg
 from sqlalchemy import String, Table, TextClause, text
 from sqlalchemy.dialects import postgresql
-from sqlalchemy.engine import Connection, make_url
+from sqlalchemy.engine import Connection, Dialect, make_url
 from sqlalchemy.exc import DBAPIError
 
 from ratchet.domain.errors import ConfigurationError
@@ -524,13 +524,26 @@ class PostgresInsert(InsertStatements):
             went_in = conn.exec_driver_sql(statement, params).rowcount
         return self.holders_after(conn, sent, went_in)
 
-    def driver_statement(self, fresh: Sequence[NewJob], now: datetime) -> tuple[str, Any] | None:
-        """:func:`insert_statement` for a batch of one chunk at most (a larger one is sent in
-        pipelined chunks by :meth:`insert`)."""
+    def driver_insert(
+        self, fresh: Sequence[NewJob], now: datetime, dialect: Dialect
+    ) -> Callable[[Any], int | None] | None:
+        """:func:`insert_statement` as one autocommit statement, for a batch of one chunk at
+        most (a larger one is sent in pipelined chunks by :meth:`insert`); it returns the
+        number of jobs that went in."""
         if len(fresh) > INSERT_CHUNK:
             return None
         statement, params = _insert_params(fresh, now)
-        return _encoded(statement), params
+        sql = _encoded(statement)
+
+        def work(driver: Any) -> int:
+            cursor = driver.cursor()
+            try:
+                cursor.execute(sql, params)
+                return int(cursor.rowcount)
+            finally:
+                cursor.close()
+
+        return work
 
     def send(
         self,

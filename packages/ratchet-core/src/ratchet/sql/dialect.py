@@ -68,6 +68,11 @@ class SqlDialect:
     migration_locations: tuple[str, ...] = ()
     """Directories of Alembic revisions that the dialect's own package ships, applied after
     ratchet-core's (each a branch of its own; ``heads`` includes them)."""
+    driver_begin: str | None = None
+    """The statement that opens a write transaction on a bare driver connection that is in
+    autocommit mode (None: the dialect's writes never run on one). With it, a submission
+    outside a caller's transaction runs its inserts without a SQLAlchemy ``Connection``
+    (:meth:`~ratchet.sql.hotpaths.InsertStatements.driver_insert`)."""
 
     def engine_kwargs(self, url: str) -> dict[str, Any]:
         """Extra keyword arguments for ``create_engine``."""

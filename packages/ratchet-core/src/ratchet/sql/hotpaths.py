@@ -30,6 +30,7 @@ from __future__ import annotations
 import json
 import uuid
 from collections.abc import Callable, Collection, Iterable, Mapping, Sequence
+from contextlib import suppress
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 from typing import Any
@@ -490,13 +491,58 @@ class InsertStatements:
             self._prepared[key] = found
         return found
 
-    def driver_statement(self, fresh: Sequence[NewJob], now: datetime) -> tuple[str, Any] | None:
-        """One statement in the driver's own SQL, and its parameters, that does what
-        :meth:`insert` does for ``fresh`` except looking up the holders of taken keys, its row
-        count being the number of jobs that went in; None (the default) where the dialect has
-        no such statement for this batch. The store then runs it without a SQLAlchemy
-        ``Connection`` around it."""
-        return None
+    def driver_insert(
+        self, fresh: Sequence[NewJob], now: datetime, dialect: Dialect
+    ) -> Callable[[Any], int | None] | None:
+        """The insert of ``fresh`` as work for a bare DBAPI connection in autocommit mode, so
+        that the store runs it without a SQLAlchemy ``Connection`` around it; None where the
+        dialect has none for this batch.
+
+        The work does what :meth:`insert` does except looking up the holders of taken keys: it
+        returns how many jobs went in, or None when it undid its own transaction and the store
+        should take the ``Connection`` path instead. The generic work (for a dialect that names
+        its :attr:`~ratchet.sql.dialect.SqlDialect.driver_begin`) is one transaction of the
+        prepared inserts, given up when a key was taken (a rare case the other path handles).
+        """
+        begin = self.dialect.driver_begin
+        prepared = self.prepared(dialect)
+        key_insert = prepared.key_insert_ignoring
+        if begin is None or key_insert is None:
+            return None
+        key_rows, job_rows, queue_rows, tag_rows, aff_rows = prepared.rows(fresh, now)
+        keys = key_insert.params(key_rows)
+        writes = [
+            (statement.sql, statement.params(rows))
+            for statement, rows in (
+                (prepared.job_insert, job_rows),
+                (prepared.queue_insert, queue_rows),
+                (prepared.tag_insert, tag_rows),
+                (prepared.affinity_insert, aff_rows),
+            )
+            if rows
+        ]
+
+        def work(driver: Any) -> int | None:
+            cursor = driver.cursor()
+            try:
+                cursor.execute(begin)
+                try:
+                    cursor.executemany(key_insert.sql, keys)
+                    if cursor.rowcount != len(keys):
+                        cursor.execute("ROLLBACK")
+                        return None
+                    for sql, rows in writes:
+                        cursor.executemany(sql, rows)
+                    cursor.execute("COMMIT")
+                except BaseException:
+                    with suppress(Exception):  # else the pool's reset on return rolls back
+                        cursor.execute("ROLLBACK")
+                    raise
+                return len(keys)
+            finally:
+                cursor.close()
+
+        return work
 
     def insert_rows(
         self, conn: Connection, statement: PreparedInsert, rows: Sequence[tuple[Any, ...]]

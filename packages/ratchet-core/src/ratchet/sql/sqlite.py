@@ -24,6 +24,7 @@ class SqliteDialect(SqlDialect):
     skip_locked = False
     multi_host = False
     migration_locations = (str(Path(__file__).resolve().parent / "sqlite_migrations"),)
+    driver_begin = "BEGIN IMMEDIATE"
 
     def engine_kwargs(self, url: str) -> dict[str, Any]:
         return {"connect_args": {"timeout": BUSY_TIMEOUT_MS / 1000, "check_same_thread": False}}
@@ -41,7 +42,7 @@ class SqliteDialect(SqlDialect):
             cur.execute("PRAGMA synchronous=NORMAL")
             cur.close()
 
-        begin = "BEGIN IMMEDIATE" if write else "BEGIN"
+        begin = self.driver_begin if write else "BEGIN"
 
         @event.listens_for(engine, "begin")
         def _on_begin(conn: Any) -> None:

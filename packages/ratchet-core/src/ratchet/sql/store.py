@@ -426,7 +426,7 @@ class SqlStore(
                 self._raise_duplicate(exc, jobs)
                 raise
         try:
-            direct = self._insert_direct(jobs, now) if self.atomic_insert else None
+            direct = self._insert_direct(jobs, now)
             if direct is not None:
                 return direct
             return self._run(
@@ -437,28 +437,21 @@ class SqlStore(
             raise
 
     def _insert_direct(self, jobs: Sequence[NewJob], now: datetime) -> list[InsertResult] | None:
-        """:meth:`_insert` as the one driver statement the dialect renders for a small batch
-        (:meth:`~ratchet.sql.hotpaths.InsertStatements.driver_statement`), on a bare DBAPI
-        connection; None when it renders none."""
+        """:meth:`_insert` on a bare DBAPI connection, as the work the dialect's insert
+        statements give for it (:meth:`~ratchet.sql.hotpaths.InsertStatements.driver_insert`);
+        None when they give none, or when the work gave up (the caller then runs
+        :meth:`_insert`)."""
         if not jobs:
             return []
         first: dict[str, NewJob] = {}
         fresh = first_of_each_key(jobs, first)
         insert = self.hot_paths.insert
-        found = insert.driver_statement(fresh, now)
-        if found is None:
+        work = insert.driver_insert(fresh, now, self.engine.dialect)
+        if work is None:
             return None
-        statement, params = found
-
-        def work(raw: Any) -> int:
-            cursor = raw.cursor()
-            try:
-                cursor.execute(statement, params)
-                return int(cursor.rowcount)
-            finally:
-                cursor.close()
-
         went_in = self._run_dbapi(work)
+        if went_in is None:
+            return None
         holders = (
             {}
             if went_in == len(fresh)
