@@ -503,6 +503,8 @@ class InsertStatements:
         should take the ``Connection`` path instead. The generic work (for a dialect that names
         its :attr:`~ratchet.sql.dialect.SqlDialect.driver_begin`) is one transaction of the
         prepared inserts, given up when a key was taken (a rare case the other path handles).
+        It sends rows as the generic :meth:`insert_rows` does: a subclass that renders its rows
+        another way overrides this too, or its dialect leaves ``driver_begin`` unset.
         """
         begin = self.dialect.driver_begin
         prepared = self.prepared(dialect)
