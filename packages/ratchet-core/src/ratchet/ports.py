@@ -33,6 +33,7 @@ from ratchet.domain.model import (
     OutcomeWrite,
 )
 from ratchet.domain.query import JobLink, JobQuery, QueueHealth, RunningJob
+from ratchet.domain.quick_init import quick_init
 from ratchet.domain.recurring import (
     FirePlan,
     MaterializedFire,
@@ -1055,6 +1056,7 @@ class Dispatcher(Protocol):
         """Start each of ``fns`` (one hand-off for a whole claim), as :meth:`dispatch` does."""
 
 
+@quick_init
 @dataclass(frozen=True)
 class JobCall:
     """One invocation of a job's target, handed to an :class:`InterruptibleExecutor`.

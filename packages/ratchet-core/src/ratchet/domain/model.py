@@ -12,6 +12,7 @@ from typing import Generic, NoReturn, TypeVar
 from ratchet.domain.affinity import NO_AFFINITY, Affinity
 from ratchet.domain.lifecycle import JobPriority, JobStatus
 from ratchet.domain.options import BackoffPolicy, validate_option_text
+from ratchet.domain.quick_init import quick_init
 from ratchet.domain.takeover import TakeoverPolicy
 from ratchet.domain.text import is_storable_text, storable_text
 from ratchet.domain.workflow import FlowEffect
@@ -63,6 +64,7 @@ class NewJob:
 MAX_TRACE_CONTEXT = 1024
 
 
+@quick_init
 @dataclass(frozen=True)
 class ClaimedJob:
     """A job this node now owns (status RUNNING) under ``epoch``."""
@@ -108,6 +110,7 @@ class OutcomeKind(enum.StrEnum):
     """RUNNING -> PENDING at ``retry_at`` without consuming a retry (breaker open, no permit)."""
 
 
+@quick_init
 @dataclass(frozen=True)
 class Outcome:
     """The end of one attempt, written by the owner node under its epoch (fenced)."""

@@ -72,6 +72,7 @@ from dataclasses import dataclass
 from datetime import datetime, timedelta
 
 from ratchet.domain.errors import ConfigurationError
+from ratchet.domain.quick_init import quick_init
 
 __all__ = [
     "AdaptivePollingStrategy",
@@ -176,6 +177,7 @@ def _is_real(value: object) -> bool:
     return isinstance(value, int | float) and not isinstance(value, bool) and math.isfinite(value)
 
 
+@quick_init
 @dataclass(frozen=True)
 class PollDelay:
     """A decision: wait ``delay`` before the next poll, in ``mode``, because of ``reason``."""
@@ -185,6 +187,7 @@ class PollDelay:
     reason: str
 
 
+@quick_init
 @dataclass(frozen=True)
 class PollResult:
     """One poll as remembered in the rolling window."""

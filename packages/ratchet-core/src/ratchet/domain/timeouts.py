@@ -19,6 +19,7 @@ from dataclasses import dataclass
 from datetime import datetime, timedelta
 
 from ratchet.domain.errors import ConfigurationError
+from ratchet.domain.quick_init import quick_init
 
 DEFAULT_SLA = timedelta(minutes=30)
 DEFAULT_SOFT_TIMEOUT_PERCENT = 80
@@ -60,6 +61,7 @@ class TimeoutSettings:
         return job_timeout if job_timeout is not None else self.default_sla
 
 
+@quick_init
 @dataclass(frozen=True)
 class AttemptPlan:
     """When each watchdog step of one attempt falls due, in the order they happen."""

@@ -18,6 +18,7 @@ from dataclasses import dataclass, field
 from datetime import datetime
 from typing import TYPE_CHECKING, Any, NamedTuple, Protocol
 
+from ratchet.domain.quick_init import quick_init
 from ratchet.domain.watcher import Checkpoint
 
 if TYPE_CHECKING:
@@ -28,6 +29,7 @@ _current: contextvars.ContextVar[JobContext | None] = contextvars.ContextVar(
 )
 
 
+@quick_init
 @dataclass(frozen=True)
 class JobContext:
     """The running attempt: ids, parameters and tags. Obtain it with :meth:`current`."""
