@@ -412,16 +412,19 @@ def record_statement() -> TextClause:
     epoch, locked. Terminal ones leave the queue and end their job; the others go back to
     PENDING, their error (if any) as the job's last error; every accepted attempt row is
     closed. What each writes (terminal status, attempts added, due time) comes planned with it.
-    The ids returned are the accepted ones.
+    The ids returned are the accepted ones. ``:outcomes`` is a JSON array of arrays (one per
+    outcome, values in ``o``'s column order) read as ``jsonb``, as the insert reads its rows.
     """
     owned_statuses = ", ".join(f"'{status}'" for status in OWNED)
     pending = JobStatus.PENDING.value
     return compact_statement(
         f"""
 WITH o AS (
-    SELECT * FROM json_to_recordset(CAST(:outcomes AS json)) AS o(
-        job_id uuid, epoch integer, kind text, terminal_status text, added integer,
-        error text, traceback text, result text, finished_at bigint, pending_at bigint)
+    SELECT CAST(e ->> 0 AS uuid) AS job_id, CAST(e ->> 1 AS integer) AS epoch, e ->> 2 AS kind,
+        e ->> 3 AS terminal_status, CAST(e ->> 4 AS integer) AS added, e ->> 5 AS error,
+        e ->> 6 AS traceback, e ->> 7 AS result, CAST(e ->> 8 AS bigint) AS finished_at,
+        CAST(e ->> 9 AS bigint) AS pending_at
+    FROM jsonb_array_elements(CAST(:outcomes AS jsonb)) AS e
 ), owned AS (
     SELECT q.job_id, q.attempts, o.epoch, o.kind, o.terminal_status, o.added, o.error,
            o.traceback, o.result, o.finished_at, o.pending_at
@@ -611,18 +614,18 @@ class PostgresOutcomes(OutcomeStatements):
         table)."""
         payload = _JSON.encode(
             [
-                {
-                    "job_id": str(p.outcome.job_id),
-                    "epoch": p.outcome.epoch,
-                    "kind": p.outcome.kind.value,
-                    "terminal_status": p.terminal_status,
-                    "added": p.attempts_added,
-                    "error": p.outcome.error,
-                    "traceback": p.outcome.traceback,
-                    "result": p.outcome.result,
-                    "finished_at": to_micros(p.outcome.finished_at),
-                    "pending_at": to_micros(p.pending_at),
-                }
+                (
+                    str(p.outcome.job_id),
+                    p.outcome.epoch,
+                    p.outcome.kind.value,
+                    p.terminal_status,
+                    p.attempts_added,
+                    p.outcome.error,
+                    p.outcome.traceback,
+                    p.outcome.result,
+                    to_micros(p.outcome.finished_at),
+                    to_micros(p.pending_at),
+                )
                 for p in planned
             ]
         )
