@@ -286,15 +286,20 @@ def _cast_type(column_type: Any) -> str:
     return str(column_type.compile(dialect=_PG))
 
 
-def _recordset(param: str, columns: Sequence[tuple[Table, str]]) -> str:
-    """The rows of ``columns`` from the parameter ``param``: a JSON array of arrays (one per row,
-    values in ``columns`` order), read as ``jsonb`` so that each value is one indexed look-up.
-    (Arrays, not objects: no key per value to write and to parse.)"""
+def _json_rows(placeholder: str, columns: Sequence[tuple[str, str]]) -> str:
+    """The rows given at ``placeholder`` as a JSON array of arrays (one per row, values in
+    ``columns`` order, each ``(name, SQL type)``), read as ``jsonb`` so that each value is one
+    indexed look-up. (Arrays, not objects: no key per value to write and to parse.)"""
     values = ", ".join(
-        f"CAST(e ->> {i} AS {_cast_type(table.c[c].type)}) AS {c}"
-        for i, (table, c) in enumerate(columns)
+        f"CAST(e ->> {i} AS {sql_type}) AS {name}" for i, (name, sql_type) in enumerate(columns)
     )
-    return f"SELECT {values} FROM jsonb_array_elements(CAST(%({param})s AS jsonb)) AS e"
+    return f"SELECT {values} FROM jsonb_array_elements(CAST({placeholder} AS jsonb)) AS e"
+
+
+def _recordset(param: str, columns: Sequence[tuple[Table, str]]) -> str:
+    """:func:`_json_rows` of table ``columns`` from the driver parameter ``param``, each value
+    cast to its column's type (:func:`_cast_type`)."""
+    return _json_rows(f"%({param})s", [(c, _cast_type(table.c[c].type)) for table, c in columns])
 
 
 #: One JSON array per job (:func:`~ratchet.sql.hotpaths.job_records`): the job row, then the
@@ -404,6 +409,22 @@ class _Replay:
         return [job for chunk in self._drawn for job in chunk]
 
 
+#: The values of one outcome in the outcome statement's rows, in order, with their SQL types
+#: (:meth:`PostgresOutcomes.write` builds each row in this order).
+OUTCOME_RECORD = (
+    ("job_id", "UUID"),
+    ("epoch", "INTEGER"),
+    ("kind", "TEXT"),
+    ("terminal_status", "TEXT"),
+    ("added", "INTEGER"),
+    ("error", "TEXT"),
+    ("traceback", "TEXT"),
+    ("result", "TEXT"),
+    ("finished_at", "BIGINT"),
+    ("pending_at", "BIGINT"),
+)
+
+
 @cache
 def record_statement() -> TextClause:
     """Apply a batch of planned outcomes in one statement (the generic write's statement set).
@@ -412,19 +433,15 @@ def record_statement() -> TextClause:
     epoch, locked. Terminal ones leave the queue and end their job; the others go back to
     PENDING, their error (if any) as the job's last error; every accepted attempt row is
     closed. What each writes (terminal status, attempts added, due time) comes planned with it.
-    The ids returned are the accepted ones. ``:outcomes`` is a JSON array of arrays (one per
-    outcome, values in ``o``'s column order) read as ``jsonb``, as the insert reads its rows.
+    The ids returned are the accepted ones. ``:outcomes`` holds one JSON array per outcome
+    (:data:`OUTCOME_RECORD`), read as the insert reads its rows.
     """
     owned_statuses = ", ".join(f"'{status}'" for status in OWNED)
     pending = JobStatus.PENDING.value
     return compact_statement(
         f"""
 WITH o AS (
-    SELECT CAST(e ->> 0 AS uuid) AS job_id, CAST(e ->> 1 AS integer) AS epoch, e ->> 2 AS kind,
-        e ->> 3 AS terminal_status, CAST(e ->> 4 AS integer) AS added, e ->> 5 AS error,
-        e ->> 6 AS traceback, e ->> 7 AS result, CAST(e ->> 8 AS bigint) AS finished_at,
-        CAST(e ->> 9 AS bigint) AS pending_at
-    FROM jsonb_array_elements(CAST(:outcomes AS jsonb)) AS e
+    {_json_rows(":outcomes", OUTCOME_RECORD)}
 ), owned AS (
     SELECT q.job_id, q.attempts, o.epoch, o.kind, o.terminal_status, o.added, o.error,
            o.traceback, o.result, o.finished_at, o.pending_at
@@ -614,7 +631,7 @@ class PostgresOutcomes(OutcomeStatements):
         table)."""
         payload = _JSON.encode(
             [
-                (
+                (  # in OUTCOME_RECORD's order
                     str(p.outcome.job_id),
                     p.outcome.epoch,
                     p.outcome.kind.value,
