@@ -141,7 +141,9 @@ class Chaos:
         that file's lock, and every other worker's writes (or every job's fenced write) then
         wait: their runs stop making progress and are rightly taken over, which is not the
         chaos this run means. Databases that lock rows, not files, need no probe."""
-        files = [t.split("///", 1)[1] for t in (self.url,) if t.startswith("sqlite")]
+        files = []
+        if self.url.startswith("sqlite"):
+            files.append(self.url.split("///", 1)[1])
         if not chaos_jobs.is_postgres(self.effects):
             files.append(self.effects)
         return all(_sqlite_write_lock_free(path) for path in files)

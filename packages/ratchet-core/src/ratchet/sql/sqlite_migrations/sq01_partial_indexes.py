@@ -6,8 +6,8 @@ wrote nine index entries (one more B-tree page each in the write-ahead log) that
 reads. Each of these indexes becomes partial, ``WHERE <first column> IS NOT NULL``. Every
 query that uses one compares that column with ``=``, ``IN``, ``<=`` or ``IS NOT NULL``, which
 implies the predicate, so SQLite still uses them (``test_partial_indexes_serve_their_queries``
-in ``tests/contract/test_sqlite_partial_indexes.py``). A single submission costs about a fifth
-less; the key-usage report (``ratchet keys report``) counts the jobs without a key by a scan of
+in ``tests/integration/test_sqlite_partial_indexes.py``). A single submission writes about nine
+pages fewer to the write-ahead log; the key-usage report (``ratchet keys report``) counts the jobs without a key by a scan of
 the job table instead of that index.
 
 It merges the branches that created those indexes: the initial schema (owner, terminal),
