@@ -28,6 +28,7 @@ from ratchet.domain.model import ClaimedJob, Outcome, OutcomeKind
 from ratchet.domain.retry import decide_retry
 from ratchet.engine.context import (
     JobContext,
+    ProgressReporter,
     about_job,
     bind,
     log_about,
@@ -186,17 +187,18 @@ class AttemptRunner:
         worker.slots.began(attempt)
         limits = worker.app.config.retention.job_logs
         lines = JobLogBuffer(job.job_id, job.epoch, job.attempt, limits)
+        progress = worker.liveness.channel(job)
         try:
             if span is None:
-                outcome = self._attempt(job, attempt, lines)
+                outcome = self._attempt(job, attempt, lines, progress)
             else:
                 with span.activate():
-                    outcome = self._attempt(job, attempt, lines)
+                    outcome = self._attempt(job, attempt, lines, progress)
         finally:
             self._end_attempt(attempt)
             store_job_log(worker.store, lines, worker.app.now)
         # Fenced out, or handed back by the drain: not written.
-        outcome = worker.liveness.finish(job, attempt, outcome)
+        outcome = worker.liveness.finish(job, attempt, outcome, progress)
         if not attempt.finish():
             if outcome is not None:
                 self._discard_late(attempt, outcome)
@@ -214,7 +216,7 @@ class AttemptRunner:
         return outcome
 
     def _attempt(
-        self, job: ClaimedJob, attempt: Attempt, lines: JobLogBuffer | None = None
+        self, job: ClaimedJob, attempt: Attempt, lines: JobLogBuffer, progress: ProgressReporter
     ) -> Outcome | None:
         worker = self.worker
         app = worker.app
@@ -228,10 +230,10 @@ class AttemptRunner:
             params=job.params,
             tags=job.tags,
             cancellation=attempt.cancellation,
-            progress=worker.liveness.channel(job),
+            progress=progress,
             signals=self._signals,
             caller_principal=job.caller_principal,
-            job_log=JobLogger(lines, app.now) if lines is not None else None,
+            job_log=JobLogger(lines, app.now),
         )
         token = bind(ctx)
         try:

@@ -182,7 +182,11 @@ class LivenessFace(Protocol):
     def channel(self, job: ClaimedJob) -> ProgressReporter: ...
 
     def finish(
-        self, job: ClaimedJob, attempt: Attempt, outcome: Outcome | None
+        self,
+        job: ClaimedJob,
+        attempt: Attempt,
+        outcome: Outcome | None,
+        channel: ProgressReporter | None = None,
     ) -> Outcome | None: ...
 
     def watch_once(self) -> WatcherReport: ...

@@ -51,7 +51,7 @@ from ratchet.domain.watcher import (
     WatcherReport,
     heartbeat_delay,
 )
-from ratchet.engine.context import log_about
+from ratchet.engine.context import ProgressReporter, log_about
 from ratchet.engine.stats import LivenessStats
 from ratchet.events import EventKind, JobEvent
 from ratchet.ports import BreakerStates, WatcherStore
@@ -119,6 +119,8 @@ class ProgressChannel:
         self.job = job
         self.node_id = node_id
         self.fenced: FencedOut | None = None
+        self.reported = False
+        """Its refusal was logged and counted (once per attempt)."""
         self._checkpoint: Checkpoint | None = None
         self._loaded = False
 
@@ -172,9 +174,7 @@ class Liveness:
         self._switch = threading.RLock()
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
-        self._channels: dict[tuple[uuid.UUID, int], ProgressChannel] = {}
         self._owners: dict[tuple[uuid.UUID, int], str] = {}
-        self._reported: set[tuple[uuid.UUID, int]] = set()
         self._reserved: collections.deque[ClaimedJob] = collections.deque()
         self._skewed = False
         self._lock = threading.Lock()
@@ -564,21 +564,19 @@ class Liveness:
 
     # ------------------------------------------------------------------ progress and fencing
     def channel(self, job: ClaimedJob) -> ProgressChannel:
-        """The progress channel of ``job``'s attempt (bound into its JobContext)."""
-        key = (job.job_id, job.epoch)
-        with self._lock:
-            node = self._owners.get(key, self.worker.node_id)
-            channel = self._channels[key] = ProgressChannel(self, job, node)
-        return channel
+        """A progress channel for ``job``'s attempt (bound into its JobContext), writing as the
+        node that claimed it."""
+        # One dict read: atomic, so no lock (the poller writes the owners before the attempt).
+        node = self._owners.get((job.job_id, job.epoch), self.worker.node_id)
+        return ProgressChannel(self, job, node)
 
     def fenced(self, channel: ProgressChannel, exc: FencedOut) -> None:
         """A progress write was refused: log it as fatal once, count it, stop the local run."""
         job = channel.job
-        key = (job.job_id, job.epoch)
         with self._lock:
-            if key in self._reported:
+            if channel.reported:
                 return
-            self._reported.add(key)
+            channel.reported = True
         worker = self.worker
         self.stats.fenced_progress += 1
         worker.stats.fenced_out += 1
@@ -617,15 +615,19 @@ class Liveness:
             )
         )
 
-    def finish(self, job: ClaimedJob, attempt: Attempt, outcome: Outcome | None) -> Outcome | None:
-        """The attempt returned: its outcome, or None when it must not be written (the run was
-        fenced out, or it stopped on the drain's request and is handed back instead)."""
+    def finish(
+        self,
+        job: ClaimedJob,
+        attempt: Attempt,
+        outcome: Outcome | None,
+        channel: ProgressReporter | None = None,
+    ) -> Outcome | None:
+        """The attempt returned: its outcome, or None when it must not be written (its progress
+        ``channel`` was fenced out, or it stopped on the drain's request and is handed back
+        instead)."""
         key = (job.job_id, job.epoch)
-        with self._lock:
-            channel = self._channels.pop(key, None)
-            self._owners.pop(key, None)
-            self._reported.discard(key)
-        if channel is not None and channel.fenced is not None:
+        self._owners.pop(key, None)  # one dict operation: atomic
+        if isinstance(channel, ProgressChannel) and channel.fenced is not None:
             return None
         if (
             outcome is not None
