@@ -266,10 +266,14 @@ def test_ids_of_claimed_jobs_are_uuids(store: PostgresStore) -> None:
     assert isinstance(claimed.job_id, uuid.UUID)
 
 
-def test_a_poll_is_one_statement_with_the_node_probe_folded_in(store: PostgresStore) -> None:
+def test_a_poll_is_one_statement_with_the_node_probe_folded_in(
+    store: PostgresStore, monkeypatch: pytest.MonkeyPatch
+) -> None:
     """The poll's probe (the node's state, a possible takeover) runs inside the claim: one
     statement per poll while the node is ALIVE with nothing to take over, and none of the
-    probe's answers is lost (a DEAD node claims nothing)."""
+    probe's answers is lost (a DEAD node claims nothing). The statement goes to the driver
+    directly, in autocommit, without SQLAlchemy's execution path."""
+    import psycopg
     from sqlalchemy import event
 
     from ratchet.domain.watcher import NodeInfo, WatcherSettings
@@ -278,8 +282,17 @@ def test_a_poll_is_one_statement_with_the_node_probe_folded_in(store: PostgresSt
     settings = WatcherSettings()
     store.insert_jobs([new_job(clock) for _ in range(5)], now=clock.now())
     store.register_incarnation(NodeInfo("n1", "web-1", "host", 1, 4), now=clock.now())
-    statements: list[str] = []
-    event.listen(store.engine, "before_cursor_execute", lambda *a: statements.append(a[2]))
+    statements: list[tuple[str, bool]] = []  # what the driver ran, and whether in autocommit
+    execute = psycopg.Cursor.execute
+
+    def counted(cursor: Any, query: Any, *args: Any, **kwargs: Any) -> Any:
+        text_of = query.decode() if isinstance(query, bytes) else str(query)
+        statements.append((text_of, cursor.connection.autocommit))
+        return execute(cursor, query, *args, **kwargs)
+
+    monkeypatch.setattr(psycopg.Cursor, "execute", counted)
+    through_sqlalchemy: list[str] = []
+    event.listen(store.engine, "before_cursor_execute", lambda *a: through_sqlalchemy.append(a[2]))
 
     def poll(node: str, want: int) -> Any:
         statements.clear()
@@ -289,7 +302,8 @@ def test_a_poll_is_one_statement_with_the_node_probe_folded_in(store: PostgresSt
 
     work = poll("n1", 2)
     assert len(work.claimed) == 2 and work.state is not None and work.state.value == "ALIVE"
-    assert len(statements) == 1, statements
+    assert len(statements) == 1 and statements[0][1] is True, statements
+    assert through_sqlalchemy == []
     empty = poll("n1", 0)
     assert empty.claimed == () and statements == []
     assert store.declare_dead(["n1"], now=clock.now()) == ["n1"]

@@ -34,7 +34,7 @@ from ratchet.domain.watcher import LIVE_NODE_STATES, NodeState
 from ratchet.ports import InsertResult, iter_chunks
 from ratchet.sql import schema
 from ratchet.sql.affinity import AFFINITY_COLUMNS
-from ratchet.sql.claimed import claimed_job, has_flow_effects, plain_rows
+from ratchet.sql.claimed import claimed_job, has_flow_effects, plain_rows, row_maker
 from ratchet.sql.hotpaths import (
     JOB_COLUMNS,
     QUEUE_COLUMNS,
@@ -523,6 +523,50 @@ class PostgresClaim(ClaimStatements):
         first = rows[0]  # the probe's row: one even when nothing was claimed
         claimed = _claimed_jobs([r for r in rows if r.job_id is not None], now)
         return GatedClaim(first.state, bool(first.eligible), claimed)
+
+    def driver_gated_claim(
+        self,
+        node_id: str,
+        limit: int,
+        now: datetime,
+        boost: timedelta,
+        node_tags: frozenset[str],
+        gate: Mapping[str, Any],
+    ) -> Callable[[Any], GatedClaim]:
+        """:meth:`gated_claim` on a bare psycopg connection: the same statement and
+        parameters, its rows read as named tuples of the columns it returns."""
+        params = claim_parameters(node_id, limit, now, boost, node_tags, self.contention_margin)
+        params.update((name, gate[name]) for name in GATE_PARAMETERS)
+        sql = _driver_claim("boost" in params)
+
+        def work(driver: Any) -> GatedClaim:
+            cursor = driver.cursor()
+            try:
+                cursor.execute(sql, params)
+                make = _ROW_MAKERS.get(sql)
+                if make is None:  # psycopg builds the description anew on every call
+                    fields = tuple(column.name for column in cursor.description)
+                    make = _ROW_MAKERS[sql] = row_maker(fields)
+                rows = list(map(make, cursor.fetchall()))
+            finally:
+                cursor.close()
+            first = rows[0]  # the probe's row: one even when nothing was claimed
+            claimed = _claimed_jobs([r for r in rows if r.job_id is not None], now)
+            return GatedClaim(first.state, bool(first.eligible), claimed)
+
+        return work
+
+
+@cache
+def _driver_claim(boosted: bool) -> bytes:
+    """The gated :func:`claim_statement` as the bytes psycopg sends (``%(name)s`` parameters)."""
+    return _encoded(str(claim_statement(boosted, gated=True).compile(dialect=_PSYCOPG)))
+
+
+_PSYCOPG = postgresql.psycopg.dialect()  # type: ignore[no-untyped-call]
+
+#: The named-tuple maker of each driver statement's rows (a statement's columns are fixed).
+_ROW_MAKERS: dict[bytes, Callable[[Iterable[Any]], Any]] = {}
 
 
 class PostgresInsert(InsertStatements):

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import json
 from collections import namedtuple
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from datetime import datetime, timedelta
 from functools import cache, lru_cache
 from typing import Any
@@ -65,6 +65,13 @@ def _plain_row(fields: tuple[str, ...]) -> Any:
     return namedtuple("ClaimRow", fields)
 
 
+def row_maker(fields: tuple[str, ...]) -> Callable[[Iterable[Any]], Any]:
+    """What turns a driver's row (a tuple of ``fields``' values) into a named tuple, as
+    :func:`plain_rows` gives them (one class per column list)."""
+    maker: Callable[[Iterable[Any]], Any] = _plain_row(fields)._make
+    return maker
+
+
 def plain_rows(rows: Iterable[Any]) -> list[Any]:
     """SQLAlchemy rows as named tuples of the same columns. A row's value read by name costs a
     failed attribute look-up on its class first (an ``AttributeError`` built and dropped, about
@@ -72,7 +79,7 @@ def plain_rows(rows: Iterable[Any]) -> list[Any]:
     rows = list(rows)
     if not rows:
         return rows
-    make = _plain_row(tuple(rows[0]._fields))._make
+    make = row_maker(tuple(rows[0]._fields))
     return list(map(make, rows))
 
 

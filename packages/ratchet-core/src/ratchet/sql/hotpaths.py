@@ -269,6 +269,21 @@ class ClaimStatements:
         ``p_grace``) and ``without_row``."""
         raise NotImplementedError(f"{type(self).__name__} has no gated claim")
 
+    def driver_gated_claim(
+        self,
+        node_id: str,
+        limit: int,
+        now: datetime,
+        boost: timedelta,
+        node_tags: frozenset[str],
+        gate: Mapping[str, Any],
+    ) -> Callable[[Any], GatedClaim] | None:
+        """:meth:`gated_claim` as work for a bare driver connection in autocommit mode (the
+        store's ``_run_dbapi``), or None where the dialect has none: a poll then skips
+        SQLAlchemy's ``Connection`` and its execution path, which cost more CPU than building
+        the jobs claimed."""
+        return None
+
     def claim(
         self,
         conn: Connection,

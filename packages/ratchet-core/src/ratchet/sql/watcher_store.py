@@ -187,6 +187,8 @@ class WatcherStoreMixin:
             self, work: Callable[[Connection], T], *, write: bool = True, autocommit: bool = False
         ) -> T: ...
 
+        def _run_dbapi(self, work: Callable[[Any], T]) -> T: ...
+
         def _record(
             self,
             conn: Connection,
@@ -791,12 +793,16 @@ class WatcherStoreMixin:
             # The probe folded into the claim: one statement, which claims only what the
             # checks below would let the node claim.
             gate = {**params, "without_row": without_row}
-            gated = self._run(
-                lambda conn: claims.gated_claim(
-                    conn, node_id, want, now, boost_interval, node_tags, gate
-                ),
-                autocommit=True,
-            )
+            direct = claims.driver_gated_claim(node_id, want, now, boost_interval, node_tags, gate)
+            if direct is not None:
+                gated = self._run_dbapi(direct)
+            else:
+                gated = self._run(
+                    lambda conn: claims.gated_claim(
+                        conn, node_id, want, now, boost_interval, node_tags, gate
+                    ),
+                    autocommit=True,
+                )
             state = _node_state(gated.state)
             if not _may_obtain_work(state, without_row):
                 return AcquiredWork(state)
