@@ -266,6 +266,33 @@ def test_ids_of_claimed_jobs_are_uuids(store: PostgresStore) -> None:
     assert isinstance(claimed.job_id, uuid.UUID)
 
 
+class DriverStatements:
+    """What the driver ran (text, and whether in autocommit) and what went through
+    SQLAlchemy's execution path, while installed."""
+
+    def __init__(self, store: PostgresStore, monkeypatch: pytest.MonkeyPatch) -> None:
+        import psycopg
+        from sqlalchemy import event
+
+        self.driver: list[tuple[str, bool]] = []
+        self.through_sqlalchemy: list[str] = []
+        execute = psycopg.Cursor.execute
+
+        def counted(cursor: Any, query: Any, *args: Any, **kwargs: Any) -> Any:
+            text_of = query.decode() if isinstance(query, bytes) else str(query)
+            self.driver.append((text_of, cursor.connection.autocommit))
+            return execute(cursor, query, *args, **kwargs)
+
+        monkeypatch.setattr(psycopg.Cursor, "execute", counted)
+        event.listen(
+            store.engine, "before_cursor_execute", lambda *a: self.through_sqlalchemy.append(a[2])
+        )
+
+    def clear(self) -> None:
+        self.driver.clear()
+        self.through_sqlalchemy.clear()
+
+
 def test_a_poll_is_one_statement_with_the_node_probe_folded_in(
     store: PostgresStore, monkeypatch: pytest.MonkeyPatch
 ) -> None:
@@ -273,26 +300,14 @@ def test_a_poll_is_one_statement_with_the_node_probe_folded_in(
     statement per poll while the node is ALIVE with nothing to take over, and none of the
     probe's answers is lost (a DEAD node claims nothing). The statement goes to the driver
     directly, in autocommit, without SQLAlchemy's execution path."""
-    import psycopg
-    from sqlalchemy import event
-
     from ratchet.domain.watcher import NodeInfo, WatcherSettings
 
     clock = FakeClock()
     settings = WatcherSettings()
     store.insert_jobs([new_job(clock) for _ in range(5)], now=clock.now())
     store.register_incarnation(NodeInfo("n1", "web-1", "host", 1, 4), now=clock.now())
-    statements: list[tuple[str, bool]] = []  # what the driver ran, and whether in autocommit
-    execute = psycopg.Cursor.execute
-
-    def counted(cursor: Any, query: Any, *args: Any, **kwargs: Any) -> Any:
-        text_of = query.decode() if isinstance(query, bytes) else str(query)
-        statements.append((text_of, cursor.connection.autocommit))
-        return execute(cursor, query, *args, **kwargs)
-
-    monkeypatch.setattr(psycopg.Cursor, "execute", counted)
-    through_sqlalchemy: list[str] = []
-    event.listen(store.engine, "before_cursor_execute", lambda *a: through_sqlalchemy.append(a[2]))
+    seen = DriverStatements(store, monkeypatch)
+    statements = seen.driver
 
     def poll(node: str, want: int) -> Any:
         statements.clear()
@@ -303,7 +318,7 @@ def test_a_poll_is_one_statement_with_the_node_probe_folded_in(
     work = poll("n1", 2)
     assert len(work.claimed) == 2 and work.state is not None and work.state.value == "ALIVE"
     assert len(statements) == 1 and statements[0][1] is True, statements
-    assert through_sqlalchemy == []
+    assert seen.through_sqlalchemy == []
     empty = poll("n1", 0)
     assert empty.claimed == () and statements == []
     assert store.declare_dead(["n1"], now=clock.now()) == ["n1"]
@@ -317,6 +332,41 @@ def test_a_poll_is_one_statement_with_the_node_probe_folded_in(
             text("SELECT count(*) FROM scheduler_job_queue WHERE status = 'RUNNING'")
         ).scalar_one()
     assert running == 2, "the dead and the unknown node claimed nothing"
+
+
+def test_an_outcome_batch_outside_flows_is_one_driver_statement(
+    store: PostgresStore, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Outcomes of jobs in no flow are written by one statement on the bare driver connection
+    in autocommit, fenced as ever: an outcome for a job this node does not hold is refused and
+    the rest apply. A batch with a flow outcome goes through SQLAlchemy's transaction, where
+    the outcome hooks run."""
+    from ratchet.domain.model import Outcome, OutcomeKind
+
+    clock = FakeClock()
+    store.insert_jobs([new_job(clock) for _ in range(4)], now=clock.now())
+    mine = store.claim("n1", 3, now=clock.now(), boost_interval=BOOST)
+    [theirs] = store.claim("n2", 1, now=clock.now(), boost_interval=BOOST)
+
+    def done(job: ClaimedJob, *, flow: bool = False) -> Outcome:
+        now = clock.now()
+        return Outcome(
+            job.job_id, job.epoch, job.attempt, OutcomeKind.SUCCEEDED, now, now, result="1",
+            flow_effects=flow,
+        )  # fmt: skip
+
+    seen = DriverStatements(store, monkeypatch)
+    written = store.record_outcomes("n1", [done(j) for j in [*mine[:2], theirs]], now=clock.now())
+    assert written.fenced == (theirs.job_id,)
+    assert len(seen.driver) == 1 and seen.driver[0][1] is True, seen.driver
+    assert seen.through_sqlalchemy == []
+    assert [store.get_job(j.job_id).status for j in mine[:2]] == [JobStatus.SUCCEEDED] * 2
+    assert store.get_job(theirs.job_id).status is JobStatus.RUNNING
+    seen.clear()
+    flowing = store.record_outcomes("n1", [done(mine[2], flow=True)], now=clock.now())
+    assert flowing.fenced == ()
+    assert seen.through_sqlalchemy, "a flow outcome is written in a transaction with its hooks"
+    assert store.get_job(mine[2].job_id).status is JobStatus.SUCCEEDED
 
 
 def test_the_start_check_read_is_one_statement_without_a_transaction(

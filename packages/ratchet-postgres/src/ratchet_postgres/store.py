@@ -673,25 +673,52 @@ class PostgresOutcomes(OutcomeStatements):
     ) -> Collection[uuid.UUID]:
         """One round trip for the whole batch (the generic write needs one per outcome and
         table)."""
-        payload = _JSON.encode(
-            [
-                (  # in OUTCOME_RECORD's order
-                    str(p.outcome.job_id),
-                    p.outcome.epoch,
-                    p.outcome.kind.value,
-                    p.terminal_status,
-                    p.attempts_added,
-                    p.outcome.error,
-                    p.outcome.traceback,
-                    p.outcome.result,
-                    to_micros(p.outcome.finished_at),
-                    to_micros(p.pending_at),
-                )
-                for p in planned
-            ]
-        )
-        params = {"outcomes": payload, "node": node_id}
+        params = _outcome_params(node_id, planned)
         return set(conn.execute(record_statement(), params).scalars())
+
+    def driver_write(
+        self, node_id: str, planned: Sequence[PlannedOutcome]
+    ) -> Callable[[Any], Collection[uuid.UUID]]:
+        """:meth:`write`'s statement on a bare psycopg connection."""
+        params = _outcome_params(node_id, planned)
+
+        def work(driver: Any) -> Collection[uuid.UUID]:
+            cursor = driver.cursor()
+            try:
+                cursor.execute(_driver_record(), params)
+                return {row[0] for row in cursor.fetchall()}
+            finally:
+                cursor.close()
+
+        return work
+
+
+def _outcome_params(node_id: str, planned: Sequence[PlannedOutcome]) -> dict[str, Any]:
+    """The parameters of :func:`record_statement` for ``planned``: one JSON array each."""
+    payload = _JSON.encode(
+        [
+            (  # in OUTCOME_RECORD's order
+                str(p.outcome.job_id),
+                p.outcome.epoch,
+                p.outcome.kind.value,
+                p.terminal_status,
+                p.attempts_added,
+                p.outcome.error,
+                p.outcome.traceback,
+                p.outcome.result,
+                to_micros(p.outcome.finished_at),
+                to_micros(p.pending_at),
+            )
+            for p in planned
+        ]
+    )
+    return {"outcomes": payload, "node": node_id}
+
+
+@cache
+def _driver_record() -> bytes:
+    """:func:`record_statement` as the bytes psycopg sends."""
+    return _encoded(str(record_statement().compile(dialect=_PSYCOPG)))
 
 
 class PostgresStore(SqlStore):

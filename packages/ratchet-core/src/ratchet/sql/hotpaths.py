@@ -789,6 +789,13 @@ class OutcomeStatements:
             self.apply(conn, writes)
         return {w.outcome.job_id for w in writes}
 
+    def driver_write(
+        self, node_id: str, planned: Sequence[PlannedOutcome]
+    ) -> Callable[[Any], Collection[uuid.UUID]] | None:
+        """:meth:`write` as work for a bare driver connection in autocommit mode (the store's
+        ``_run_dbapi``), for a dialect whose write is one statement; None where it has none."""
+        return None
+
 
 # ---------------------------------------------------------------------------------- together
 @dataclass

@@ -102,7 +102,8 @@ TAG_CANCELLABLE = (JobStatus.PENDING, JobStatus.PAUSED, JobStatus.WAITING)
 
 OutcomeHook = Callable[[Connection, list[Outcome], datetime, list[FlowEffect], FlowResolver], None]
 """``(conn, applied outcomes, now, effects, resolve)``: appends what must follow the commit to
-``effects`` and resolves stored references only through ``resolve``."""
+``effects`` and resolves stored references only through ``resolve``. A hook acts only on
+outcomes with ``flow_effects``: a batch without any may be written without calling it."""
 TerminalHook = Callable[
     [Connection, list[uuid.UUID], JobStatus, datetime, list[FlowEffect], FlowResolver], None
 ]
@@ -648,6 +649,14 @@ class SqlStore(
         if not outcomes:
             return OutcomeWrite()
         plain = self.atomic_record and not any(o.flow_effects for o in outcomes)
+        if plain:
+            # No outcome of the batch is in a flow, so the outcome hooks have nothing to do
+            # (they act on flows only): one statement on the bare driver where the dialect
+            # has it, without SQLAlchemy's Connection.
+            direct = self.hot_paths.outcomes.driver_write(node_id, plan_outcomes(outcomes, now))
+            if direct is not None:
+                applied = self._run_dbapi(direct)
+                return OutcomeWrite(tuple(o.job_id for o in outcomes if o.job_id not in applied))
         resolver = resolve or REFUSE_ALL
         return self._run(
             lambda conn: self._record(conn, node_id, outcomes, now, resolver), autocommit=plain
