@@ -240,18 +240,22 @@ class CircuitBreakerResilience:
         bound = self._bound.get(service)
         if bound is not None:
             return bound.execute(call)
-        now = self.clock.now()
-        with self._lock:
-            breaker = self._breaker(service)
-            permit, changes = breaker.try_acquire(now)
-            delay = breaker.retry_delay(now) if permit is None else None
-            spec = self._specs.get(service, NO_SPEC)
-        self.publish(changes)
+        known = self._breakers.get(service)
+        # A CLOSED breaker's permit is read without the lock or the clock (see closed_permit).
+        permit = None if known is None else known.closed_permit
         if permit is None:
-            raise CircuitOpenError(service, delay or timedelta(0))
+            now = self.clock.now()
+            with self._lock:
+                breaker = self._breaker(service)
+                permit, changes = breaker.try_acquire(now)
+                delay = breaker.retry_delay(now) if permit is None else None
+            self.publish(changes)
+            if permit is None:
+                raise CircuitOpenError(service, delay or timedelta(0))
         try:
             value = call()
         except Exception as exc:
+            spec = self._specs.get(service, NO_SPEC)
             self._finish(service, permit, classify(exc, spec.record, spec.ignore))
             raise
         except BaseException:
@@ -264,7 +268,8 @@ class CircuitBreakerResilience:
         now = self.clock.now()
         with self._lock:
             changes = self._breaker(service).record(permit, verdict, now)
-        self.publish(changes)
+        if changes:
+            self.publish(changes)
 
     # -- observing and operating --------------------------------------------------------------
     def state(self, service: str) -> BreakerState:

@@ -304,6 +304,13 @@ class CircuitBreaker:
     _failures: int = 0
     _trials_running: int = 0
     _trials_passed: int = 0
+    closed_permit: Permit | None = field(init=False, repr=False, compare=False)
+    """The permit every call gets while CLOSED (None in any other state): one attribute, so a
+    caller may read it without the lock. A permit read just before a state change belongs to
+    the older generation, and its call's outcome is dropped like any other from before it."""
+
+    def __post_init__(self) -> None:
+        self.closed_permit = self._permit_of(self.state)
 
     # -- reading -----------------------------------------------------------------------------
     def failure_rate(self) -> float | None:
@@ -336,9 +343,13 @@ class CircuitBreaker:
         return self.profile.wait
 
     # -- changing ----------------------------------------------------------------------------
+    def _permit_of(self, state: BreakerState) -> Permit | None:
+        return Permit(self.generation, trial=False) if state is BreakerState.CLOSED else None
+
     def _move(self, new: BreakerState, now: datetime) -> Transition:
         old, self.state = self.state, new
         self.generation += 1
+        self.closed_permit = self._permit_of(new)
         self._outcomes.clear()
         self._failures = 0
         self._trials_running = 0
@@ -358,7 +369,7 @@ class CircuitBreaker:
                 return None, changes
             self._trials_running += 1
             return Permit(self.generation, trial=True), changes
-        return Permit(self.generation, trial=False), changes
+        return self.closed_permit, changes
 
     def record(self, permit: Permit, verdict: Verdict, now: datetime) -> list[Transition]:
         """Count a finished call; returns the state change it caused, if any."""
