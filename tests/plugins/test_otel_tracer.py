@@ -9,7 +9,7 @@ import sys
 import textwrap
 import weakref
 from collections.abc import Callable, Iterator
-from datetime import timedelta
+from datetime import datetime, timedelta
 from pathlib import Path
 
 import pytest
@@ -25,6 +25,7 @@ from timeout_harness import running_worker, wait_for
 
 from ratchet import Ratchet
 from ratchet.domain.model import MAX_TRACE_CONTEXT, ClaimedJob
+from ratchet.engine.running import Attempt
 from ratchet.exporters.otel import (
     OpenTelemetryTracer,
     decode_carrier,
@@ -106,20 +107,29 @@ def test_a_timed_out_attempt_ends_its_span_at_the_deadline(
     assert event.attributes["ratchet.job.timed_out"] is True
 
 
-def test_an_ended_attempt_span_is_let_go_while_the_watchdog_keeps_the_attempt(
+def test_an_ended_attempt_span_is_let_go_while_the_attempt_lives_on(
     app: Ratchet,
     tracer: OpenTelemetryTracer,
     exporter: InMemorySpanExporter,
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
-    """The watchdog's heap keeps finished attempts until it sweeps them (about a thousand);
-    their ended spans must not stay that long (they would reach the oldest GC generation)."""
+    """A finished attempt can outlive its run (the watchdog's heap keeps one whose later steps
+    were due until it sweeps them, about a thousand); its ended span must not stay that long
+    (it would reach the oldest GC generation)."""
     started = sdk_spans_started(tracer, monkeypatch)
     app.submit_many([app.enqueue(sample_jobs.record, i).with_priority(i) for i in range(3)])
     app.enqueue(sample_jobs.fail_always, "boom").with_max_retries(0).submit()
     worker = app.worker()
+    attempts: list[Attempt] = []
+    begin = worker.watchdog.begin
+
+    def kept(job: ClaimedJob, started_at: datetime) -> Attempt:
+        attempts.append(begin(job, started_at))
+        return attempts[-1]
+
+    monkeypatch.setattr(worker.watchdog, "begin", kept)
     worker.record([o for o in (worker.execute(job) for job in worker.poll_once()) if o])
-    assert worker.watchdog.pending() == 4, "the heap still holds the finished attempts"
+    assert len(attempts) == 4 and all(a.finished for a in attempts)
     runs = spans(exporter, "ratchet run")
     assert sorted(str(run.attributes["ratchet.job.priority"]) for run in runs) == [  # type: ignore[index]
         "LOW",

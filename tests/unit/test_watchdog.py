@@ -3,6 +3,7 @@ that decide whether a ``CancellationRequestedException`` counts as a timeout. No
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 import threading
 import uuid
@@ -14,6 +15,7 @@ from timeout_harness import claimed_job as job
 
 from ratchet import CancellationRequestedException, JobContext, JobTimeoutError
 from ratchet.domain.errors import ConfigurationError
+from ratchet.domain.model import ClaimedJob
 from ratchet.domain.timeouts import TimeoutSettings, WatchdogStep, plan_attempt
 from ratchet.engine.context import AttemptCancellation, bound, stopped_on_request
 from ratchet.engine.running import Attempt
@@ -197,7 +199,9 @@ def test_zombie_check_fires_at_its_time() -> None:
     assert rec.zombie_checks == [rec.attempt]
 
 
-def test_one_heap_entry_per_attempt_and_finished_ones_are_swept() -> None:
+def test_finished_attempts_leave_the_watchdog_at_once() -> None:
+    """An attempt that ends before its first step (nearly every one) leaves its lane on
+    ``forget``: nothing of it stays to be swept, and the live ones still fire."""
     clock = FakeClock()
     watchdog = Watchdog(clock, TimeoutSettings(), on_deadline=lambda a: None)
     attempts = [watchdog.begin(job(T, clock), clock.now()) for _ in range(3000)]
@@ -205,9 +209,45 @@ def test_one_heap_entry_per_attempt_and_finished_ones_are_swept() -> None:
     for attempt in attempts[:2500]:
         attempt.finish()
         watchdog.forget(attempt)
-    assert watchdog.pending() < 3000 - 1024
+    assert watchdog.pending() == 500
     clock.advance(T)
     assert watchdog.run_due() == 500 * 2  # soft warning + deadline of each live attempt
+    assert watchdog.pending() == 0
+
+
+def test_steps_fire_in_time_order_across_timeouts_and_out_of_order_begins() -> None:
+    """Attempts of different timeouts, and one that began at an earlier time than the last
+    of its timeout (another thread read the clock first, or the clock went back), each fire
+    at their own times: the next wake-up is the earliest of them."""
+    clock = FakeClock()
+    fired: list[tuple[float, str]] = []
+    start = clock.now()
+    watchdog = Watchdog(
+        clock,
+        TimeoutSettings(),
+        on_deadline=lambda a: fired.append(((clock.now() - start).total_seconds(), a.job.target)),
+    )
+    clock.advance(5)
+    late = watchdog.begin(named(timedelta(seconds=10), clock, "m:late"), clock.now())
+    early = watchdog.begin(named(timedelta(seconds=10), clock, "m:early"), start)
+    short = watchdog.begin(named(timedelta(seconds=3), clock, "m:short"), clock.now())
+    assert watchdog.next_due() == start + timedelta(seconds=7.4)  # short: 5 + 80 % of 3
+    for second in range(6, 16):
+        clock.advance(1)
+        watchdog.run_due()
+        assert all(at <= second for at, _ in fired)
+    assert fired == [(8.0, "m:short"), (10.0, "m:early"), (15.0, "m:late")]
+    for attempt in (late, early, short):
+        assert attempt.plan.deadline - start == timedelta(seconds=fired_at(fired, attempt))
+    assert watchdog.pending() == 0 and watchdog.next_due() is None
+
+
+def named(timeout: timedelta, clock: FakeClock, target: str) -> ClaimedJob:
+    return dataclasses.replace(job(timeout, clock), target=target)
+
+
+def fired_at(fired: list[tuple[float, str]], attempt: Attempt) -> float:
+    return next(at for at, target in fired if target == attempt.job.target)
 
 
 def test_watchdog_thread_follows_the_injected_clock() -> None:

@@ -1,8 +1,9 @@
 """The watchdog: one thread per node that times every running attempt (docs/timeouts.md).
 
 Each attempt gets an :class:`Attempt` (what the worker, the watchdog and the executor provider
-share) and a plan from :func:`ratchet.domain.timeouts.plan_attempt`. The watchdog keeps one heap
-entry per attempt (its next step) and fires steps when the clock reaches them: a soft warning,
+share) and a plan from :func:`ratchet.domain.timeouts.plan_attempt`. The watchdog keeps each
+attempt's next step (in its timeout's lane until the first fires, then in a heap) and fires
+steps when the clock reaches them: a soft warning,
 the cancellation request at deadline - grace, and at the deadline the worker's ``on_deadline``
 (which records the timeout and interrupts the call). Time comes from the injected clock, so tests
 drive it with a :class:`~ratchet.testing.FakeClock` and :meth:`Watchdog.run_due`, no sleeping.
@@ -14,6 +15,7 @@ import heapq
 import itertools
 import logging
 import threading
+from collections import OrderedDict
 from collections.abc import Callable
 from datetime import datetime, timedelta
 from typing import TYPE_CHECKING
@@ -37,8 +39,35 @@ _ZOMBIE_CHECK = 99
 """Heap entry kind: see whether an interrupted call returned (not a :class:`WatchdogStep`)."""
 
 
+class _Lane:
+    """The attempts of one timeout waiting for their first step, in the order they began.
+
+    Attempts with one timeout have the same step offsets, so those that begin in time order
+    fall due in that order: the lane is a FIFO whose head is due first. It is an ordered
+    dict, so an attempt that ends (nearly all end before their first step) leaves it at once:
+    no heap entry to push, sift or sweep per attempt.
+    """
+
+    __slots__ = ("entries", "tail")
+
+    def __init__(self) -> None:
+        self.entries: OrderedDict[int, Attempt] = OrderedDict()
+        self.tail: datetime | None = None
+        """When the last attempt added falls due (the next must not be earlier)."""
+
+    def head(self) -> Attempt:
+        return next(iter(self.entries.values()))
+
+
+def _first_due(attempt: Attempt) -> datetime:
+    return attempt.plan.steps[0][0]
+
+
 class Watchdog:
-    """Times attempts on one thread with a heap (never a thread per job).
+    """Times attempts on one thread (never a thread per job).
+
+    An attempt waits for its first step in its timeout's :class:`_Lane`; later steps, zombie
+    checks and an attempt that would fall due before the last one of its lane go in a heap.
 
     :param clock: where time comes from (a FakeClock in tests).
     :param settings: default SLA, soft-warning percent, cancellation grace.
@@ -64,6 +93,9 @@ class Watchdog:
         self.on_zombie_check = on_zombie_check
         self.max_wait = max_wait
         self._heap: list[tuple[datetime, int, int, Attempt]] = []
+        self._lanes: dict[timedelta, _Lane] = {}
+        self._lane_of: dict[int, _Lane] = {}
+        """The lane each waiting attempt is in, by ``id(attempt)``."""
         self._seq = itertools.count()
         self._lock = threading.Lock()
         self._cond = threading.Condition(self._lock)
@@ -75,14 +107,36 @@ class Watchdog:
     def begin(self, job: ClaimedJob, started: datetime) -> Attempt:
         """Plan and watch a new attempt of ``job`` that started at ``started``."""
         attempt = Attempt(job, plan_attempt(started, job.timeout, self.settings))
-        self._push(attempt.plan.steps[0][0], attempt.plan.steps[0][1], attempt)
+        when = _first_due(attempt)
+        timeout = attempt.plan.timeout
+        with self._lock:
+            lane = self._lanes.get(timeout)
+            if lane is None:
+                lane = self._lanes[timeout] = _Lane()
+            if lane.tail is not None and when < lane.tail:
+                # Began "earlier" than the last one of its lane (another thread read the clock
+                # first, or the clock went back): the heap keeps the order.
+                self._push_locked(when, attempt.plan.steps[0][1], attempt)
+                return attempt
+            was_empty = not lane.entries
+            lane.entries[id(attempt)] = attempt
+            lane.tail = when
+            self._lane_of[id(attempt)] = lane
+            if was_empty:
+                self._cond.notify_all()  # the watchdog may be sleeping past this one
         return attempt
 
     def forget(self, attempt: Attempt) -> None:
-        """The attempt ended: its pending step will be skipped (and swept in bulk)."""
-        if not attempt.in_heap:
+        """The attempt ended: it leaves its lane, or its heap entry will be skipped (and swept
+        in bulk)."""
+        key = id(attempt)
+        if key not in self._lane_of and not attempt.in_heap:
             return
         with self._lock:
+            lane = self._lane_of.pop(key, None)
+            if lane is not None:
+                del lane.entries[key]
+                return
             if not attempt.in_heap or attempt.forgotten:
                 return
             attempt.forgotten = True
@@ -104,36 +158,65 @@ class Watchdog:
 
     def _push(self, when: datetime, kind: int, attempt: Attempt) -> None:
         with self._lock:
-            if kind != _ZOMBIE_CHECK:
-                attempt.in_heap = True
-            entry = (when, next(self._seq), kind, attempt)
-            heapq.heappush(self._heap, entry)
-            if self._heap[0] is entry:
-                self._cond.notify_all()
+            self._push_locked(when, kind, attempt)
+
+    def _push_locked(self, when: datetime, kind: int, attempt: Attempt) -> None:
+        if kind != _ZOMBIE_CHECK:
+            attempt.in_heap = True
+        entry = (when, next(self._seq), kind, attempt)
+        heapq.heappush(self._heap, entry)
+        if self._heap[0] is entry:
+            self._cond.notify_all()
 
     def pending(self) -> int:
-        """Heap entries (including ones of finished attempts not yet swept)."""
+        """Steps waiting: attempts in their lanes, and heap entries (including ones of
+        finished attempts not yet swept)."""
         with self._cond:
-            return len(self._heap)
+            return len(self._lane_of) + len(self._heap)
 
     def next_due(self) -> datetime | None:
         with self._cond:
-            return self._heap[0][0] if self._heap else None
+            return self._next_due_locked()
+
+    def _next_due_locked(self) -> datetime | None:
+        due = [_first_due(lane.head()) for lane in self._lanes.values() if lane.entries]
+        if self._heap:
+            due.append(self._heap[0][0])
+        return min(due, default=None)
 
     # -- firing ------------------------------------------------------------------------------
+    def _take_due(self, now: datetime) -> tuple[int, Attempt] | None:
+        """The next step due at ``now`` (its kind and attempt), taken out; None when none is
+        (caller holds the lock)."""
+        lanes = [lane for lane in self._lanes.values() if lane.entries]
+        ready = [lane for lane in lanes if _first_due(lane.head()) <= now]
+        if ready:
+            lane = min(ready, key=lambda lane: _first_due(lane.head()))
+            attempt = lane.head()
+            del lane.entries[id(attempt)]
+            del self._lane_of[id(attempt)]
+            return attempt.plan.steps[0][1], attempt
+        if not self._heap or self._heap[0][0] > now:
+            for timeout in [t for t, lane in self._lanes.items() if not lane.entries]:
+                del self._lanes[timeout]  # a lane is made again when its timeout is used
+            return None
+        _, _, kind, attempt = heapq.heappop(self._heap)
+        if kind != _ZOMBIE_CHECK:
+            attempt.in_heap = False
+            if attempt.forgotten:
+                self._stale -= 1
+        return kind, attempt
+
     def run_due(self) -> int:
         """Fire every step due at the clock's now; returns how many fired (tests call this)."""
         fired = 0
         now = self.clock.now()
         while True:
             with self._cond:
-                if not self._heap or self._heap[0][0] > now:
-                    return fired
-                _, _, kind, attempt = heapq.heappop(self._heap)
-                if kind != _ZOMBIE_CHECK:
-                    attempt.in_heap = False
-                    if attempt.forgotten:
-                        self._stale -= 1
+                taken = self._take_due(now)
+            if taken is None:
+                return fired
+            kind, attempt = taken
             if kind == _ZOMBIE_CHECK:
                 fired += 1
                 with about_job(attempt.job.job_id, attempt.job.attempt, attempt.node_id):
@@ -219,8 +302,9 @@ class Watchdog:
                 if self._stopping:
                     return
                 wait = self.max_wait
-                if self._heap:
-                    until = (self._heap[0][0] - self.clock.now()).total_seconds()
+                due = self._next_due_locked()
+                if due is not None:
+                    until = (due - self.clock.now()).total_seconds()
                     wait = min(wait, max(0.0, until))
                 if wait > 0:
                     self._cond.wait(timeout=wait)
