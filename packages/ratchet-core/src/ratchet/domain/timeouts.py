@@ -69,7 +69,16 @@ class AttemptPlan:
     started: datetime
     timeout: timedelta
     deadline: datetime
-    steps: tuple[tuple[datetime, WatchdogStep], ...]
+    offsets: tuple[tuple[timedelta, WatchdogStep], ...]
+    """When each step falls due, from ``started``, in order."""
+    first_due: datetime
+    """When the first step falls due."""
+
+    @functools.cached_property
+    def steps(self) -> tuple[tuple[datetime, WatchdogStep], ...]:
+        """Each step and when it falls due, in order (computed when first asked: an attempt
+        that ends before its first step never needs more than ``first_due``)."""
+        return tuple([(self.started + at, step) for at, step in self.offsets])
 
     def due_at(self, step: WatchdogStep) -> datetime | None:
         """When ``step`` falls due, or None if the plan skips it."""
@@ -82,9 +91,7 @@ def plan_attempt(
     """The watchdog steps of an attempt that started at ``started``."""
     timeout = settings.timeout_for(job_timeout)
     offsets = step_offsets(timeout, settings.soft_timeout_percent, settings.cancellation_grace)
-    return AttemptPlan(
-        started, timeout, started + timeout, tuple([(started + at, step) for at, step in offsets])
-    )
+    return AttemptPlan(started, timeout, started + timeout, offsets, started + offsets[0][0])
 
 
 @functools.lru_cache(maxsize=256)

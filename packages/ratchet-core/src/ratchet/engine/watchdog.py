@@ -60,7 +60,7 @@ class _Lane:
 
 
 def _first_due(attempt: Attempt) -> datetime:
-    return attempt.plan.steps[0][0]
+    return attempt.plan.first_due
 
 
 class Watchdog:
@@ -116,7 +116,7 @@ class Watchdog:
             if lane.tail is not None and when < lane.tail:
                 # Began "earlier" than the last one of its lane (another thread read the clock
                 # first, or the clock went back): the heap keeps the order.
-                self._push_locked(when, attempt.plan.steps[0][1], attempt)
+                self._push_locked(when, attempt.plan.offsets[0][1], attempt)
                 return attempt
             was_empty = not lane.entries
             lane.entries[id(attempt)] = attempt
@@ -195,7 +195,7 @@ class Watchdog:
             attempt = lane.head()
             del lane.entries[id(attempt)]
             del self._lane_of[id(attempt)]
-            return attempt.plan.steps[0][1], attempt
+            return attempt.plan.offsets[0][1], attempt
         if not self._heap or self._heap[0][0] > now:
             for timeout in [t for t, lane in self._lanes.items() if not lane.entries]:
                 del self._lanes[timeout]  # a lane is made again when its timeout is used
