@@ -17,7 +17,7 @@ import logging
 import threading
 from collections import OrderedDict
 from collections.abc import Callable
-from datetime import datetime, timedelta
+from datetime import UTC, datetime, timedelta
 from typing import TYPE_CHECKING
 
 from ratchet.domain.model import ClaimedJob
@@ -34,6 +34,9 @@ log = logging.getLogger("ratchet.watchdog")
 #: Heap entries of finished attempts are dropped in one sweep once they are this many and half.
 COMPACT_AFTER = 1024
 
+
+#: Until when a watchdog that is not sleeping sleeps: nothing scheduled needs to wake it.
+_NEVER = datetime.min.replace(tzinfo=UTC)
 
 _ZOMBIE_CHECK = 99
 """Heap entry kind: see whether an interrupted call returned (not a :class:`WatchdogStep`)."""
@@ -102,6 +105,8 @@ class Watchdog:
         self._stale = 0
         self._stopping = False
         self._thread: threading.Thread | None = None
+        self._sleeping_until = _NEVER
+        """Until when the watchdog thread sleeps: a step due before then wakes it."""
 
     # -- scheduling ------------------------------------------------------------------------
     def begin(self, job: ClaimedJob, started: datetime) -> Attempt:
@@ -118,12 +123,11 @@ class Watchdog:
                 # first, or the clock went back): the heap keeps the order.
                 self._push_locked(when, attempt.plan.offsets[0][1], attempt)
                 return attempt
-            was_empty = not lane.entries
             lane.entries[id(attempt)] = attempt
             lane.tail = when
             self._lane_of[id(attempt)] = lane
-            if was_empty:
-                self._cond.notify_all()  # the watchdog may be sleeping past this one
+            if when < self._sleeping_until:
+                self._cond.notify_all()  # the watchdog sleeps past this one
         return attempt
 
     def forget(self, attempt: Attempt) -> None:
@@ -165,7 +169,7 @@ class Watchdog:
             attempt.in_heap = True
         entry = (when, next(self._seq), kind, attempt)
         heapq.heappush(self._heap, entry)
-        if self._heap[0] is entry:
+        if when < self._sleeping_until:
             self._cond.notify_all()
 
     def pending(self) -> int:
@@ -303,11 +307,13 @@ class Watchdog:
                     return
                 wait = self.max_wait
                 due = self._next_due_locked()
+                now = self.clock.now()
                 if due is not None:
-                    until = (due - self.clock.now()).total_seconds()
-                    wait = min(wait, max(0.0, until))
+                    wait = min(wait, max(0.0, (due - now).total_seconds()))
                 if wait > 0:
+                    self._sleeping_until = now + timedelta(seconds=wait)
                     self._cond.wait(timeout=wait)
+                    self._sleeping_until = _NEVER
 
 
 #: How often a busy node reads its cancellation requests when a coordinator that reaches other
