@@ -131,16 +131,15 @@ class SlotTable:
         without an outcome, or this run brought the free slots up to :attr:`wake_at` (with an
         outcome, the slot frees at once while the unwritten outcomes fit ``write_ahead``)."""
         with self._lock:
-            before = self._free()
+            found = self._found_work
+            before = self._free() if found and outcome else 0
             if self._running.get(job.job_id) is job:
                 del self._running[job.job_id]
-            self._expired.pop((job.job_id, job.epoch), None)
+            if self._expired:
+                self._expired.pop((job.job_id, job.epoch), None)
             if outcome:
                 self._unwritten += 1
-            after = self._free()
-            wake = self._found_work and (
-                not outcome or (after > before and before < self.wake_at <= after)
-            )
+            wake = found and (not outcome or before < self.wake_at <= self._free())
             if self._waiters:
                 self._changed.notify_all()
         if not outcome:
