@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import copy
 import os
+import pickle
 import sys
 import uuid
 
@@ -19,6 +21,17 @@ def test_ids_are_version_7_unique_and_ordered() -> None:
     assert len(set(ids)) == len(ids)
     assert ids == sorted(ids)
     assert len({i.int & RANDOM_BITS for i in ids}) == len(ids)
+
+
+def test_an_id_behaves_as_the_uuid_parsed_from_its_text() -> None:
+    made = uuid7()  # built without uuid.UUID's __init__
+    parsed = uuid.UUID(str(made))
+    assert made == parsed and hash(made) == hash(parsed) and made.bytes == parsed.bytes
+    assert made.is_safe is parsed.is_safe
+    assert pickle.loads(pickle.dumps(made)) == parsed
+    assert copy.deepcopy(made) == parsed
+    with pytest.raises(TypeError):
+        made.int = 0  # type: ignore[misc]
 
 
 @pytest.mark.skipif(sys.platform == "win32", reason="fork")

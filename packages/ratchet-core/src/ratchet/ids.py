@@ -11,31 +11,39 @@ _lock = threading.Lock()
 _last_ms = 0
 _counter = 0
 
-#: Random bytes are read from the OS this many at a time (one system call per 512 ids instead
-#: of one or two per id: the call cost more than the rest of making an id).
+#: Random bits are read from the OS this many bytes at a time and kept as 64-bit numbers
+#: (one system call per 512 ids instead of one or two per id: the call cost more than the rest
+#: of making an id).
 _RANDOM_CHUNK = 4096
-_random = b""
-_offset = 0
+_randoms: list[int] = []
+
+_MASK_48 = (1 << 48) - 1
+_MASK_62 = (1 << 62) - 1
+#: The version (7) and variant (0b10) bits of every id.
+_VERSION_AND_VARIANT = (0x7 << 76) | (0b10 << 62)
+
+_UUID = uuid.UUID
+_SAFE_UNKNOWN = uuid.SafeUUID.unknown
+_new_object = object.__new__
+_set_field = object.__setattr__
 
 
 def _forget_random() -> None:
-    """In a forked child: never hand out random bytes the parent may also use."""
-    global _lock, _random, _offset
+    """In a forked child: never hand out random bits the parent may also use."""
+    global _lock
     _lock = threading.Lock()
-    _random, _offset = b"", 0
+    _randoms.clear()
 
 
 os.register_at_fork(after_in_child=_forget_random)
 
 
-def _random_bits(nbytes: int) -> int:
-    """``nbytes`` bytes of OS randomness as an int (call with ``_lock`` held)."""
-    global _random, _offset
-    if _offset + nbytes > len(_random):
-        _random, _offset = os.urandom(_RANDOM_CHUNK), 0
-    start = _offset
-    _offset = start + nbytes
-    return int.from_bytes(_random[start : start + nbytes], "big")
+def _random64() -> int:
+    """64 bits of OS randomness (call with ``_lock`` held)."""
+    if not _randoms:
+        chunk = os.urandom(_RANDOM_CHUNK)
+        _randoms.extend(int.from_bytes(chunk[i : i + 8], "big") for i in range(0, _RANDOM_CHUNK, 8))
+    return _randoms.pop()
 
 
 def uuid7() -> uuid.UUID:
@@ -55,12 +63,11 @@ def uuid7() -> uuid.UUID:
             ms = _last_ms
         else:
             _last_ms = ms
-            _counter = _random_bits(2) & 0x3FF
+            _counter = _random64() & 0x3FF
         counter = _counter
-        rand = _random_bits(8) & ((1 << 62) - 1)
-    value = (ms & ((1 << 48) - 1)) << 80
-    value |= 0x7 << 76
-    value |= counter << 64
-    value |= 0b10 << 62
-    value |= rand
-    return uuid.UUID(int=value)
+        rand = _random64() & _MASK_62
+    # What uuid.UUID(int=...) stores, without its argument checks: the value is in range.
+    job_id = _new_object(_UUID)
+    _set_field(job_id, "int", ((ms & _MASK_48) << 80) | _VERSION_AND_VARIANT | (counter << 64) | rand)
+    _set_field(job_id, "is_safe", _SAFE_UNKNOWN)
+    return job_id
