@@ -68,6 +68,8 @@ def uuid7() -> uuid.UUID:
         rand = _random64() & _MASK_62
     # What uuid.UUID(int=...) stores, without its argument checks: the value is in range.
     job_id = _new_object(_UUID)
-    _set_field(job_id, "int", ((ms & _MASK_48) << 80) | _VERSION_AND_VARIANT | (counter << 64) | rand)
+    _set_field(
+        job_id, "int", ((ms & _MASK_48) << 80) | _VERSION_AND_VARIANT | (counter << 64) | rand
+    )
     _set_field(job_id, "is_safe", _SAFE_UNKNOWN)
     return job_id

@@ -15,7 +15,7 @@ import threading
 import time
 from collections.abc import Callable, Sequence
 from datetime import datetime
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, cast
 
 from ratchet.domain.model import ClaimedJob
 from ratchet.domain.polling import AdaptivePollingStrategy, PollingConfig
@@ -129,7 +129,7 @@ class Producer:
             if batching is None:
                 batching = self._batching[type(provider)] = isinstance(provider, Dispatcher)
             if batching:
-                provider.dispatch_many(calls)
+                cast(Dispatcher, provider).dispatch_many(calls)
             else:
                 for call in calls:
                     provider.submit(call)
