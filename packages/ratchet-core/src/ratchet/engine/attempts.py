@@ -73,7 +73,7 @@ class AttemptRunner:
         self._lock = threading.Lock()
         self._executors: dict[str, ExecutorProvider] = {}
         self._executor_lock = threading.Lock()
-        self._interruptible_cache: dict[int, bool] = {}
+        self._provides_cache: dict[tuple[int, type], bool] = {}
         self._async_targets: dict[str, bool] = {}
         self._targets: dict[str, Callable[..., Any]] = {}
         self._refs: dict[str, TargetRef] = {}
@@ -310,7 +310,7 @@ class AttemptRunner:
         direct = functools.partial(call_target, fn, args, kwargs)
         call: Callable[[], Any] = direct
         provider = self.executor_for(job)
-        if self._interruptible(provider):
+        if self.provides(provider, InterruptibleExecutor):
             job_call = JobCall(
                 job=job,
                 target=job.target,
@@ -499,12 +499,14 @@ class AttemptRunner:
             self.worker.stats.cancellations_delivered += delivered
         return delivered
 
-    def _interruptible(self, provider: Any) -> bool:
-        """Whether a provider supports deadlines (cached: a Protocol isinstance check is slow)."""
-        key = id(provider)
-        known = self._interruptible_cache.get(key)
+    def provides(self, provider: Any, protocol: type) -> bool:
+        """Whether the executor ``provider`` implements ``protocol`` (say, runs calls under a
+        deadline, or takes batches); cached per provider, as a Protocol isinstance check walks
+        the protocol's members on every call."""
+        key = (id(provider), protocol)
+        known = self._provides_cache.get(key)
         if known is None:
-            known = self._interruptible_cache[key] = isinstance(provider, InterruptibleExecutor)
+            known = self._provides_cache[key] = isinstance(provider, protocol)
         return known
 
 

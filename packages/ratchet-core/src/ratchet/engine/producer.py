@@ -52,9 +52,6 @@ class Producer:
         self._lock = threading.Lock()
         self._due: list[datetime] = []
         self._thread: threading.Thread | None = None
-        # Whether a provider class takes batches: an isinstance check against a Protocol walks
-        # its members on every call, once per poll otherwise.
-        self._batching: dict[type, bool] = {}
 
     # ------------------------------------------------------------------ wakeups
     def wakeup(self) -> None:
@@ -125,10 +122,7 @@ class Producer:
                 entry = by_provider[id(provider)] = (provider, [])
             entry[1].append(functools.partial(runner.run, job))
         for provider, calls in by_provider.values():
-            batching = self._batching.get(type(provider))
-            if batching is None:
-                batching = self._batching[type(provider)] = isinstance(provider, Dispatcher)
-            if batching:
+            if runner.provides(provider, Dispatcher):
                 cast(Dispatcher, provider).dispatch_many(calls)
             else:
                 for call in calls:
