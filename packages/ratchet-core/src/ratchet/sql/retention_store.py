@@ -38,6 +38,7 @@ T = TypeVar("T")
 J = schema.job
 Q = schema.job_queue
 TAGS = schema.job_tag
+AFFINITY = schema.job_affinity
 EXE = schema.job_execution
 IDEM = schema.idempotency_key
 LOG = schema.job_log
@@ -150,7 +151,7 @@ class RetentionStoreMixin:
             ids = [r.job_id for r in chunk]
             if archive:
                 self._archive(conn, ids, now, node_id)
-            for table in (TAGS, EXE, LOG, CANCEL, PERMIT):
+            for table in (TAGS, AFFINITY, EXE, LOG, CANCEL, PERMIT):
                 conn.execute(delete(table).where(among(table.c.job_id, ids)))
             # Only flow jobs own branch conditions and batch rows.
             parents = [r.job_id for r in chunk if r.has_dependents]

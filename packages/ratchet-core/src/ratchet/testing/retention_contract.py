@@ -17,6 +17,7 @@ from typing import Any
 
 import pytest
 
+from ratchet.domain.affinity import Affinity
 from ratchet.domain.errors import InvalidJobOptions
 from ratchet.domain.joblog import JobLogLine, LogLevel
 from ratchet.domain.lifecycle import JobStatus
@@ -142,6 +143,21 @@ class RetentionStoreContract:
         again = new_job(clock, idempotency_key=job.idempotency_key)
         [result] = store.insert_jobs([again], now=clock.now())
         assert (result.inserted, result.job_id) == (False, job.job_id), "the key stays taken"
+
+    def test_a_removed_job_takes_its_node_tag_affinity(
+        self, store: Any, retention: RetentionStore, clock: FakeClock
+    ) -> None:
+        """A job that declared node tags is removed with them: nothing of it stays behind to
+        fail the removal or to attach to a job stored later under the same id."""
+        affinity = Affinity(exclude=frozenset({"spot", "arm64"}))
+        [job] = end_jobs(store, clock, 1, affinity=affinity)
+        assert store.get_job(job.job_id).affinity == affinity
+        clock.advance(DAY)
+        assert self.prune(retention, clock, JobStatus.SUCCEEDED) == 1
+        assert not exists(store, job.job_id)
+        later = Affinity(exclude=frozenset({"spot"}))
+        store.insert_jobs([new_job(clock, job_id=job.job_id, affinity=later)], now=clock.now())
+        assert store.get_job(job.job_id).affinity == later
 
     def test_removal_goes_in_batches_oldest_first(
         self, store: Any, retention: RetentionStore, clock: FakeClock
