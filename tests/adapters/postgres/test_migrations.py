@@ -8,7 +8,7 @@ import sys
 import textwrap
 import threading
 import time
-from collections.abc import Iterator
+from collections.abc import Collection, Iterator
 
 import psycopg
 import pytest
@@ -192,16 +192,45 @@ PARTIAL = {
 }
 
 
-def _index_predicates(store: PostgresStore) -> dict[str, str | None]:
+#: The indexes migration ``pg02`` makes partial (``<column> IS NOT NULL``).
+PG02_PARTIAL = {
+    "idx_job_depends_on": ("scheduler_job", "depends_on = $1::uuid"),
+    "idx_job_encryption_key_id": ("scheduler_job", "encryption_key_id = $1"),
+}
+
+#: The tables whose foreign key to ``scheduler_job`` migration ``pg02`` drops.
+REFERRING = {
+    "scheduler_job_queue",
+    "scheduler_job_tag",
+    "scheduler_job_affinity",
+    "scheduler_job_execution",
+}
+
+
+def _index_predicates(
+    store: PostgresStore, names: Collection[str] = tuple(PARTIAL)
+) -> dict[str, str | None]:
     with store.engine.connect() as conn:
         rows = conn.execute(
             text(
                 "SELECT c.relname, pg_get_expr(i.indpred, i.indrelid) FROM pg_index i"
                 " JOIN pg_class c ON c.oid = i.indexrelid WHERE c.relname = ANY(:names)"
             ),
-            {"names": list(PARTIAL)},
+            {"names": list(names)},
         ).all()
     return {name: predicate for name, predicate in rows}
+
+
+def _tables_referring_to_jobs(store: PostgresStore) -> set[str]:
+    with store.engine.connect() as conn:
+        return set(
+            conn.execute(
+                text(
+                    "SELECT conrelid::regclass::text FROM pg_constraint"
+                    " WHERE contype = 'f' AND confrelid = 'scheduler_job'::regclass"
+                )
+            ).scalars()
+        )
 
 
 def test_the_null_free_indexes_migrate_to_partial_and_back(empty_store: PostgresStore) -> None:
@@ -227,6 +256,36 @@ def test_the_null_free_indexes_migrate_to_partial_and_back(empty_store: Postgres
     assert "pg01" not in current_revisions(empty_store)
 
 
+def test_pg02_drops_the_job_foreign_keys_and_two_full_indexes_and_back(
+    empty_store: PostgresStore,
+) -> None:
+    """A schema at the revisions before ``pg02`` has the four foreign keys to the job table and
+    full indexes on ``depends_on`` and ``encryption_key_id``; ``migrate()`` drops the keys and
+    makes the indexes partial; the downgrade restores both."""
+    from alembic import command
+
+    from ratchet.sql.migrate import alembic_config, upgrade
+
+    for revision in ("pg01", "0010", "0011", "0013"):
+        upgrade(empty_store, revision)
+    assert _tables_referring_to_jobs(empty_store) == REFERRING
+    assert _index_predicates(empty_store, PG02_PARTIAL) == dict.fromkeys(PG02_PARTIAL)
+    empty_store.migrate()
+    assert "pg02" in current_revisions(empty_store)
+    assert _tables_referring_to_jobs(empty_store) == set()
+    assert _index_predicates(empty_store, PG02_PARTIAL) == {
+        name: f"({condition.split(' ')[0]} IS NOT NULL)"
+        for name, (_, condition) in PG02_PARTIAL.items()
+    }
+    cfg = alembic_config(empty_store)
+    with empty_store.engine.begin() as conn:
+        cfg.attributes["connection"] = conn
+        command.downgrade(cfg, "pg01")
+    assert "pg02" not in current_revisions(empty_store)
+    assert _tables_referring_to_jobs(empty_store) == REFERRING
+    assert _index_predicates(empty_store, PG02_PARTIAL) == dict.fromkeys(PG02_PARTIAL)
+
+
 @pytest.mark.parametrize("plan", ["force_custom_plan", "force_generic_plan"])
 def test_partial_indexes_serve_their_queries(postgres_store_url: str, plan: str) -> None:
     """Each query shape that reads one of these indexes implies its ``IS NOT NULL``
@@ -238,7 +297,7 @@ def test_partial_indexes_serve_their_queries(postgres_store_url: str, plan: str)
     With the competitors gone and sequential scans off, a predicate the planner cannot prove
     leaves it a full scan of the primary key, and the test fails."""
     with psycopg.connect(libpq_url(postgres_store_url)) as conn:
-        for index, (table, condition) in PARTIAL.items():
+        for index, (table, condition) in {**PARTIAL, **PG02_PARTIAL}.items():
             conn.execute("SET LOCAL enable_seqscan = off")
             conn.execute(f"SET LOCAL plan_cache_mode = {plan}")
             others = conn.execute(
@@ -252,7 +311,12 @@ def test_partial_indexes_serve_their_queries(postgres_store_url: str, plan: str)
             name = f"q_{index}"
             conn.execute(f"PREPARE {name} AS SELECT 1 FROM {table} WHERE {condition}")
             arg = "0" if "deadline" in index else "'00000000-0000-0000-0000-000000000000'"
-            if index in ("idx_queue_owner", "idx_queue_signal_key", "idx_job_terminal"):
+            if index in (
+                "idx_queue_owner",
+                "idx_queue_signal_key",
+                "idx_job_terminal",
+                "idx_job_encryption_key_id",
+            ):
                 arg = "'x'"
             lines = conn.execute(f"EXPLAIN EXECUTE {name}({arg})").fetchall()
             conn.execute(f"DEALLOCATE {name}")
