@@ -21,7 +21,10 @@ What it measures (no-op jobs throughout; the median of ``--rounds`` rounds, min-
   one transaction per job;
 - two references without a peer: the **bare psycopg loop** (claim 100 with ``SKIP LOCKED``,
   complete them in one statement: what the server can do) and the **PostgresStore alone**
-  (claim 100 + record 100 outcomes, no worker).
+  (claim 100 + record 100 outcomes, no worker);
+- for every PostgreSQL row, the **database's CPU per job** while it ran (:class:`DatabaseMeter`:
+  all of the server's processes), beside the peer's: how much of a difference is the server's
+  work rather than the client's.
 
 ``--ratchet-only`` runs Ratchet's side alone (the peers need not be installed); ``--quick`` is a
 bounded smoke run (the test suite runs it with ``--ratchet-only``). This file is also the job
@@ -150,6 +153,57 @@ def stop(proc: subprocess.Popen[bytes]) -> None:
         proc.wait()
 
 
+class DatabaseMeter:
+    """The CPU time the PostgreSQL server spent between :meth:`start` and :meth:`stop`, per job:
+    every process of the server this benchmark started (the backends, the WAL writer, the
+    checkpointer, autovacuum), those that exited meanwhile included (reaped by the postmaster,
+    so counted in its children's time). Off (None) for a server given by ``--url``."""
+
+    def __init__(self) -> None:
+        self.postmaster: int | None = None
+        self._started: float | None = None
+        self._last: float | None = None
+
+    def watch(self, data_dir: Path) -> None:
+        """Meter the server whose data directory is ``data_dir``."""
+        self.postmaster = int((data_dir / "postmaster.pid").read_text().split()[0])
+
+    def _cpu(self) -> float:
+        """Seconds of CPU: the live processes' own, the exited children's."""
+        assert self.postmaster is not None
+        tick = os.sysconf("SC_CLK_TCK")
+        reaped = Path(f"/proc/{self.postmaster}/stat").read_text().rsplit(")", 1)[1].split()
+        total = (int(reaped[13]) + int(reaped[14])) / tick  # cutime, cstime
+        for proc in Path("/proc").iterdir():
+            if not proc.name.isdigit():
+                continue
+            try:
+                fields = (proc / "stat").read_text().rsplit(")", 1)[1].split()
+                pid = int(proc.name)
+                if pid != self.postmaster and int(fields[1]) != self.postmaster:
+                    continue
+                total += int((proc / "schedstat").read_text().split()[0]) / 1e9
+            except (OSError, ValueError):
+                continue  # exited while read: the postmaster's children's time has it
+        return total
+
+    def start(self) -> None:
+        self._started = self._cpu() if self.postmaster else None
+
+    def stop(self, jobs: int) -> None:
+        if self._started is not None:
+            self._last = (self._cpu() - self._started) / jobs * 1e6
+        self._started = None
+
+    def take(self) -> float | None:
+        """The last measurement in µs per job (None: none), forgotten once read."""
+        value, self._last = self._last, None
+        return value
+
+
+DB = DatabaseMeter()
+
+
 class Server:
     """Fresh databases on one PostgreSQL server."""
 
@@ -195,6 +249,7 @@ def ratchet_process(server: Server, n: int, flags: tuple[str, ...]) -> float:
     with server.database() as url:
         prefill_ratchet(url, n)
         ratchet = Path(sys.executable).with_name("ratchet")
+        DB.start()
         proc = subprocess.Popen(
             [str(ratchet), "worker", "bench_peers:app", "--log-level", "warning", *flags],
             env=child_env(url),
@@ -202,6 +257,7 @@ def ratchet_process(server: Server, n: int, flags: tuple[str, ...]) -> float:
         )
         try:
             wait_for_empty(url, "scheduler_job_queue", proc, timeout=600)
+            DB.stop(n)
         finally:
             stop(proc)
         done = scalar(url, "SELECT count(*) FROM scheduler_job WHERE terminal_status = 'SUCCEEDED'")
@@ -222,10 +278,12 @@ def ratchet_batch_enqueue(server: Server, n: int) -> float:
         app = Ratchet(url, allowed_modules=["bench_peers"])
         job = fn("noop")
         app.submit_many([app.enqueue(job, -1)])  # connect and warm up outside the timing
+        DB.start()
         started = time.perf_counter()
         for chunk in range(0, n, 1000):
             app.submit_many([app.enqueue(job, i) for i in range(chunk, min(n, chunk + 1000))])
         elapsed = time.perf_counter() - started
+        DB.stop(n)
         app.close()
     return n / elapsed
 
@@ -239,10 +297,12 @@ def ratchet_single_enqueue(server: Server, n: int) -> float:
         job = fn("noop")
         for i in range(20):
             app.enqueue(job, -i).submit()
+        DB.start()
         started = time.perf_counter()
         for i in range(n):
             app.enqueue(job, i).submit()
         elapsed = time.perf_counter() - started
+        DB.stop(n)
         app.close()
     return n / elapsed
 
@@ -271,9 +331,11 @@ def store_alone(server: Server, n: int) -> float:
     """Jobs/s of the PostgresStore alone: claim 100, record their outcomes, until empty."""
     with server.database() as url:
         prefill_ratchet(url, n)
+        DB.start()
         started = time.perf_counter()
         done = _store_loop(url, 100)
         elapsed = time.perf_counter() - started
+        DB.stop(n)
     assert done == n, f"{done} of {n}"
     return n / elapsed
 
@@ -308,6 +370,7 @@ def bare_loop(server: Server, n: int) -> float:
         conn.commit()
         conn.autocommit = True
         done = 0
+        DB.start()
         started = time.perf_counter()
         while True:
             ids = [row[0] for row in conn.execute(RAW_CLAIM, (100,)).fetchall()]
@@ -316,6 +379,7 @@ def bare_loop(server: Server, n: int) -> float:
             conn.execute(RAW_COMPLETE, (ids,))
             done += len(ids)
         elapsed = time.perf_counter() - started
+        DB.stop(n)
     assert done == n
     return n / elapsed
 
@@ -360,6 +424,7 @@ def pgq_process(server: Server, n: int, flags: tuple[str, ...]) -> float:
         _pgq_run(url, lambda q: _pgq_batches(q, 0, n))
         # What `pgq run bench_peers:pgq_factory [--batch-size N]` does; its CLI fails on its own
         # --log-level default with the installed typer, so the worker is started the same way here.
+        DB.start()
         proc = subprocess.Popen(
             [sys.executable, str(HERE / "bench_peers.py"), "--pgq-worker", *flags],
             env=child_env(url),
@@ -368,6 +433,7 @@ def pgq_process(server: Server, n: int, flags: tuple[str, ...]) -> float:
         )
         try:
             wait_for_empty(url, "pgqueuer", proc, timeout=600)
+            DB.stop(n)
         finally:
             stop(proc)
         span = scalar(
@@ -385,9 +451,12 @@ def pgq_batch_enqueue(server: Server, n: int) -> float:
 
         async def run(queries: Any) -> float:
             await _pgq_batches(queries, -1000, 1000)  # warm up outside the timing
+            DB.start()
             started = time.perf_counter()
             await _pgq_batches(queries, 0, n)
-            return time.perf_counter() - started
+            elapsed = time.perf_counter() - started
+            DB.stop(n)
+            return elapsed
 
         elapsed = _pgq_run(url, run)
     return n / float(elapsed)
@@ -399,10 +468,13 @@ def pgq_single_enqueue(server: Server, n: int) -> float:
         async def run(queries: Any) -> float:
             for i in range(20):
                 await queries.enqueue("noop", str(-i).encode())
+            DB.start()
             started = time.perf_counter()
             for i in range(n):
                 await queries.enqueue("noop", str(i).encode())
-            return time.perf_counter() - started
+            elapsed = time.perf_counter() - started
+            DB.stop(n)
+            return elapsed
 
         elapsed = _pgq_run(url, run)
     return n / float(elapsed)
@@ -501,19 +573,27 @@ class Row:
     peer_name: str = ""
     ratchet: list[float] = field(default_factory=list)
     peer: list[float] = field(default_factory=list)
+    ratchet_db: list[float] = field(default_factory=list)
+    peer_db: list[float] = field(default_factory=list)
 
 
-def fmt(values: list[float]) -> str:
+def fmt(values: list[float], digits: int = 0) -> str:
     if not values:
         return "-"
     med = statistics.median(values)
-    spread = f" ({min(values):,.0f}-{max(values):,.0f})" if len(values) > 1 else ""
-    return f"{med:,.0f}{spread}"
+    spread = f" ({min(values):,.{digits}f}-{max(values):,.{digits}f})" if len(values) > 1 else ""
+    return f"{med:,.{digits}f}{spread}"
 
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=(__doc__ or "").splitlines()[0])
     parser.add_argument("--url", help="an existing PostgreSQL server (needs CREATEDB)")
+    parser.add_argument(
+        "--data-dir",
+        type=Path,
+        help="the data directory of the --url server, when it runs on this machine: its CPU per"
+        " job is reported too (always for the server the benchmark starts)",
+    )
     parser.add_argument("--rounds", type=int, default=3, help="interleaved rounds (median)")
     parser.add_argument("--jobs", type=int, default=20_000, help="jobs prefilled or enqueued")
     parser.add_argument("--single", type=int, default=2_000, help="jobs for single enqueue")
@@ -549,6 +629,10 @@ def main(argv: list[str] | None = None) -> int:
         defaults = {"fsync": "on", "synchronous_commit": "on", "full_page_writes": "on"}
         server = PostgresServer(settings=defaults).start()
         url = server.url()
+        assert server.data_dir is not None
+        DB.watch(server.data_dir)
+    if args.data_dir is not None:
+        DB.watch(args.data_dir)
     pg = Server(url)
     n, single = args.jobs, args.single
     peer_versions = ""
@@ -602,13 +686,18 @@ def main(argv: list[str] | None = None) -> int:
     try:
         for round_no in range(args.rounds):
             for row, (_, _, mine, theirs) in zip(rows, plan, strict=True):
-                sides: list[tuple[list[float], Callable[[], float]]] = [(row.ratchet, mine)]
+                sides: list[tuple[list[float], list[float], Callable[[], float]]] = [
+                    (row.ratchet, row.ratchet_db, mine)
+                ]
                 if theirs is not None and peers:
-                    sides.append((row.peer, theirs))
+                    sides.append((row.peer, row.peer_db, theirs))
                 if round_no % 2:  # alternate who goes first
                     sides.reverse()
-                for values, measure in sides:
+                for values, db_values, measure in sides:
                     values.append(measure())
+                    db_cpu = DB.take()
+                    if db_cpu is not None:
+                        db_values.append(db_cpu)
                 print(
                     f"  round {round_no + 1}: {row.label:<46} Ratchet {row.ratchet[-1]:>9,.0f}"
                     + (f"   {row.peer_name} {row.peer[-1]:>9,.0f}" if row.peer else ""),
@@ -629,6 +718,15 @@ def main(argv: list[str] | None = None) -> int:
         elif bare is not None and row is not bare and row.ratchet:
             peer, ratio = "bare loop", f"{statistics.median(row.ratchet) / statistics.median(bare.ratchet):.2f}x"  # fmt: skip
         print(f"| {row.label} | {fmt(row.ratchet)} | {peer} | {fmt(row.peer)} | {ratio} |")
+    metered = [row for row in rows if row.ratchet_db]
+    if metered:
+        print("\n| the database's CPU per job (µs, median (min-max)) | Ratchet | peer | peer's |")
+        print("|---|---:|---|---:|")
+        for row in metered:
+            print(
+                f"| {row.label} | {fmt(row.ratchet_db, 1)} |"
+                f" {row.peer_name if row.peer_db else ''} | {fmt(row.peer_db, 1)} |"
+            )
     return 0
 
 

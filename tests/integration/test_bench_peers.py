@@ -36,17 +36,38 @@ def bench_peers(monkeypatch: pytest.MonkeyPatch) -> Any:
     return bench_peers
 
 
+def _tables(out: str) -> list[dict[str, str]]:
+    """The printed tables, each as {first cell: second cell}."""
+    tables: list[dict[str, str]] = []
+    for block in out.split("\n\n"):
+        rows = [line for line in block.splitlines() if line.startswith("| ")]
+        if rows:
+            tables.append(
+                {
+                    cells[1]: cells[2]
+                    for line in rows
+                    if (cells := [c.strip() for c in line.split("|")])
+                }
+            )
+    return tables
+
+
 def test_the_ratchet_side_of_a_quick_run_measures_every_row(
     bench_peers: Any, postgres_server: Any, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    assert bench_peers.main(["--quick", "--ratchet-only", "--url", postgres_server.url()]) == 0
-    table = {
-        cells[1]: cells[2]
-        for line in capsys.readouterr().out.splitlines()
-        if line.startswith("| ") and len(cells := [c.strip() for c in line.split("|")]) > 3
-    }
+    """Every row has a rate; every PostgreSQL row the server's CPU per job, read from the
+    processes of the server whose data directory is given."""
+    argv = ["--quick", "--ratchet-only", "--url", postgres_server.url()]
+    assert bench_peers.main([*argv, "--data-dir", str(postgres_server.data_dir)]) == 0
+    rates, database_cpu = _tables(capsys.readouterr().out)
     for label in LABELS:
-        assert float(table[label].replace(",", "")) > 0, f"{label}: {table.get(label)}"
+        assert float(rates[label].replace(",", "")) > 0, f"{label}: {rates.get(label)}"
+    metered = {label for label in LABELS if not label.startswith("SQLite")}
+    assert (
+        set(database_cpu) - {"the database's CPU per job (µs, median (min-max))", "---"} == metered
+    )
+    for label in metered:
+        assert float(database_cpu[label].replace(",", "")) > 0, f"{label}: {database_cpu[label]}"
 
 
 def test_a_missing_peer_names_the_dependency_group(
