@@ -196,6 +196,7 @@ PARTIAL = {
 PG02_PARTIAL = {
     "idx_job_depends_on": ("scheduler_job", "depends_on = $1::uuid"),
     "idx_job_encryption_key_id": ("scheduler_job", "encryption_key_id = $1"),
+    "uq_queue_business_key": ("scheduler_job_queue", "business_key = $1"),
 }
 
 #: The tables whose foreign key to ``scheduler_job`` migration ``pg02`` drops.
@@ -256,12 +257,12 @@ def test_the_null_free_indexes_migrate_to_partial_and_back(empty_store: Postgres
     assert "pg01" not in current_revisions(empty_store)
 
 
-def test_pg02_drops_the_job_foreign_keys_and_two_full_indexes_and_back(
+def test_pg02_drops_the_job_foreign_keys_and_the_null_index_entries_and_back(
     empty_store: PostgresStore,
 ) -> None:
     """A schema at the revisions before ``pg02`` has the four foreign keys to the job table and
-    full indexes on ``depends_on`` and ``encryption_key_id``; ``migrate()`` drops the keys and
-    makes the indexes partial; the downgrade restores both."""
+    full indexes on ``depends_on``, ``encryption_key_id`` and the queue's business key;
+    ``migrate()`` drops the keys and makes the indexes partial; the downgrade restores both."""
     from alembic import command
 
     from ratchet.sql.migrate import alembic_config, upgrade
@@ -316,6 +317,7 @@ def test_partial_indexes_serve_their_queries(postgres_store_url: str, plan: str)
                 "idx_queue_signal_key",
                 "idx_job_terminal",
                 "idx_job_encryption_key_id",
+                "uq_queue_business_key",
             ):
                 arg = "'x'"
             lines = conn.execute(f"EXPLAIN EXECUTE {name}({arg})").fetchall()
