@@ -24,7 +24,11 @@ What it measures (no-op jobs throughout; the median of ``--rounds`` rounds, min-
   (claim 100 + record 100 outcomes, no worker);
 - for every PostgreSQL row, the **database's CPU per job** while it ran (:class:`DatabaseMeter`:
   all of the server's processes), beside the peer's: how much of a difference is the server's
-  work rather than the client's.
+  work rather than the client's;
+- and **what the database wrote per job** (:class:`WriteMeter`): WAL bytes, heap rows, index
+  entries and row locks read from the WAL itself (``pg_walinspect``), and the statements run
+  (``pg_stat_statements``, which the throwaway server loads; a ``--url`` server only if it
+  does).
 
 ``--ratchet-only`` runs Ratchet's side alone (the peers need not be installed); ``--quick`` is a
 bounded smoke run (the test suite runs it with ``--ratchet-only``). This file is also the job
@@ -204,11 +208,13 @@ class DatabaseMeter:
 
     def start(self) -> None:
         self._started = self._cpu() if self.postmaster else None
+        WAL.start()
 
     def stop(self, jobs: int) -> None:
         if self._started is not None:
             self._last = (self._cpu() - self._started) / jobs * 1e6
         self._started = None
+        WAL.stop(jobs)
 
     def take(self) -> float | None:
         """The last measurement in µs per job (None: none), forgotten once read."""
@@ -216,7 +222,110 @@ class DatabaseMeter:
         return value
 
 
+@dataclass(frozen=True)
+class Writes:
+    """What the server wrote per job: WAL bytes, heap rows (each insert, update or delete of
+    a row version), B-tree index entries and row locks, read from the WAL itself; and the
+    statements run, where the server counts them (``pg_stat_statements`` loaded)."""
+
+    wal_bytes: float
+    rows: float
+    index_entries: float
+    row_locks: float
+    statements: float | None
+
+
+#: WAL record types (``resource manager/record type``, without ``+INIT``) by what they write.
+ROW_RECORDS = {"Heap/INSERT", "Heap/UPDATE", "Heap/HOT_UPDATE", "Heap/DELETE", "Heap2/MULTI_INSERT"}
+INDEX_RECORDS = {"Btree/INSERT_LEAF", "Btree/INSERT_POST"}
+LOCK_RECORDS = {"Heap/LOCK", "Heap2/LOCK_UPDATED"}
+
+
+class WriteMeter:
+    """What the server wrote between :meth:`start` and :meth:`stop` (:class:`Writes`), from
+    the WAL of the whole server (``pg_walinspect``, so the server's background writes count
+    too) and the statements of every database but the meter's own (``pg_stat_statements``).
+    Off until :meth:`attach` is given a superuser's connection that can read them."""
+
+    def __init__(self) -> None:
+        self.conn: Any = None
+        self.statements = False
+        self._start: tuple[str, float] | None = None
+        self._last: Writes | None = None
+
+    def attach(self, conn: Any) -> None:
+        """Meter through ``conn`` (autocommit), where ``pg_walinspect`` can be installed."""
+        import psycopg
+
+        try:
+            conn.execute("CREATE EXTENSION IF NOT EXISTS pg_walinspect")
+        except psycopg.Error:
+            return  # not a superuser, or no contrib modules: writes are not reported
+        self.conn = conn
+        try:
+            conn.execute("CREATE EXTENSION IF NOT EXISTS pg_stat_statements")
+            conn.execute("SELECT 1 FROM pg_stat_statements LIMIT 1")
+            self.statements = True
+        except psycopg.Error:
+            self.statements = False  # not in shared_preload_libraries
+
+    def _calls(self) -> float:
+        if not self.statements:
+            return 0.0
+        return float(
+            self.conn.execute(
+                "SELECT coalesce(sum(calls), 0) FROM pg_stat_statements WHERE dbid <>"
+                " (SELECT oid FROM pg_database WHERE datname = current_database())"
+            ).fetchone()[0]
+        )
+
+    def start(self) -> None:
+        if self.conn is not None:
+            lsn = self.conn.execute("SELECT pg_current_wal_insert_lsn()").fetchone()[0]
+            self._start = (str(lsn), self._calls())
+
+    def stop(self, jobs: int) -> None:
+        if self._start is None:
+            return
+        start, calls = self._start
+        self._start = None
+        statements = (self._calls() - calls) / jobs if self.statements else None
+        end = self.conn.execute("SELECT pg_current_wal_insert_lsn()").fetchone()[0]
+        # pg_walinspect reads only flushed WAL: the WAL writer flushes within its delay.
+        deadline = time.monotonic() + 10
+        flushed = "SELECT pg_current_wal_flush_lsn() >= %s"
+        while not self.conn.execute(flushed, (end,)).fetchone()[0]:
+            if time.monotonic() > deadline:
+                raise RuntimeError(f"the server's WAL was not flushed up to {end}")
+            time.sleep(0.01)
+        counts: dict[str, int] = {}
+        for kind, count in self.conn.execute(
+            'SELECT "resource_manager/record_type", count FROM pg_get_wal_stats(%s, %s, true)',
+            (start, end),
+        ):
+            kind = kind.removesuffix("+INIT")
+            counts[kind] = counts.get(kind, 0) + count
+        size = self.conn.execute("SELECT pg_wal_lsn_diff(%s, %s)", (end, start)).fetchone()[0]
+
+        def per_job(kinds: set[str]) -> float:
+            return sum(counts.get(k, 0) for k in kinds) / jobs
+
+        self._last = Writes(
+            float(size) / jobs,
+            per_job(ROW_RECORDS),
+            per_job(INDEX_RECORDS),
+            per_job(LOCK_RECORDS),
+            statements,
+        )
+
+    def take(self) -> Writes | None:
+        """The last measurement (None: none), forgotten once read."""
+        value, self._last = self._last, None
+        return value
+
+
 DB = DatabaseMeter()
+WAL = WriteMeter()
 
 
 class Server:
@@ -230,6 +339,7 @@ class Server:
         self._make_url = make_url
         admin = make_url(server_url).set(database="postgres").render_as_string(False)
         self.admin = psycopg.connect(_libpq(admin), autocommit=True)
+        self.meter = psycopg.connect(_libpq(admin), autocommit=True)
 
     @contextmanager
     def database(self, migrate: bool = True) -> Iterator[str]:
@@ -591,6 +701,8 @@ class Row:
     peer: list[float] = field(default_factory=list)
     ratchet_db: list[float] = field(default_factory=list)
     peer_db: list[float] = field(default_factory=list)
+    ratchet_writes: list[Writes] = field(default_factory=list)
+    peer_writes: list[Writes] = field(default_factory=list)
 
 
 def fmt(values: list[float], digits: int = 0) -> str:
@@ -599,6 +711,24 @@ def fmt(values: list[float], digits: int = 0) -> str:
     med = statistics.median(values)
     spread = f" ({min(values):,.{digits}f}-{max(values):,.{digits}f})" if len(values) > 1 else ""
     return f"{med:,.{digits}f}{spread}"
+
+
+def fmt_writes(runs: list[Writes]) -> str:
+    """The median of each figure of ``runs``, in one cell."""
+    if not runs:
+        return "-"
+
+    def med(values: list[float | None]) -> float | None:
+        known = [v for v in values if v is not None]
+        return statistics.median(known) if known else None
+
+    statements = med([w.statements for w in runs])
+    return (
+        f"{med([w.wal_bytes for w in runs]):,.0f} B WAL, {med([w.rows for w in runs]):.2f} rows,"
+        f" {med([w.index_entries for w in runs]):.2f} index entries,"
+        f" {med([w.row_locks for w in runs]):.2f} row locks, "
+        + ("statements not counted" if statements is None else f"{statements:.3f} statements")
+    )
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -642,7 +772,12 @@ def main(argv: list[str] | None = None) -> int:
     if url is None:
         from ratchet.testing.servers import PostgresServer
 
-        defaults = {"fsync": "on", "synchronous_commit": "on", "full_page_writes": "on"}
+        defaults = {
+            "fsync": "on",
+            "synchronous_commit": "on",
+            "full_page_writes": "on",
+            "shared_preload_libraries": "pg_stat_statements",  # statements per job
+        }
         server = PostgresServer(settings=defaults).start()
         url = server.url()
         assert server.data_dir is not None
@@ -650,6 +785,7 @@ def main(argv: list[str] | None = None) -> int:
     if args.data_dir is not None:
         DB.watch(args.data_dir)
     pg = Server(url)
+    WAL.attach(pg.meter)
     n, single = args.jobs, args.single
     peer_versions = ""
     if peers:
@@ -702,18 +838,20 @@ def main(argv: list[str] | None = None) -> int:
     try:
         for round_no in range(args.rounds):
             for row, (_, _, mine, theirs) in zip(rows, plan, strict=True):
-                sides: list[tuple[list[float], list[float], Callable[[], float]]] = [
-                    (row.ratchet, row.ratchet_db, mine)
-                ]
+                sides: list[tuple[list[float], list[float], list[Writes], Callable[[], float]]]
+                sides = [(row.ratchet, row.ratchet_db, row.ratchet_writes, mine)]
                 if theirs is not None and peers:
-                    sides.append((row.peer, row.peer_db, theirs))
+                    sides.append((row.peer, row.peer_db, row.peer_writes, theirs))
                 if round_no % 2:  # alternate who goes first
                     sides.reverse()
-                for values, db_values, measure in sides:
+                for values, db_values, writes, measure in sides:
                     values.append(measure())
                     db_cpu = DB.take()
                     if db_cpu is not None:
                         db_values.append(db_cpu)
+                    wrote = WAL.take()
+                    if wrote is not None:
+                        writes.append(wrote)
                 print(
                     f"  round {round_no + 1}: {row.label:<46} Ratchet {row.ratchet[-1]:>9,.0f}"
                     + (f"   {row.peer_name} {row.peer[-1]:>9,.0f}" if row.peer else ""),
@@ -721,6 +859,7 @@ def main(argv: list[str] | None = None) -> int:
                 )
     finally:
         pg.admin.close()
+        pg.meter.close()
         if server is not None:
             server.cleanup()
     print(f"load average at end {os.getloadavg()[0]:.1f}\n")
@@ -742,6 +881,17 @@ def main(argv: list[str] | None = None) -> int:
             print(
                 f"| {row.label} | {fmt(row.ratchet_db, 1)} |"
                 f" {row.peer_name if row.peer_db else ''} | {fmt(row.peer_db, 1)} |"
+            )
+    written = [row for row in rows if row.ratchet_writes]
+    if written:
+        print(
+            "\n| what the database wrote per job (median) | Ratchet | peer | peer's |"
+            "\n|---|---|---|---|"
+        )
+        for row in written:
+            print(
+                f"| {row.label} | {fmt_writes(row.ratchet_writes)} |"
+                f" {row.peer_name if row.peer_writes else ''} | {fmt_writes(row.peer_writes)} |"
             )
     return 0
 

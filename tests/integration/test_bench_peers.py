@@ -5,6 +5,7 @@ the group when a peer is missing is checked."""
 
 from __future__ import annotations
 
+import re
 import sys
 from pathlib import Path
 from typing import Any
@@ -52,16 +53,25 @@ def test_the_ratchet_side_of_a_quick_run_measures_every_row(
     bench_peers: Any, postgres_server: Any, capsys: pytest.CaptureFixture[str]
 ) -> None:
     """Every row has a rate; every PostgreSQL row the server's CPU per job, read from the
-    processes of the server whose data directory is given."""
+    processes of the server whose data directory is given, and what the server wrote per job,
+    read from its WAL."""
     argv = ["--quick", "--ratchet-only", "--url", postgres_server.url()]
     assert bench_peers.main([*argv, "--data-dir", str(postgres_server.data_dir)]) == 0
-    rates, database_cpu = _tables(capsys.readouterr().out)
+    rates, database_cpu, writes = _tables(capsys.readouterr().out)
     for label in LABELS:
         assert float(rates[label].replace(",", "")) > 0, f"{label}: {rates.get(label)}"
     metered = {label for label in LABELS if not label.startswith("SQLite")}
     assert set(database_cpu) == metered
     for label in metered:
         assert float(database_cpu[label].replace(",", "")) > 0, f"{label}: {database_cpu[label]}"
+    assert set(writes) == metered
+    for label in metered:
+        figures = re.fullmatch(r"([\d,]+) B WAL, ([\d.]+) rows, .*", writes[label])
+        assert figures is not None, f"{label}: {writes[label]}"
+        wal, rows = figures.groups()
+        # A job is at least two rows wherever it goes: enqueued (key, job and queue rows),
+        # processed (the claim's update and the outcome's delete), or the bare loop's own.
+        assert float(wal.replace(",", "")) > 0 and float(rows) >= 2, f"{label}: {writes[label]}"
 
 
 def test_a_missing_peer_names_the_dependency_group(
