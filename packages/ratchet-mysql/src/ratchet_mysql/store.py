@@ -43,10 +43,11 @@ from ratchet.sql.hotpaths import (
     HotPaths,
     InsertStatements,
     OutcomeStatements,
+    OwnedRow,
 )
 from ratchet.sql.prepared import PreparedInsert
 from ratchet.sql.store import SqlStore
-from ratchet.sql.types import to_micros
+from ratchet.sql.types import from_micros, to_micros
 from ratchet.sql.watcher_store import CHUNK, OWNED
 from ratchet_mysql.dialect import (
     MULTI_RESULTS,
@@ -139,8 +140,8 @@ def in_batches(parts: Sequence[str], separator: int) -> Iterator[list[str]]:
 
 
 class MySQLClaim(ClaimStatements):
-    """The claim's candidates locked as they are read; then the mark, the attempt rows and the
-    definitions as one multi-statement query."""
+    """The claim's candidates locked as they are read; then the mark and the definitions as one
+    multi-statement query."""
 
     candidates_locked = True
     """True while the server accepts the per-level locking UNION (else: generic candidates,
@@ -193,19 +194,13 @@ class MySQLClaim(ClaimStatements):
         literal = self.driver.literal(conn.connection.driver_connection)
         node, at = literal(node_id), to_micros(now)
         ids = ",".join(_hex(r.job_id) for r in chosen)
-        attempts = ",".join(
-            f"({_hex(r.job_id)},{r.attempts + 1},{r.epoch + 1},{node},{at},'{_RUNNING}')"
-            for r in chosen
-        )
         results = run_multi_query(
             conn,
             f"UPDATE {Q.name} SET status = '{_RUNNING}', picked_by = {node}, picked_at = {at},"
             f" epoch = epoch + 1, start_by = NULL WHERE job_id IN ({ids}) AND status = '{_PENDING}';\n"
-            f"INSERT INTO {schema.job_execution.name}"
-            " (job_id, attempt_no, epoch, node_id, started_at, outcome)"
-            f" VALUES {attempts};\n{self._definitions_sql()}({ids})",
+            f"{self._definitions_sql()}({ids})",
         )
-        return results[0][0], self._definitions(results[2][1])
+        return results[0][0], self._definitions(results[1][1])
 
     def _definitions_sql(self) -> str:
         """``SELECT <the columns of DEFINITIONS> FROM scheduler_job WHERE job_id IN `` (the id
@@ -274,28 +269,30 @@ class MySQLOutcomes(OutcomeStatements):
 
     def owned(
         self, conn: Connection, node_id: str, ids: Sequence[uuid.UUID]
-    ) -> Mapping[Any, tuple[int, int]]:
+    ) -> Mapping[Any, OwnedRow]:
         node = self.driver.literal(conn.connection.driver_connection)(node_id)
-        owned: dict[bytes, tuple[int, int]] = {}
+        owned: dict[bytes, OwnedRow] = {}
         for chunk in iter_chunks(ids, CHUNK):
             rows = conn.exec_driver_sql(
-                f"SELECT job_id, epoch, attempts FROM {Q.name} WHERE job_id IN"
+                f"SELECT job_id, epoch, attempts, picked_at FROM {Q.name} WHERE job_id IN"
                 f" ({','.join(map(_hex, chunk))}) AND picked_by = {node}"
                 f" AND status IN ({_OWNED_IN}) FOR UPDATE",
                 execution_options=_NO_PARAMETERS,
             )
-            owned.update({job_id: (epoch, attempts) for job_id, epoch, attempts in rows})
+            owned.update({job_id: (epoch, n, from_micros(at)) for job_id, epoch, n, at in rows})
         return owned
 
-    def apply(self, conn: Connection, writes: Sequence[AppliedOutcome]) -> None:
+    def apply(self, conn: Connection, node_id: str, writes: Sequence[AppliedOutcome]) -> None:
         literal = self.driver.literal(conn.connection.driver_connection)
+        node = literal(node_id)
         # One statement per job and table, in the generic order: deletes by primary key (with
         # an IN list MySQL/MariaDB may scan the table and wait on, then deadlock with, other
-        # workers' rows), the jobs' ends, the returns to PENDING, the attempts' closes.
+        # workers' rows), the jobs' ends, the returns to PENDING; then one insert of the ended
+        # attempts' rows.
         deletes: list[str] = []
         ends: list[str] = []
         backs: list[str] = []
-        closes: list[str] = []
+        attempts_ended: list[str] = []
         for w in writes:
             planned = w.planned
             o = planned.outcome
@@ -318,13 +315,18 @@ class MySQLOutcomes(OutcomeStatements):
                     f" last_error = COALESCE({error}, last_error),"
                     f" picked_by = NULL, picked_at = NULL, timed_out_at = NULL WHERE job_id = {job}"
                 )
-            closes.append(
-                f"UPDATE {schema.job_execution.name} SET finished_at = {to_micros(o.finished_at)},"
-                f" outcome = {_KIND_LITERALS[o.kind]}, error = {error},"
-                f" traceback = {literal(o.traceback)}"
-                f" WHERE job_id = {job} AND attempt_no = {w.attempts + 1} AND epoch = {o.epoch}"
+            attempts_ended.append(
+                f"({job},{w.attempts + 1},{o.epoch},{node},{to_micros(w.started_at)},"
+                f"{to_micros(o.finished_at)},{_KIND_LITERALS[o.kind]},{error},"
+                f"{literal(o.traceback)})"
             )
-        for batch in in_batches(deletes + ends + backs + closes, 2):
+        statements = deletes + ends + backs
+        for rows in in_batches(attempts_ended, 1):
+            statements.append(
+                f"INSERT INTO {schema.job_execution.name} (job_id, attempt_no, epoch, node_id,"
+                " started_at, finished_at, outcome, error, traceback) VALUES " + ",".join(rows)
+            )
+        for batch in in_batches(statements, 2):
             run_multi_query(conn, ";\n".join(batch))
 
 

@@ -198,8 +198,9 @@ def claim_statement(boosted: bool, gated: bool = False) -> TextClause:
     level. ``picked``: the candidates sorted by effective priority, scheduled time and id, then
     fetched by primary key and locked one at a time in that order (``FOR UPDATE SKIP LOCKED`` in
     a lateral subquery), skipping rows other claimers hold, until ``:lim`` are locked: only the
-    rows taken (and those skipped) are visited. ``upd`` marks them RUNNING (epoch + 1), ``hist``
-    opens their attempt rows, and the final select adds the definitions, in claim order.
+    rows taken (and those skipped) are visited. ``upd`` marks them RUNNING (epoch + 1) (the
+    running attempt is that row: its history row is written when it ends), and the final select
+    adds the definitions, in claim order.
 
     ``upd`` finds its rows by their ids only, as an array as well as by the join (the rows are
     locked and were PENDING when locked, so no status test is needed): given a status test or the
@@ -243,9 +244,6 @@ WITH {gate}cand AS (
     FROM picked p
     WHERE q.job_id = p.job_id AND q.job_id = ANY(ARRAY(SELECT job_id FROM picked))
     RETURNING q.job_id, q.priority, q.scheduled_time, q.epoch, q.attempts, p.eff
-), hist AS (
-    INSERT INTO scheduler_job_execution (job_id, attempt_no, epoch, node_id, started_at, outcome)
-    SELECT job_id, attempts + 1, epoch, :node, :now, '{running}' FROM upd
 )"""
     claimed = f"""SELECT u.job_id, u.priority, u.scheduled_time, u.epoch, u.attempts,
        j.target, j.payload, j.max_retries, j.backoff_policy, j.backoff_ms, j.timeout_ms,
@@ -431,8 +429,8 @@ def record_statement() -> TextClause:
 
     ``owned``: the outcomes whose job is still RUNNING (or TIMED_OUT) under this node and their
     epoch, locked. Terminal ones leave the queue and end their job; the others go back to
-    PENDING, their error (if any) as the job's last error; every accepted attempt row is
-    closed. What each writes (terminal status, attempts added, due time) comes planned with it.
+    PENDING, their error (if any) as the job's last error; every accepted attempt's row is
+    written, ended, with the start its live row kept. What each writes (terminal status, attempts added, due time) comes planned with it.
     The ids returned are the accepted ones. ``:outcomes`` holds one JSON array per outcome
     (:data:`OUTCOME_RECORD`), read as the insert reads its rows.
     """
@@ -443,8 +441,8 @@ def record_statement() -> TextClause:
 WITH o AS (
     {_json_rows(":outcomes", OUTCOME_RECORD)}
 ), owned AS (
-    SELECT q.job_id, q.attempts, o.epoch, o.kind, o.terminal_status, o.added, o.error,
-           o.traceback, o.result, o.finished_at, o.pending_at
+    SELECT q.job_id, q.attempts, q.picked_at, o.epoch, o.kind, o.terminal_status, o.added,
+           o.error, o.traceback, o.result, o.finished_at, o.pending_at
     FROM scheduler_job_queue q JOIN o ON o.job_id = q.job_id
     WHERE q.picked_by = :node AND q.status IN ({owned_statuses}) AND q.epoch = o.epoch
     FOR UPDATE OF q
@@ -464,11 +462,11 @@ WITH o AS (
         picked_by = NULL, picked_at = NULL, timed_out_at = NULL
     FROM owned w
     WHERE q.job_id = w.job_id AND w.terminal_status IS NULL
-), closed AS (
-    UPDATE scheduler_job_execution e
-    SET finished_at = w.finished_at, outcome = w.kind, error = w.error, traceback = w.traceback
-    FROM owned w
-    WHERE e.job_id = w.job_id AND e.attempt_no = w.attempts + 1 AND e.epoch = w.epoch
+), ended_attempts AS (
+    INSERT INTO scheduler_job_execution
+        (job_id, attempt_no, epoch, node_id, started_at, finished_at, outcome, error, traceback)
+    SELECT job_id, attempts + 1, epoch, :node, picked_at, finished_at, kind, error, traceback
+    FROM owned
 )
 SELECT job_id FROM owned
 """

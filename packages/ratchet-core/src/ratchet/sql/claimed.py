@@ -5,14 +5,14 @@ from __future__ import annotations
 
 import json
 from collections import namedtuple
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Iterable
 from datetime import datetime, timedelta
 from functools import cache, lru_cache
 from typing import Any
 
 from sqlalchemy import ColumnElement, FromClause, bindparam, select
 
-from ratchet.domain.lifecycle import JobPriority, JobStatus
+from ratchet.domain.lifecycle import JobPriority
 from ratchet.domain.model import ClaimedJob
 from ratchet.domain.options import BackoffPolicy
 from ratchet.sql import schema
@@ -118,23 +118,3 @@ def claimed_job(
         caller_principal=d.caller_principal,
         trace_context=d.trace_context,
     )
-
-
-#: The columns of an attempt row as :func:`attempt_rows` gives them.
-ATTEMPT_ROW_COLUMNS = ("job_id", "attempt_no", "epoch", "node_id", "started_at", "outcome")
-
-
-def attempt_rows(rows: Sequence[Any], node_id: str, now: datetime) -> list[dict[str, Any]]:
-    """The attempt-history rows that ownership of ``rows`` (live rows read before their epoch +
-    1) opens for ``node_id`` at ``now``."""
-    return [
-        {
-            "job_id": r.job_id,
-            "attempt_no": r.attempts + 1,
-            "epoch": r.epoch + 1,
-            "node_id": node_id,
-            "started_at": now,
-            "outcome": JobStatus.RUNNING.value,
-        }
-        for r in rows
-    ]

@@ -54,9 +54,7 @@ from ratchet.sql.affinity import (
     tag_parameters,
 )
 from ratchet.sql.claimed import (
-    ATTEMPT_ROW_COLUMNS,
     DEFINITIONS,
-    attempt_rows,
     claimed_job,
     plain_rows,
 )
@@ -91,17 +89,12 @@ _CLAIM_MARK = (
         start_by=None,  # started: the schedule-to-start deadline is met
     )
 )
-_OPEN_ATTEMPT = PreparedStatement(
-    insert(EXE).values(
-        {name: bindparam(name, type_=EXE.c[name].type) for name in ATTEMPT_ROW_COLUMNS}
-    )
-)
 _STILL_PENDING = select(Q.c.job_id).where(
     Q.c.job_id.in_(_ids()), Q.c.status == JobStatus.PENDING.value
 )
 #: The live rows of the ``:ids`` that ``:node`` holds (RUNNING or TIMED_OUT), with the epoch
-#: they are held under and the attempts counted so far.
-OWNED_ROWS = select(Q.c.job_id, Q.c.epoch, Q.c.attempts).where(
+#: they are held under, the attempts counted so far and when the running attempt started.
+OWNED_ROWS = select(Q.c.job_id, Q.c.epoch, Q.c.attempts, Q.c.picked_at).where(
     Q.c.job_id.in_(_ids()),
     Q.c.picked_by == bindparam("node"),
     Q.c.status.in_(OWNED),
@@ -134,20 +127,18 @@ _BACK_TO_PENDING = PreparedStatement(
         timed_out_at=None,
     )
 )
-_CLOSE_ATTEMPT = PreparedStatement(
-    update(EXE)
-    .where(
-        EXE.c.job_id == bindparam("b_id"),
-        EXE.c.attempt_no == bindparam("b_attempt"),
-        EXE.c.epoch == bindparam("b_epoch"),
+#: The ended attempt's row (see :mod:`ratchet.sql.attempt_history`): written once, here.
+_ENDED_ATTEMPT = PreparedStatement(
+    insert(EXE).values(
+        {
+            name: bindparam(f"b_{name}", type_=EXE.c[name].type)
+            for name in (
+                "job_id", "attempt_no", "epoch", "node_id", "started_at", "finished_at",
+                "outcome", "error", "traceback",
+            )
+        }
     )
-    .values(
-        finished_at=bindparam("b_at"),
-        outcome=bindparam("b_outcome"),
-        error=bindparam("b_error"),
-        traceback=bindparam("b_traceback"),
-    )
-)
+)  # fmt: skip
 
 
 # ---------------------------------------------------------------------------------- the claim
@@ -245,13 +236,12 @@ class ClaimStatements:
     def take(
         self, conn: Connection, node_id: str, chosen: Sequence[Any], now: datetime
     ) -> tuple[int, Mapping[uuid.UUID, Any]]:
-        """Mark the locked ``chosen`` candidates RUNNING for ``node_id`` (epoch + 1), open their
-        attempt rows and read their definitions (rows of ``DEFINITIONS`` by job id). Returns how
+        """Mark the locked ``chosen`` candidates RUNNING for ``node_id`` (epoch + 1) and read
+        their definitions (rows of ``DEFINITIONS`` by job id). Returns how
         many rows the mark changed, and the definitions."""
         ids = [r.job_id for r in chosen]
         marked = conn.execute(_CLAIM_MARK, {"ids": ids, "node": node_id, "now": now}).rowcount
         definitions = {r.job_id: r for r in plain_rows(conn.execute(DEFINITIONS, {"ids": ids}))}
-        _OPEN_ATTEMPT.execute(conn, attempt_rows(chosen, node_id, now))
         return marked, definitions
 
     def gated_claim(
@@ -657,11 +647,13 @@ class AppliedOutcome:
     its statements (a value, like :class:`PlannedOutcome`). Plain attributes: the outcome write
     reads them several times per job."""
 
-    __slots__ = ("attempts", "attempts_after", "outcome", "planned")
+    __slots__ = ("attempts", "attempts_after", "outcome", "planned", "started_at")
 
-    def __init__(self, planned: PlannedOutcome, attempts: int) -> None:
+    def __init__(self, planned: PlannedOutcome, attempts: int, started_at: datetime) -> None:
         self.planned = planned
         self.attempts = attempts
+        self.started_at = started_at
+        """When the attempt started (its live row's ``picked_at``)."""
         self.outcome: Outcome = planned.outcome
         self.attempts_after = attempts + planned.attempts_added
         """The attempts the job counts after this outcome."""
@@ -671,28 +663,34 @@ class AppliedOutcome:
             isinstance(other, AppliedOutcome)
             and self.planned == other.planned
             and self.attempts == other.attempts
+            and self.started_at == other.started_at
         )
 
     __hash__ = None  # type: ignore[assignment]  # mutable, compared by value
 
     def __repr__(self) -> str:
-        return f"AppliedOutcome({self.planned!r}, {self.attempts!r})"
+        return f"AppliedOutcome({self.planned!r}, {self.attempts!r}, {self.started_at!r})"
+
+
+#: A live row the node holds, as :meth:`OutcomeStatements.owned` gives it: (epoch, attempts,
+#: when the running attempt started).
+OwnedRow = tuple[int, int, datetime]
 
 
 def owned_under_epoch(
     planned: Sequence[PlannedOutcome],
-    owned: Mapping[Any, tuple[int, int]],
+    owned: Mapping[Any, OwnedRow],
     key: Callable[[uuid.UUID], Any] | None = None,
 ) -> list[AppliedOutcome]:
-    """The outcomes that apply: those whose job is in ``owned`` (the rows the node holds:
-    id -> (epoch, attempts)) under the outcome's epoch; every other one is fenced. ``key``
-    turns a job id into the key of ``owned`` (default: the id itself)."""
+    """The outcomes that apply: those whose job is in ``owned`` (the rows the node holds by
+    id) under the outcome's epoch; every other one is fenced. ``key`` turns a job id into the
+    key of ``owned`` (default: the id itself)."""
     writes = []
     for p in planned:
         o = p.outcome
         row = owned.get(o.job_id if key is None else key(o.job_id))
         if row is not None and row[0] == o.epoch:
-            writes.append(AppliedOutcome(p, row[1]))
+            writes.append(AppliedOutcome(p, row[1], row[2]))
     return writes
 
 
@@ -700,7 +698,7 @@ class OutcomeStatements:
     """The fenced outcome write: the live rows the node holds are read and locked
     (:meth:`owned`), the outcomes owned under their epoch (:func:`owned_under_epoch`) written
     (:meth:`apply`): terminal ones leave the queue and end their job, retries and reschedules go
-    back to PENDING, every applied attempt row is closed.
+    back to PENDING, every applied attempt's row is written (ended).
 
     A subclass renders :meth:`owned` and :meth:`apply` its own way, or replaces :meth:`write`
     where one statement does all of it; it must apply exactly the outcomes owned under their
@@ -716,18 +714,17 @@ class OutcomeStatements:
 
     def owned(
         self, conn: Connection, node_id: str, ids: Sequence[uuid.UUID]
-    ) -> Mapping[Any, tuple[int, int]]:
-        """Lock and return the live rows of ``ids`` that ``node_id`` holds: id -> (epoch,
-        attempts)."""
-        owned: dict[Any, tuple[int, int]] = {}
+    ) -> Mapping[Any, OwnedRow]:
+        """Lock and return the live rows of ``ids`` that ``node_id`` holds."""
+        owned: dict[Any, OwnedRow] = {}
         for chunk in iter_chunks(list(ids), CHUNK):
             rows = conn.execute(self._owned_stmt, {"ids": chunk, "node": node_id})
             # By position (OWNED_ROWS' column order): a row read by name costs a failed look-up.
-            owned.update({job_id: (epoch, attempts) for job_id, epoch, attempts in rows})
+            owned.update({job_id: (epoch, n, started) for job_id, epoch, n, started in rows})
         return owned
 
-    def apply(self, conn: Connection, writes: Sequence[AppliedOutcome]) -> None:
-        """Write the applied outcomes (their rows are locked)."""
+    def apply(self, conn: Connection, node_id: str, writes: Sequence[AppliedOutcome]) -> None:
+        """Write the applied outcomes of ``node_id``'s attempts (their rows are locked)."""
         terminal = [w for w in writes if w.planned.terminal_status is not None]
         back = [w for w in writes if w.planned.terminal_status is None]
         if terminal:
@@ -762,14 +759,16 @@ class OutcomeStatements:
                     for w in back
                 ],
             )
-        _CLOSE_ATTEMPT.execute(
+        _ENDED_ATTEMPT.execute(
             conn,
             [
                 {
-                    "b_id": w.outcome.job_id,
-                    "b_attempt": w.attempts + 1,
+                    "b_job_id": w.outcome.job_id,
+                    "b_attempt_no": w.attempts + 1,
                     "b_epoch": w.outcome.epoch,
-                    "b_at": w.outcome.finished_at,
+                    "b_node_id": node_id,
+                    "b_started_at": w.started_at,
+                    "b_finished_at": w.outcome.finished_at,
                     "b_outcome": w.outcome.kind.value,
                     "b_error": w.outcome.error,
                     "b_traceback": w.outcome.traceback,
@@ -786,7 +785,7 @@ class OutcomeStatements:
         owned = self.owned(conn, node_id, [p.outcome.job_id for p in planned])
         writes = owned_under_epoch(planned, owned, self.owned_key)
         if writes:
-            self.apply(conn, writes)
+            self.apply(conn, node_id, writes)
         return {w.outcome.job_id for w in writes}
 
     def driver_write(

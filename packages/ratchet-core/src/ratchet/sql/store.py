@@ -60,7 +60,7 @@ from ratchet.domain.options import BackoffPolicy
 from ratchet.domain.takeover import TakeoverPolicy
 from ratchet.domain.workflow import FlowEffect, FlowResolver
 from ratchet.ports import InsertResult, StoreCapabilities, iter_chunks
-from ratchet.sql import schema
+from ratchet.sql import attempt_history, schema
 from ratchet.sql.affinity import AffinityStoreMixin, tag_list
 from ratchet.sql.caller_tx import CallerTransactions, caller_connection
 from ratchet.sql.cancellation import CancellationStoreMixin
@@ -630,7 +630,7 @@ class SqlStore(
             owned: set[tuple[uuid.UUID, int]] = set()
             for chunk in iter_chunks(ids, CHUNK):
                 rows = conn.execute(OWNED_ROWS, {"ids": chunk, "node": node_id})
-                owned.update((job_id, epoch) for job_id, epoch, _ in rows)  # by position
+                owned.update((row[0], row[1]) for row in rows)  # job_id, epoch: by position
             return owned & asked
 
         # One chunk is one read: no BEGIN / COMMIT around it (a worker whose slots start late,
@@ -720,9 +720,14 @@ class SqlStore(
         for hook in self.terminal_hooks:
             hook(conn, list(ids), status, now, effects, resolve)
         for chunk in iter_chunks(list(ids), CHUNK):
-            attempts = dict(
-                conn.execute(select(Q.c.job_id, Q.c.attempts).where(Q.c.job_id.in_(chunk))).all()
-            )
+            live = conn.execute(
+                select(Q.c.status, *attempt_history.LIVE_ATTEMPT_COLUMNS).where(
+                    Q.c.job_id.in_(chunk)
+                )
+            ).all()
+            attempts = {r.job_id: r.attempts for r in live}
+            running = [r for r in live if attempt_history.in_progress(r)]
+            attempt_history.end_attempts(conn, running, status.value, now)
             conn.execute(delete(Q).where(Q.c.job_id.in_(chunk)))
             conn.execute(
                 update(J)
@@ -735,11 +740,6 @@ class SqlStore(
                     attempts=bindparam("b_attempts"),
                 ),
                 [{"b_id": jid, "b_attempts": attempts.get(jid, 0)} for jid in chunk],
-            )
-            conn.execute(
-                update(EXE)
-                .where(EXE.c.job_id.in_(chunk), EXE.c.outcome == JobStatus.RUNNING.value)
-                .values(outcome=status.value, finished_at=now)
             )
 
     def cancel_job(
@@ -1001,26 +1001,7 @@ class SqlStore(
         return self._run(work, write=False)
 
     def attempts(self, job_id: uuid.UUID) -> list[AttemptRecord]:
-        def work(conn: Connection) -> list[AttemptRecord]:
-            rows = conn.execute(
-                select(EXE).where(EXE.c.job_id == job_id).order_by(EXE.c.started_at, EXE.c.epoch)
-            )
-            return [
-                AttemptRecord(
-                    job_id=r.job_id,
-                    attempt=r.attempt_no,
-                    epoch=r.epoch,
-                    node_id=r.node_id,
-                    started_at=r.started_at,
-                    finished_at=r.finished_at,
-                    outcome=r.outcome,
-                    error=r.error,
-                    traceback=r.traceback,
-                )
-                for r in rows
-            ]
-
-        return self._run(work, write=False)
+        return self._run(lambda conn: attempt_history.history(conn, job_id), write=False)
 
     def live_counts(self) -> dict[str, int]:
         def work(conn: Connection) -> dict[str, int]:

@@ -72,7 +72,8 @@ from ratchet.domain.workflow import FlowEffect, FlowResolver
 from ratchet.ports import iter_chunks
 from ratchet.sql import schema
 from ratchet.sql.affinity import affinity_allows, tag_list
-from ratchet.sql.claimed import DEFINITIONS, attempt_rows, claimed_job
+from ratchet.sql.attempt_history import drop_open_attempts, end_attempts
+from ratchet.sql.claimed import DEFINITIONS, claimed_job
 from ratchet.sql.types import to_micros
 from ratchet.sql.workflow_store import REFUSE_ALL
 
@@ -661,6 +662,7 @@ class WatcherStoreMixin:
             by_owner.setdefault(r.picked_by, []).append(decide(stalled))
         applied: list[Outcome] = []
         effects: list[FlowEffect] = []
+        drop_open_attempts(conn, [r.job_id for r in rows])  # the outcome writes them ended
         for owner, outcomes in by_owner.items():
             written = self._record(conn, owner, outcomes, now, resolve)
             applied.extend(o for o in outcomes if o.job_id not in written.fenced)
@@ -913,16 +915,7 @@ class WatcherStoreMixin:
                 for r in rows
             ],
         )
-        conn.execute(
-            update(EXE)
-            .where(
-                EXE.c.job_id == bindparam("b_id"),
-                EXE.c.epoch == bindparam("b_epoch"),
-                EXE.c.outcome == JobStatus.RUNNING.value,
-            )
-            .values(outcome=ABANDONED, finished_at=now),
-            [{"b_id": r.job_id, "b_epoch": r.epoch} for r in rows],
-        )
+        end_attempts(conn, rows, ABANDONED, now)  # as read: attempts and epoch before the update
         if restart:
             # RESTART: the stalled attempt counted as failed, and the new run starts from scratch
             conn.execute(
@@ -938,13 +931,7 @@ class WatcherStoreMixin:
             for r in rows:
                 if r.job_id in restart:
                     r.attempts += 1
-        self._open_attempts(conn, rows, node_id, now)
         return self._claimed(conn, rows, now, takeover=True)
-
-    def _open_attempts(
-        self, conn: Connection, rows: Sequence[Any], node_id: str, now: datetime
-    ) -> None:
-        conn.execute(insert(EXE), attempt_rows(rows, node_id, now))
 
     def _claimed(
         self, conn: Connection, rows: Sequence[Any], now: datetime, *, takeover: bool
@@ -1069,20 +1056,6 @@ class WatcherStoreMixin:
             update(Q)
             .where(Q.c.job_id.in_(list(held)), Q.c.status == JobStatus.QUEUED.value)
             .values(status=JobStatus.RUNNING.value, picked_at=now, start_by=None)
-        )
-        conn.execute(
-            insert(EXE),
-            [
-                {
-                    "job_id": r.job_id,
-                    "attempt_no": r.attempts + 1,
-                    "epoch": r.epoch,
-                    "node_id": node_id,
-                    "started_at": now,
-                    "outcome": JobStatus.RUNNING.value,
-                }
-                for r in held.values()
-            ],
         )
         return [_started(job, now) for job in jobs if job.job_id in held]
 

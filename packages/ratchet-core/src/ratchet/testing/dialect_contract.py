@@ -40,7 +40,7 @@ from ratchet.domain.lifecycle import JobPriority, JobStatus
 from ratchet.domain.model import ClaimedJob, NewJob, Outcome, OutcomeKind
 from ratchet.domain.takeover import TakeoverPolicy
 from ratchet.ports import InsertResult
-from ratchet.sql import schema
+from ratchet.sql import attempt_history, schema
 from ratchet.sql.hotpaths import HotPaths
 from ratchet.testing.clock import FakeClock
 from ratchet.testing.store_contract import (
@@ -362,17 +362,16 @@ class DialectEquivalenceContract:
         # Ten attempts handed back unfinished (released): their next attempt has the same
         # number under a later epoch, so each such job has two attempt rows of that number.
         released = [c.job_id for c in store.claim(NODE, 10, now=clock.now(), boost_interval=BOOST)]
-        q, exe = schema.job_queue, schema.job_execution
+        q = schema.job_queue
         with store.engine.begin() as conn:
+            live = conn.execute(
+                select(*attempt_history.LIVE_ATTEMPT_COLUMNS).where(q.c.job_id.in_(released))
+            ).all()
+            attempt_history.end_attempts(conn, live, "RELEASED", clock.now())
             conn.execute(
                 update(q)
                 .where(q.c.job_id.in_(released))
                 .values(status=JobStatus.PENDING.value, picked_by=None, picked_at=None)
-            )
-            conn.execute(
-                update(exe)
-                .where(exe.c.job_id.in_(released), exe.c.outcome == JobStatus.RUNNING.value)
-                .values(outcome="RELEASED", finished_at=clock.now())
             )
         mine = store.claim(NODE, 31, now=clock.now(), boost_interval=BOOST)
         others = store.claim(OTHER, 5, now=clock.now(), boost_interval=BOOST)
