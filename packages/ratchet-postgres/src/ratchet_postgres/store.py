@@ -675,7 +675,7 @@ class PostgresOutcomes(OutcomeStatements):
         return set(conn.execute(record_statement(), params).scalars())
 
     def driver_write(
-        self, node_id: str, planned: Sequence[PlannedOutcome]
+        self, node_id: str, planned: Sequence[PlannedOutcome], dialect: Dialect
     ) -> Callable[[Any], Collection[uuid.UUID]]:
         """:meth:`write`'s statement on a bare psycopg connection."""
         params = _outcome_params(node_id, planned)

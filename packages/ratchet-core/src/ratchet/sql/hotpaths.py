@@ -35,7 +35,18 @@ from dataclasses import dataclass
 from datetime import datetime, timedelta
 from typing import Any
 
-from sqlalchemy import Integer, Select, bindparam, delete, func, insert, select, union_all, update
+from sqlalchemy import (
+    Integer,
+    Select,
+    bindparam,
+    delete,
+    func,
+    insert,
+    or_,
+    select,
+    union_all,
+    update,
+)
 from sqlalchemy.engine import Connection, Dialect
 
 from ratchet.domain.envelope import envelope_key_id
@@ -60,7 +71,7 @@ from ratchet.sql.claimed import (
 )
 from ratchet.sql.dialect import SqlDialect
 from ratchet.sql.prepared import PreparedInsert, PreparedKeyLookup, PreparedStatement, uuid_binder
-from ratchet.sql.types import UTCMicros, to_micros
+from ratchet.sql.types import UTCMicros, from_micros, to_micros
 from ratchet.sql.watcher_store import CHUNK, OWNED
 
 Q = schema.job_queue
@@ -694,6 +705,74 @@ def owned_under_epoch(
     return writes
 
 
+def applied_rows(
+    node_id: str, writes: Sequence[AppliedOutcome]
+) -> list[tuple[PreparedStatement, list[dict[str, Any]]]]:
+    """The statements that write the applied outcomes of ``node_id``'s attempts, each with its
+    rows, in order: terminal ones leave the queue and end their job, the others go back to
+    PENDING, and every attempt's row is written, ended."""
+    terminal = [w for w in writes if w.planned.terminal_status is not None]
+    back = [w for w in writes if w.planned.terminal_status is None]
+    out: list[tuple[PreparedStatement, list[dict[str, Any]]]] = []
+    if terminal:
+        # One statement per job (the dialects batch them into one round trip): with an IN list
+        # MySQL/MariaDB may scan the table (a small one by its statistics) and wait on, then
+        # deadlock with, other workers' rows.
+        out.append((_DELETE_LIVE, [{"b_id": w.outcome.job_id} for w in terminal]))
+        out.append(
+            (
+                _END_JOB,
+                [
+                    {
+                        "b_id": w.outcome.job_id,
+                        "b_status": w.planned.terminal_status,
+                        "b_error": w.outcome.error,
+                        "b_result": w.outcome.result,
+                        "b_at": w.outcome.finished_at,
+                        "b_attempts": w.attempts_after,
+                    }
+                    for w in terminal
+                ],
+            )
+        )
+    if back:
+        out.append(
+            (
+                _BACK_TO_PENDING,
+                [
+                    {
+                        "b_id": w.outcome.job_id,
+                        "b_time": w.planned.pending_at,
+                        "b_attempts": w.attempts_after,
+                        "b_error": w.outcome.error,
+                    }
+                    for w in back
+                ],
+            )
+        )
+    if writes:
+        out.append(
+            (
+                _ENDED_ATTEMPT,
+                [
+                    {
+                        "b_job_id": w.outcome.job_id,
+                        "b_attempt_no": w.attempts + 1,
+                        "b_epoch": w.outcome.epoch,
+                        "b_node_id": node_id,
+                        "b_started_at": w.started_at,
+                        "b_finished_at": w.outcome.finished_at,
+                        "b_outcome": w.outcome.kind.value,
+                        "b_error": w.outcome.error,
+                        "b_traceback": w.outcome.traceback,
+                    }
+                    for w in writes
+                ],
+            )
+        )
+    return out
+
+
 class OutcomeStatements:
     """The fenced outcome write: the live rows the node holds are read and locked
     (:meth:`owned`), the outcomes owned under their epoch (:func:`owned_under_epoch`) written
@@ -711,6 +790,7 @@ class OutcomeStatements:
     def __init__(self, dialect: SqlDialect) -> None:
         self.dialect = dialect
         self._owned_stmt = dialect.lock_rows(OWNED_ROWS)
+        self._owned_reads: dict[tuple[Dialect, int], Any] = {}
 
     def owned(
         self, conn: Connection, node_id: str, ids: Sequence[uuid.UUID]
@@ -725,57 +805,8 @@ class OutcomeStatements:
 
     def apply(self, conn: Connection, node_id: str, writes: Sequence[AppliedOutcome]) -> None:
         """Write the applied outcomes of ``node_id``'s attempts (their rows are locked)."""
-        terminal = [w for w in writes if w.planned.terminal_status is not None]
-        back = [w for w in writes if w.planned.terminal_status is None]
-        if terminal:
-            # One statement per job (the dialects batch them into one round trip): with an IN
-            # list MySQL/MariaDB may scan the table (a small one by its statistics) and wait on,
-            # then deadlock with, other workers' rows.
-            _DELETE_LIVE.execute(conn, [{"b_id": w.outcome.job_id} for w in terminal])
-            _END_JOB.execute(
-                conn,
-                [
-                    {
-                        "b_id": w.outcome.job_id,
-                        "b_status": w.planned.terminal_status,
-                        "b_error": w.outcome.error,
-                        "b_result": w.outcome.result,
-                        "b_at": w.outcome.finished_at,
-                        "b_attempts": w.attempts_after,
-                    }
-                    for w in terminal
-                ],
-            )
-        if back:
-            _BACK_TO_PENDING.execute(
-                conn,
-                [
-                    {
-                        "b_id": w.outcome.job_id,
-                        "b_time": w.planned.pending_at,
-                        "b_attempts": w.attempts_after,
-                        "b_error": w.outcome.error,
-                    }
-                    for w in back
-                ],
-            )
-        _ENDED_ATTEMPT.execute(
-            conn,
-            [
-                {
-                    "b_job_id": w.outcome.job_id,
-                    "b_attempt_no": w.attempts + 1,
-                    "b_epoch": w.outcome.epoch,
-                    "b_node_id": node_id,
-                    "b_started_at": w.started_at,
-                    "b_finished_at": w.outcome.finished_at,
-                    "b_outcome": w.outcome.kind.value,
-                    "b_error": w.outcome.error,
-                    "b_traceback": w.outcome.traceback,
-                }
-                for w in writes
-            ],
-        )
+        for statement, rows in applied_rows(node_id, writes):
+            statement.execute(conn, rows)
 
     def write(
         self, conn: Connection, node_id: str, planned: Sequence[PlannedOutcome]
@@ -789,11 +820,69 @@ class OutcomeStatements:
         return {w.outcome.job_id for w in writes}
 
     def driver_write(
-        self, node_id: str, planned: Sequence[PlannedOutcome]
+        self, node_id: str, planned: Sequence[PlannedOutcome], dialect: Dialect
     ) -> Callable[[Any], Collection[uuid.UUID]] | None:
         """:meth:`write` as work for a bare driver connection in autocommit mode (the store's
-        ``_run_dbapi``), for a dialect whose write is one statement; None where it has none."""
-        return None
+        ``_run_dbapi``) on the engine ``dialect``; None where there is none.
+
+        The generic work, for a dialect that names its
+        :attr:`~ratchet.sql.dialect.SqlDialect.driver_begin` and a statement set that renders
+        neither :meth:`owned` nor :meth:`apply` its own way, is one transaction of the same
+        statements sent as driver SQL with driver-ready values: SQLAlchemy's ``Connection``,
+        its parameter processing and its result rows cost more than SQLite's own writes.
+        """
+        begin = self.dialect.driver_begin
+        generic = type(self).owned is OutcomeStatements.owned
+        if begin is None or not generic or type(self).apply is not OutcomeStatements.apply:
+            return None
+        ids = [p.outcome.job_id for p in planned]
+        raw_id = uuid_binder(dialect)
+        reads = []
+        for chunk in iter_chunks(ids, CHUNK):
+            read = self._owned_read(dialect, len(chunk))
+            values = {f"i{k}": job_id for k, job_id in enumerate(chunk)}
+            reads.append((read.sql, read.driver_rows([{**values, "node": node_id}])[0]))
+
+        def work(driver: Any) -> Collection[uuid.UUID]:
+            cursor = driver.cursor()
+            try:
+                cursor.execute(begin)
+                try:
+                    owned: dict[Any, OwnedRow] = {}
+                    for sql, values in reads:
+                        for job_id, epoch, attempts, started in cursor.execute(sql, values):
+                            owned[job_id] = (epoch, attempts, from_micros(started))
+                    writes = owned_under_epoch(planned, owned, raw_id)
+                    for statement, rows in applied_rows(node_id, writes):
+                        rendering = statement.rendering(dialect)
+                        cursor.executemany(rendering.sql, rendering.driver_rows(rows))
+                    cursor.execute("COMMIT")
+                except BaseException:
+                    with suppress(Exception):  # else the pool's reset on return rolls back
+                        cursor.execute("ROLLBACK")
+                    raise
+                return {w.outcome.job_id for w in writes}
+            finally:
+                cursor.close()
+
+        return work
+
+    def _owned_read(self, dialect: Dialect, n: int) -> Any:
+        """:data:`OWNED_ROWS` for ``n`` ids as a driver statement (its rendering: ``sql`` and
+        ``driver_rows``), the ids bound as ``i0`` ... and the node as ``node``."""
+        key = (dialect, n)
+        found = self._owned_reads.get(key)
+        if found is None:
+            stmt = select(Q.c.job_id, Q.c.epoch, Q.c.attempts, Q.c.picked_at).where(
+                Q.c.job_id.in_([bindparam(f"i{k}", type_=Q.c.job_id.type) for k in range(n)]),
+                Q.c.picked_by == bindparam("node", type_=Q.c.picked_by.type),
+                or_(*(Q.c.status == status for status in OWNED)),
+            )
+            found = PreparedStatement(self.dialect.lock_rows(stmt)).rendering(dialect)
+            if len(self._owned_reads) >= 64:
+                self._owned_reads = {}
+            self._owned_reads[key] = found
+        return found
 
 
 # ---------------------------------------------------------------------------------- together

@@ -648,15 +648,17 @@ class SqlStore(
     ) -> OutcomeWrite:
         if not outcomes:
             return OutcomeWrite()
-        plain = self.atomic_record and not any(o.flow_effects for o in outcomes)
-        if plain:
+        in_flows = any(o.flow_effects for o in outcomes)
+        if not in_flows:
             # No outcome of the batch is in a flow, so the outcome hooks have nothing to do
-            # (they act on flows only): one statement on the bare driver where the dialect
-            # has it, without SQLAlchemy's Connection.
-            direct = self.hot_paths.outcomes.driver_write(node_id, plan_outcomes(outcomes, now))
+            # (they act on flows only): the write runs on the bare driver where the dialect's
+            # statements give the work for it, without SQLAlchemy's Connection.
+            planned = plan_outcomes(outcomes, now)
+            direct = self.hot_paths.outcomes.driver_write(node_id, planned, self.engine.dialect)
             if direct is not None:
                 applied = self._run_dbapi(direct)
                 return OutcomeWrite(tuple(o.job_id for o in outcomes if o.job_id not in applied))
+        plain = self.atomic_record and not in_flows
         resolver = resolve or REFUSE_ALL
         return self._run(
             lambda conn: self._record(conn, node_id, outcomes, now, resolver), autocommit=plain

@@ -22,6 +22,7 @@ store's own rendering sends on each path.
 from __future__ import annotations
 
 import copy
+import dataclasses
 import json
 import random
 import uuid
@@ -422,6 +423,23 @@ class DialectEquivalenceContract:
                 assert queue[o.job_id]["status"] == JobStatus.PENDING.value
                 assert queue[o.job_id]["attempts"] == (2 if o.kind is OutcomeKind.RETRY else 1)
         self.check_round_trips(store, "record", mine.statements, theirs.statements)
+
+    def test_the_outcome_write_outside_a_transaction_agrees_on_a_mixed_batch(
+        self, store: Any, clock: FakeClock
+    ) -> None:
+        """``record_outcomes`` of a batch with no job in a flow (the path a worker takes, on the
+        bare driver where the statement sets give the work for it) writes what the generic
+        statements write."""
+        outcomes, expected_fenced = self.mixed_batch(store, clock)
+        plain = [dataclasses.replace(o, flow_effects=False) for o in outcomes]
+        twin = generic_twin(store)
+        theirs = run_rolled_back(twin, lambda conn: self.record(twin, conn, plain, clock.now()))
+        written = store.record_outcomes(NODE, plain, now=clock.now())
+        assert list(written.fenced) == expected_fenced == list(theirs.answer.fenced)
+        with store.engine.connect() as conn:
+            rows = snapshot(conn)
+        for table, expected in theirs.rows.items():
+            assert rows[table] == expected, table
 
     def test_outcome_write_agrees_when_everything_is_fenced(
         self, store: Any, clock: FakeClock
