@@ -15,11 +15,11 @@ read shows it instead of the live row's attempt.
 from __future__ import annotations
 
 import uuid
-from collections.abc import Iterable, Sequence
+from collections.abc import Sequence
 from datetime import datetime
 from typing import Any
 
-from sqlalchemy import Connection, and_, delete, insert, select
+from sqlalchemy import Connection, and_, bindparam, delete, insert, select
 
 from ratchet.domain.lifecycle import JobStatus
 from ratchet.domain.model import AttemptRecord
@@ -45,16 +45,11 @@ def end_attempts(
 ) -> None:
     """Write the ended attempts of the live rows ``live`` (each with the columns of
     :data:`LIVE_ATTEMPT_COLUMNS`, read before the rows change), ending with ``outcome`` at
-    ``finished_at``. A row an earlier version opened for one of them is replaced."""
+    ``finished_at``. A row an earlier version opened for the same attempt is replaced."""
     rows = [r for r in live if r.picked_by is not None and r.picked_at is not None]
     if not rows:
         return
-    conn.execute(
-        delete(EXE).where(
-            EXE.c.job_id.in_([r.job_id for r in rows]),
-            EXE.c.outcome == JobStatus.RUNNING.value,
-        )
-    )
+    drop_open_attempts(conn, rows)
     conn.execute(
         insert(EXE),
         [
@@ -74,13 +69,18 @@ def end_attempts(
     )
 
 
-def drop_open_attempts(conn: Connection, job_ids: Iterable[uuid.UUID]) -> None:
-    """Remove the rows an earlier version opened for attempts of ``job_ids`` still running, so
-    that the outcome write can insert them ended."""
-    ids = list(job_ids)
-    if ids:
+def drop_open_attempts(conn: Connection, live: Sequence[Any]) -> None:
+    """Remove the rows an earlier version opened for the attempts the live rows ``live`` (job
+    id, attempts, epoch) still run, so that they can be inserted ended."""
+    if live:
         conn.execute(
-            delete(EXE).where(EXE.c.job_id.in_(ids), EXE.c.outcome == JobStatus.RUNNING.value)
+            delete(EXE).where(
+                EXE.c.job_id == bindparam("b_id"),
+                EXE.c.attempt_no == bindparam("b_no"),
+                EXE.c.epoch == bindparam("b_epoch"),
+                EXE.c.outcome == JobStatus.RUNNING.value,
+            ),
+            [{"b_id": r.job_id, "b_no": r.attempts + 1, "b_epoch": r.epoch} for r in live],
         )
 
 

@@ -248,8 +248,8 @@ class ClaimStatements:
         self, conn: Connection, node_id: str, chosen: Sequence[Any], now: datetime
     ) -> tuple[int, Mapping[uuid.UUID, Any]]:
         """Mark the locked ``chosen`` candidates RUNNING for ``node_id`` (epoch + 1) and read
-        their definitions (rows of ``DEFINITIONS`` by job id). Returns how
-        many rows the mark changed, and the definitions."""
+        their definitions (rows of ``DEFINITIONS`` by job id). Returns how many rows the mark
+        changed, and the definitions. (No attempt row: the outcome write inserts it.)"""
         ids = [r.job_id for r in chosen]
         marked = conn.execute(_CLAIM_MARK, {"ids": ids, "node": node_id, "now": now}).rowcount
         definitions = {r.job_id: r for r in plain_rows(conn.execute(DEFINITIONS, {"ids": ids}))}

@@ -662,7 +662,7 @@ class WatcherStoreMixin:
             by_owner.setdefault(r.picked_by, []).append(decide(stalled))
         applied: list[Outcome] = []
         effects: list[FlowEffect] = []
-        drop_open_attempts(conn, [r.job_id for r in rows])  # the outcome writes them ended
+        drop_open_attempts(conn, rows)  # the outcome write inserts them ended
         for owner, outcomes in by_owner.items():
             written = self._record(conn, owner, outcomes, now, resolve)
             applied.extend(o for o in outcomes if o.job_id not in written.fenced)
