@@ -530,6 +530,7 @@ class PostgresClaim(ClaimStatements):
         boost: timedelta,
         node_tags: frozenset[str],
         gate: Mapping[str, Any],
+        dialect: Dialect,
     ) -> Callable[[Any], GatedClaim]:
         """:meth:`gated_claim` on a bare psycopg connection: the same statement and
         parameters, its rows read as named tuples of the columns it returns."""

@@ -27,6 +27,7 @@ rows and the answers.
 
 from __future__ import annotations
 
+import functools
 import json
 import uuid
 from collections.abc import Callable, Collection, Iterable, Mapping, Sequence
@@ -54,6 +55,7 @@ from ratchet.domain.errors import DuplicateIdempotencyKeyError
 from ratchet.domain.lifecycle import JobPriority, JobStatus
 from ratchet.domain.model import ClaimedJob, NewJob, Outcome, OutcomeKind
 from ratchet.domain.priority import claim_order_key
+from ratchet.domain.watcher import NodeState
 from ratchet.ports import InsertResult, iter_chunks
 from ratchet.sql import schema
 from ratchet.sql.affinity import (
@@ -64,15 +66,11 @@ from ratchet.sql.affinity import (
     tag_list,
     tag_parameters,
 )
-from ratchet.sql.claimed import (
-    DEFINITIONS,
-    claimed_job,
-    plain_rows,
-)
+from ratchet.sql.claimed import DEFINITIONS, claimed_job, plain_rows, row_maker
 from ratchet.sql.dialect import SqlDialect
 from ratchet.sql.prepared import PreparedInsert, PreparedKeyLookup, PreparedStatement, uuid_binder
-from ratchet.sql.types import UTCMicros, from_micros, to_micros
-from ratchet.sql.watcher_store import CHUNK, OWNED
+from ratchet.sql.types import UTCMicros, UUIDType, from_micros, to_micros
+from ratchet.sql.watcher_store import CHUNK, OWNED, poll_probe
 
 Q = schema.job_queue
 J = schema.job
@@ -164,6 +162,56 @@ class GatedClaim:
     claimed: list[ClaimedJob]
 
 
+#: A candidate of the claim (:meth:`ClaimStatements.level_candidates`' columns).
+_CANDIDATE_ROW = row_maker(("job_id", "priority", "scheduled_time", "epoch", "attempts"))
+#: A row of :data:`~ratchet.sql.claimed.DEFINITIONS`.
+_DEFINITION_ROW = row_maker(tuple(c.name for c in DEFINITIONS.selected_columns))
+#: The poll probe's parameters, as the store gives them in a gate.
+_PROBE_PARAMETERS = ("p_node", "p_takeovers", "p_window", "p_grace")
+
+
+@functools.cache
+def _driver_probe(dialect: Dialect) -> Any:
+    """The rendering of the poll's probe (the node's state, whether a takeover is possible)."""
+    return PreparedStatement(poll_probe()).rendering(dialect)
+
+
+@functools.lru_cache(maxsize=256)
+def _driver_mark(dialect: Dialect, n: int) -> Any:
+    """The rendering of the claim's mark of ``n`` ids (``i0``...; ``node``, ``now``)."""
+    stmt = (
+        update(Q)
+        .where(
+            Q.c.job_id.in_([bindparam(f"i{k}", type_=Q.c.job_id.type) for k in range(n)]),
+            Q.c.status == JobStatus.PENDING.value,
+        )
+        .values(
+            status=JobStatus.RUNNING.value,
+            picked_by=bindparam("node", type_=Q.c.picked_by.type),
+            picked_at=bindparam("now", type_=Q.c.picked_at.type),
+            epoch=Q.c.epoch + 1,
+            start_by=None,
+        )
+    )
+    return PreparedStatement(stmt).rendering(dialect)
+
+
+@functools.lru_cache(maxsize=256)
+def _driver_definitions(dialect: Dialect, n: int) -> Any:
+    """The rendering of :data:`~ratchet.sql.claimed.DEFINITIONS` for ``n`` ids (``i0``...)."""
+    stmt = select(*DEFINITIONS.selected_columns).where(
+        J.c.job_id.in_([bindparam(f"i{k}", type_=J.c.job_id.type) for k in range(n)])
+    )
+    return PreparedStatement(stmt).rendering(dialect)
+
+
+def _uuid_reader(dialect: Dialect) -> Callable[[Any], uuid.UUID]:
+    """What turns a driver's value of a :class:`~ratchet.sql.types.UUIDType` column into a
+    :class:`uuid.UUID`."""
+    process = UUIDType().result_processor(dialect, None)
+    return (lambda value: value) if process is None else process  # type: ignore[return-value]
+
+
 class ClaimStatements:
     """The claim: the due candidates per priority level, sorted in claim order, those nobody
     else holds locked, the first ``limit`` marked RUNNING under a new epoch with an attempt row
@@ -185,6 +233,7 @@ class ClaimStatements:
         self.dialect = dialect
         self._candidate_stmts: dict[int, Select[Any]] = {}
         self._lock_stmt = dialect.lock_for_claim(_STILL_PENDING)
+        self._driver_candidate_reads: dict[tuple[Dialect, int], Any] = {}
 
     def level_candidates(
         self, level: JobPriority, now: Any, limit: Any, node_tags: Sequence[Any] = ()
@@ -278,12 +327,120 @@ class ClaimStatements:
         boost: timedelta,
         node_tags: frozenset[str],
         gate: Mapping[str, Any],
+        dialect: Dialect,
     ) -> Callable[[Any], GatedClaim] | None:
         """:meth:`gated_claim` as work for a bare driver connection in autocommit mode (the
-        store's ``_run_dbapi``), or None where the dialect has none: a poll then skips
-        SQLAlchemy's ``Connection`` and its execution path, which cost more CPU than building
-        the jobs claimed."""
-        return None
+        store's ``_run_dbapi``) on the engine ``dialect``, or None where there is none: a poll
+        then skips SQLAlchemy's ``Connection`` and its execution path, which cost more CPU than
+        building the jobs claimed. ``gate``: the poll probe's parameters (``p_node``,
+        ``p_takeovers``, ``p_window``, ``p_grace``) and ``without_row``.
+
+        The generic work, for a dialect that names its
+        :attr:`~ratchet.sql.dialect.SqlDialect.driver_begin`, whose claims need no row locks,
+        and a statement set that renders none of the claim's steps its own way, is one
+        transaction of the probe and the generic claim as driver SQL with driver-ready values.
+        """
+        begin = self.dialect.driver_begin
+        cls = type(self)
+        own_steps = any(
+            getattr(cls, step) is not getattr(ClaimStatements, step)
+            for step in ("candidates", "lock", "take", "claim")
+        )
+        if begin is None or own_steps or self.dialect.skip_locked:
+            return None
+        probe = _driver_probe(dialect)
+        probe_values = probe.driver_rows([{name: gate[name] for name in _PROBE_PARAMETERS}])[0]
+        may_without_row = bool(gate["without_row"])
+        candidates = self._driver_candidates(dialect, len(node_tags))
+        values: dict[str, Any] = {"c_now": now, "c_limit": limit}
+        values.update(tag_parameters(node_tags))
+        candidate_values = candidates.driver_rows([values])[0]
+        to_uuid = _uuid_reader(dialect)
+
+        def work(driver: Any) -> GatedClaim:
+            cursor = driver.cursor()
+            try:
+                cursor.execute(begin)
+                try:
+                    state, eligible = cursor.execute(probe.sql, probe_values).fetchone()
+                    may = (state == NodeState.ALIVE.value and not eligible) or (
+                        state is None and may_without_row
+                    )
+                    claimed = (
+                        self._driver_take(
+                            cursor, dialect, node_id, limit, now, boost, to_uuid,
+                            cursor.execute(candidates.sql, candidate_values).fetchall(),
+                        )
+                        if may
+                        else []
+                    )  # fmt: skip
+                    cursor.execute("COMMIT")
+                except BaseException:
+                    with suppress(Exception):  # else the pool's reset on return rolls back
+                        cursor.execute("ROLLBACK")
+                    raise
+                return GatedClaim(state, bool(eligible), claimed)
+            finally:
+                cursor.close()
+
+        return work
+
+    def _driver_take(
+        self,
+        cursor: Any,
+        dialect: Dialect,
+        node_id: str,
+        limit: int,
+        now: datetime,
+        boost: timedelta,
+        to_uuid: Callable[[Any], uuid.UUID],
+        raw: Sequence[Any],
+    ) -> list[ClaimedJob]:
+        """The generic claim's order, mark and definitions (:meth:`claim` after its candidates)
+        on a driver ``cursor``, from the candidates' driver rows ``raw``."""
+        if not raw:
+            return []
+        rows = [
+            _CANDIDATE_ROW((to_uuid(job_id), priority, from_micros(scheduled), epoch, attempts))
+            for job_id, priority, scheduled, epoch, attempts in raw
+        ]
+        rows.sort(
+            key=lambda r: claim_order_key(r.priority, r.scheduled_time, str(r.job_id), now, boost)
+        )
+        chosen = rows[:limit]
+        ids = [r.job_id for r in chosen]
+        mark = _driver_mark(dialect, len(ids))
+        marked = {f"i{k}": job_id for k, job_id in enumerate(ids)}
+        cursor.execute(mark.sql, mark.driver_rows([{**marked, "node": node_id, "now": now}])[0])
+        if cursor.rowcount != len(ids):
+            raise AssertionError("claimed rows changed under the claim lock")
+        read = _driver_definitions(dialect, len(ids))
+        definitions = {
+            d.job_id: d
+            for d in map(
+                _DEFINITION_ROW, cursor.execute(read.sql, read.driver_rows([marked])[0]).fetchall()
+            )
+        }
+        raw_id = uuid_binder(dialect)
+        return [
+            claimed_job(r, definitions[raw_id(r.job_id)], now, epoch=r.epoch + 1) for r in chosen
+        ]
+
+    def _driver_candidates(self, dialect: Dialect, tags: int) -> Any:
+        """The rendering of :meth:`candidates`' statement for ``tags`` node tags."""
+        key = (dialect, tags)
+        found = self._driver_candidate_reads.get(key)
+        if found is None:
+            stmt = self.candidates_select(
+                bindparam("c_now", type_=UTCMicros()),
+                bindparam("c_limit", type_=Integer()),
+                tag_binds(tags),
+            )
+            found = PreparedStatement(stmt).rendering(dialect)
+            if len(self._driver_candidate_reads) >= 16:
+                self._driver_candidate_reads = {}
+            self._driver_candidate_reads[key] = found
+        return found
 
     def claim(
         self,

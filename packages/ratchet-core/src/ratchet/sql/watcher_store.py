@@ -45,7 +45,7 @@ from sqlalchemy import (
     type_coerce,
     update,
 )
-from sqlalchemy.engine import Connection, Row
+from sqlalchemy.engine import Connection, Engine, Row
 
 from ratchet.domain.errors import FencedOut
 from ratchet.domain.lifecycle import JobStatus, check_transition
@@ -79,7 +79,7 @@ from ratchet.sql.workflow_store import REFUSE_ALL
 
 if TYPE_CHECKING:
     from ratchet.sql.dialect import SqlDialect
-    from ratchet.sql.hotpaths import HotPaths
+    from ratchet.sql.hotpaths import GatedClaim, HotPaths
 
 T = TypeVar("T")
 
@@ -137,7 +137,7 @@ def _started(job: Any, now: datetime) -> Any:
 
 
 @functools.cache
-def _probe() -> Any:
+def poll_probe() -> Any:
     """The statement of :meth:`WatcherStoreMixin._probe_statement`, built once (its values are
     bound parameters; constructing it costs more than running it)."""
     node = bindparam("p_node", type_=NODE.c.node_id.type)
@@ -170,7 +170,9 @@ def _may_obtain_work(state: NodeState | None, without_row: bool) -> bool:
 
 
 def _live_nodes() -> Any:
-    return select(NODE.c.node_id).where(NODE.c.state.in_(LIVE))
+    # Each state its own bound constant (not one expanding list): a statement that holds it
+    # can be rendered once and sent as driver SQL.
+    return select(NODE.c.node_id).where(NODE.c.state.in_([literal(state) for state in LIVE]))
 
 
 def _us(value: datetime) -> int:
@@ -183,6 +185,7 @@ class WatcherStoreMixin:
     if TYPE_CHECKING:
         dialect: SqlDialect
         hot_paths: HotPaths
+        engine: Engine
 
         def _run(
             self, work: Callable[[Connection], T], *, write: bool = True, autocommit: bool = False
@@ -791,20 +794,26 @@ class WatcherStoreMixin:
             return AcquiredWork(None)
         probe, params = self._probe_statement(node_id, now, settings)
         claims = self.hot_paths.claim
-        if claims.gates_claims and not reserved:
-            # The probe folded into the claim: one statement, which claims only what the
-            # checks below would let the node claim.
+        gated: GatedClaim | None = None
+        if not reserved:
+            # The probe and the claim together, on the bare driver where the statement set
+            # gives the work for it (else in one statement where it folds the probe into the
+            # claim): it claims only what the checks below would let the node claim.
             gate = {**params, "without_row": without_row}
-            direct = claims.driver_gated_claim(node_id, want, now, boost_interval, node_tags, gate)
+            dialect = self.engine.dialect
+            direct = claims.driver_gated_claim(
+                node_id, want, now, boost_interval, node_tags, gate, dialect
+            )
             if direct is not None:
                 gated = self._run_dbapi(direct)
-            else:
+            elif claims.gates_claims:
                 gated = self._run(
                     lambda conn: claims.gated_claim(
                         conn, node_id, want, now, boost_interval, node_tags, gate
                     ),
                     autocommit=True,
                 )
+        if gated is not None:
             state = _node_state(gated.state)
             if not _may_obtain_work(state, without_row):
                 return AcquiredWork(state)
@@ -846,7 +855,7 @@ class WatcherStoreMixin:
             "p_window": to_micros(now - (settings.timed_out_grace + settings.takeover_window)),
             "p_grace": to_micros(now - settings.timed_out_grace),
         }
-        return _probe(), params
+        return poll_probe(), params
 
     @staticmethod
     def _eligible(node_id: str, now: datetime, settings: WatcherSettings) -> Any:

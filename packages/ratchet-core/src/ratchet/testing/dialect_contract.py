@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import copy
 import dataclasses
+import functools
 import json
 import random
 import uuid
@@ -40,7 +41,8 @@ from ratchet.domain.affinity import Affinity
 from ratchet.domain.lifecycle import JobPriority, JobStatus
 from ratchet.domain.model import ClaimedJob, NewJob, Outcome, OutcomeKind
 from ratchet.domain.takeover import TakeoverPolicy
-from ratchet.ports import InsertResult
+from ratchet.domain.watcher import WatcherSettings
+from ratchet.ports import InsertResult, WatcherStore
 from ratchet.sql import attempt_history, schema
 from ratchet.sql.hotpaths import HotPaths
 from ratchet.testing.clock import FakeClock
@@ -218,6 +220,14 @@ class DialectEquivalenceContract:
         assert cases == 30
 
     @staticmethod
+    def _generic_claim(
+        store: Any, limit: int, now: Any, node_tags: frozenset[str], conn: Connection
+    ) -> list[ClaimedJob]:
+        """The generic statement set's claim of ``limit`` for :data:`NODE` in ``conn``."""
+        claims = HotPaths.generic(store.dialect).claim
+        return claims.claim(conn, NODE, limit, now, BOOST, node_tags)
+
+    @staticmethod
     def _claiming(
         limit: int, now: Any, boost: timedelta, node_tags: frozenset[str] = frozenset()
     ) -> Callable[[Any, Connection], Any]:
@@ -233,6 +243,37 @@ class DialectEquivalenceContract:
                 assert all(jobs[c.job_id].affinity.allows(tags) for c in mine.answer), tags
             # the largest claim took every due job those tags allow, and only those
             assert len(mine.answer) == self.due(store, clock.now(), tags), tags
+
+    def test_the_poll_outside_a_transaction_claims_what_the_generic_claim_claims(
+        self, store: Any, clock: FakeClock
+    ) -> None:
+        """A poll (``acquire_work``: the node's probe and the claim, on the bare driver where
+        the statement sets give the work for it) claims the jobs, in the order, and leaves the
+        rows that the generic claim does, for each set of node tags."""
+        ws = store.capability(WatcherStore)
+        if ws is None:
+            pytest.skip("N/A: the store has no WatcherStore capability")
+        self.claim_queue(store, clock)
+        settings = WatcherSettings()
+        for tags, limit in ((frozenset(), 7), (frozenset({"gpu"}), 3), (frozenset({"eu"}), 500)):
+            theirs = run_rolled_back(
+                store, functools.partial(self._generic_claim, store, limit, clock.now(), tags)
+            )
+            polled = ws.acquire_work(
+                NODE,
+                limit,
+                now=clock.now(),
+                settings=settings,
+                boost_interval=BOOST,
+                without_row=True,
+                node_tags=tags,
+            )
+            assert polled.state is None and polled.taken == () and polled.started == ()
+            assert list(polled.claimed) == theirs.answer, tags
+            with store.engine.connect() as conn:
+                rows = snapshot(conn)
+            for table, expected in theirs.rows.items():
+                assert rows[table] == expected, (tags, table)
 
     def test_claim_agrees_with_rows_held_by_another_transaction(
         self, store: Any, clock: FakeClock
