@@ -32,23 +32,29 @@ def has_flow_effects(job: FromClause) -> ColumnElement[bool]:
     )
 
 
-#: What running a job needs from its cold row, for the ``:ids`` given (built once).
-DEFINITIONS = select(
-    J.c.job_id,
-    J.c.target,
-    J.c.payload,
-    J.c.max_retries,
-    J.c.backoff_policy,
-    J.c.backoff_ms,
-    J.c.timeout_ms,
-    J.c.params,
-    J.c.tags,
-    J.c.executor,
-    J.c.resource_name,
-    J.c.caller_principal,
-    J.c.trace_context,
-    has_flow_effects(J).label("flow_effects"),
-).where(J.c.job_id.in_(bindparam("ids", expanding=True)))
+def definitions_of(ids: Any) -> Any:
+    """What running a job needs from its cold row, for the job ids ``ids`` (a list of values or
+    bound parameters, or one expanding parameter)."""
+    return select(
+        J.c.job_id,
+        J.c.target,
+        J.c.payload,
+        J.c.max_retries,
+        J.c.backoff_policy,
+        J.c.backoff_ms,
+        J.c.timeout_ms,
+        J.c.params,
+        J.c.tags,
+        J.c.executor,
+        J.c.resource_name,
+        J.c.caller_principal,
+        J.c.trace_context,
+        has_flow_effects(J).label("flow_effects"),
+    ).where(J.c.job_id.in_(ids))
+
+
+#: :func:`definitions_of` the ``:ids`` given (built once).
+DEFINITIONS = definitions_of(bindparam("ids", expanding=True))
 
 
 _PRIORITY = {p.value: p for p in JobPriority}

@@ -30,8 +30,8 @@ from __future__ import annotations
 import functools
 import json
 import uuid
-from collections.abc import Callable, Collection, Iterable, Mapping, Sequence
-from contextlib import suppress
+from collections.abc import Callable, Collection, Iterable, Iterator, Mapping, Sequence
+from contextlib import contextmanager, suppress
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 from typing import Any
@@ -43,7 +43,7 @@ from sqlalchemy import (
     delete,
     func,
     insert,
-    or_,
+    literal,
     select,
     union_all,
     update,
@@ -66,7 +66,7 @@ from ratchet.sql.affinity import (
     tag_list,
     tag_parameters,
 )
-from ratchet.sql.claimed import DEFINITIONS, claimed_job, plain_rows, row_maker
+from ratchet.sql.claimed import DEFINITIONS, claimed_job, definitions_of, plain_rows, row_maker
 from ratchet.sql.dialect import SqlDialect
 from ratchet.sql.prepared import PreparedInsert, PreparedKeyLookup, PreparedStatement, uuid_binder
 from ratchet.sql.types import UTCMicros, UUIDType, from_micros, to_micros
@@ -85,29 +85,73 @@ def _ids() -> Any:
     return bindparam("ids", expanding=True)
 
 
+def _id_binds(n: int, column: Any) -> list[Any]:
+    """``n`` bound parameters ``i0``... of ``column``'s type: an ``IN`` list of a statement
+    rendered once per length and sent as driver SQL."""
+    return [bindparam(f"i{k}", type_=column.type) for k in range(n)]
+
+
+@contextmanager
+def driver_transaction(driver: Any, begin: str) -> Iterator[Any]:
+    """A cursor of the bare DBAPI connection ``driver`` (in autocommit mode) inside a
+    transaction opened with ``begin``: committed when the block ends, rolled back when it
+    raises (else the pool's reset on return would), the cursor closed either way."""
+    cursor = driver.cursor()
+    try:
+        cursor.execute(begin)
+        try:
+            yield cursor
+            cursor.execute("COMMIT")
+        except BaseException:
+            with suppress(Exception):
+                cursor.execute("ROLLBACK")
+            raise
+    finally:
+        cursor.close()
+
+
+class _KeyTaken(Exception):
+    """A driver insert found a key taken: its transaction is undone, the caller takes the
+    ``Connection`` path."""
+
+
 # Statements built once: their values are bound parameters, and constructing a statement costs
 # more than executing it.
-_CLAIM_MARK = (
-    update(Q)
-    .where(Q.c.job_id.in_(_ids()), Q.c.status == JobStatus.PENDING.value)
-    .values(
-        status=JobStatus.RUNNING.value,
-        picked_by=bindparam("node"),
-        picked_at=bindparam("now"),
-        epoch=Q.c.epoch + 1,
-        start_by=None,  # started: the schedule-to-start deadline is met
+def _claim_mark(ids: Any) -> Any:
+    """Mark the still PENDING jobs of ``ids`` (an ``IN`` list or one expanding parameter)
+    RUNNING for ``:node`` since ``:now``, under a new epoch."""
+    return (
+        update(Q)
+        .where(Q.c.job_id.in_(ids), Q.c.status == JobStatus.PENDING.value)
+        .values(
+            status=JobStatus.RUNNING.value,
+            picked_by=bindparam("node", type_=Q.c.picked_by.type),
+            picked_at=bindparam("now", type_=Q.c.picked_at.type),
+            epoch=Q.c.epoch + 1,
+            start_by=None,  # started: the schedule-to-start deadline is met
+        )
     )
-)
+
+
+_CLAIM_MARK = _claim_mark(_ids())
 _STILL_PENDING = select(Q.c.job_id).where(
     Q.c.job_id.in_(_ids()), Q.c.status == JobStatus.PENDING.value
 )
+
+
 #: The live rows of the ``:ids`` that ``:node`` holds (RUNNING or TIMED_OUT), with the epoch
 #: they are held under, the attempts counted so far and when the running attempt started.
-OWNED_ROWS = select(Q.c.job_id, Q.c.epoch, Q.c.attempts, Q.c.picked_at).where(
-    Q.c.job_id.in_(_ids()),
-    Q.c.picked_by == bindparam("node"),
-    Q.c.status.in_(OWNED),
-)
+def _owned_rows(ids: Any) -> Any:
+    """:data:`OWNED_ROWS` of ``ids`` (an ``IN`` list or one expanding parameter)."""
+    return select(Q.c.job_id, Q.c.epoch, Q.c.attempts, Q.c.picked_at).where(
+        Q.c.job_id.in_(ids),
+        Q.c.picked_by == bindparam("node", type_=Q.c.picked_by.type),
+        # each status its own bound constant: the statement renders once as driver SQL too
+        Q.c.status.in_([literal(status) for status in OWNED]),
+    )
+
+
+OWNED_ROWS = _owned_rows(_ids())
 _DELETE_LIVE = PreparedStatement(delete(Q).where(Q.c.job_id == bindparam("b_id")))
 _END_JOB = PreparedStatement(
     update(J)
@@ -179,30 +223,13 @@ def _driver_probe(dialect: Dialect) -> Any:
 @functools.lru_cache(maxsize=256)
 def _driver_mark(dialect: Dialect, n: int) -> Any:
     """The rendering of the claim's mark of ``n`` ids (``i0``...; ``node``, ``now``)."""
-    stmt = (
-        update(Q)
-        .where(
-            Q.c.job_id.in_([bindparam(f"i{k}", type_=Q.c.job_id.type) for k in range(n)]),
-            Q.c.status == JobStatus.PENDING.value,
-        )
-        .values(
-            status=JobStatus.RUNNING.value,
-            picked_by=bindparam("node", type_=Q.c.picked_by.type),
-            picked_at=bindparam("now", type_=Q.c.picked_at.type),
-            epoch=Q.c.epoch + 1,
-            start_by=None,
-        )
-    )
-    return PreparedStatement(stmt).rendering(dialect)
+    return PreparedStatement(_claim_mark(_id_binds(n, Q.c.job_id))).rendering(dialect)
 
 
 @functools.lru_cache(maxsize=256)
 def _driver_definitions(dialect: Dialect, n: int) -> Any:
-    """The rendering of :data:`~ratchet.sql.claimed.DEFINITIONS` for ``n`` ids (``i0``...)."""
-    stmt = select(*DEFINITIONS.selected_columns).where(
-        J.c.job_id.in_([bindparam(f"i{k}", type_=J.c.job_id.type) for k in range(n)])
-    )
-    return PreparedStatement(stmt).rendering(dialect)
+    """The rendering of :func:`~ratchet.sql.claimed.definitions_of` ``n`` ids (``i0``...)."""
+    return PreparedStatement(definitions_of(_id_binds(n, J.c.job_id))).rendering(dialect)
 
 
 def _uuid_reader(dialect: Dialect) -> Callable[[Any], uuid.UUID]:
@@ -273,21 +300,26 @@ class ClaimStatements:
     ) -> list[Any]:
         """The candidates (:meth:`candidates_select`) due at ``now``, ``limit`` per level, that
         a node with ``node_tags`` may run."""
-        stmt = self._candidate_stmts.get(len(node_tags))
-        if stmt is None:
-            # Built once per number of node tags, with the time, the batch size and the tags as
-            # bound parameters: constructing (and compiling) the five-branch union costs more
-            # than running it.
-            stmt = self.candidates_select(
-                bindparam("c_now", type_=UTCMicros()),
-                bindparam("c_limit", type_=Integer()),
-                tag_binds(len(node_tags)),
-            )
-            self._candidate_stmts[len(node_tags)] = stmt
+        stmt = self._candidates_statement(len(node_tags))
         params: dict[str, Any] = {"c_now": now, "c_limit": limit}
         if node_tags:
             params.update(tag_parameters(node_tags))
         return plain_rows(conn.execute(stmt, params).all())
+
+    def _candidates_statement(self, tags: int) -> Select[Any]:
+        """:meth:`candidates_select` for ``tags`` node tags, with the time (``c_now``), the
+        batch size (``c_limit``) and the tags (``n_tag0``...) as bound parameters: built once
+        per number of tags, since constructing (and compiling) the five-branch union costs more
+        than running it."""
+        stmt = self._candidate_stmts.get(tags)
+        if stmt is None:
+            stmt = self.candidates_select(
+                bindparam("c_now", type_=UTCMicros()),
+                bindparam("c_limit", type_=Integer()),
+                tag_binds(tags),
+            )
+            self._candidate_stmts[tags] = stmt
+        return stmt
 
     def lock(self, conn: Connection, ids: Sequence[uuid.UUID]) -> Collection[uuid.UUID]:
         """Lock the ``ids`` still PENDING that nobody else holds; return them."""
@@ -358,30 +390,20 @@ class ClaimStatements:
         to_uuid = _uuid_reader(dialect)
 
         def work(driver: Any) -> GatedClaim:
-            cursor = driver.cursor()
-            try:
-                cursor.execute(begin)
-                try:
-                    state, eligible = cursor.execute(probe.sql, probe_values).fetchone()
-                    may = (state == NodeState.ALIVE.value and not eligible) or (
-                        state is None and may_without_row
+            with driver_transaction(driver, begin) as cursor:
+                state, eligible = cursor.execute(probe.sql, probe_values).fetchone()
+                may = (state == NodeState.ALIVE.value and not eligible) or (
+                    state is None and may_without_row
+                )
+                claimed = (
+                    self._driver_take(
+                        cursor, dialect, node_id, limit, now, boost, to_uuid,
+                        cursor.execute(candidates.sql, candidate_values).fetchall(),
                     )
-                    claimed = (
-                        self._driver_take(
-                            cursor, dialect, node_id, limit, now, boost, to_uuid,
-                            cursor.execute(candidates.sql, candidate_values).fetchall(),
-                        )
-                        if may
-                        else []
-                    )  # fmt: skip
-                    cursor.execute("COMMIT")
-                except BaseException:
-                    with suppress(Exception):  # else the pool's reset on return rolls back
-                        cursor.execute("ROLLBACK")
-                    raise
-                return GatedClaim(state, bool(eligible), claimed)
-            finally:
-                cursor.close()
+                    if may
+                    else []
+                )  # fmt: skip
+            return GatedClaim(state, bool(eligible), claimed)
 
         return work
 
@@ -431,12 +453,7 @@ class ClaimStatements:
         key = (dialect, tags)
         found = self._driver_candidate_reads.get(key)
         if found is None:
-            stmt = self.candidates_select(
-                bindparam("c_now", type_=UTCMicros()),
-                bindparam("c_limit", type_=Integer()),
-                tag_binds(tags),
-            )
-            found = PreparedStatement(stmt).rendering(dialect)
+            found = PreparedStatement(self._candidates_statement(tags)).rendering(dialect)
             if len(self._driver_candidate_reads) >= 16:
                 self._driver_candidate_reads = {}
             self._driver_candidate_reads[key] = found
@@ -698,24 +715,16 @@ class InsertStatements:
         ]
 
         def work(driver: Any) -> int | None:
-            cursor = driver.cursor()
             try:
-                cursor.execute(begin)
-                try:
+                with driver_transaction(driver, begin) as cursor:
                     cursor.executemany(key_insert.sql, keys)
                     if cursor.rowcount != len(keys):
-                        cursor.execute("ROLLBACK")
-                        return None
+                        raise _KeyTaken
                     for sql, rows in writes:
                         cursor.executemany(sql, rows)
-                    cursor.execute("COMMIT")
-                except BaseException:
-                    with suppress(Exception):  # else the pool's reset on return rolls back
-                        cursor.execute("ROLLBACK")
-                    raise
-                return len(keys)
-            finally:
-                cursor.close()
+            except _KeyTaken:
+                return None
+            return len(keys)
 
         return work
 
@@ -1001,26 +1010,16 @@ class OutcomeStatements:
             reads.append((read.sql, read.driver_rows([{**values, "node": node_id}])[0]))
 
         def work(driver: Any) -> Collection[uuid.UUID]:
-            cursor = driver.cursor()
-            try:
-                cursor.execute(begin)
-                try:
-                    owned: dict[Any, OwnedRow] = {}
-                    for sql, values in reads:
-                        for job_id, epoch, attempts, started in cursor.execute(sql, values):
-                            owned[job_id] = (epoch, attempts, from_micros(started))
-                    writes = owned_under_epoch(planned, owned, raw_id)
-                    for statement, rows in applied_rows(node_id, writes):
-                        rendering = statement.rendering(dialect)
-                        cursor.executemany(rendering.sql, rendering.driver_rows(rows))
-                    cursor.execute("COMMIT")
-                except BaseException:
-                    with suppress(Exception):  # else the pool's reset on return rolls back
-                        cursor.execute("ROLLBACK")
-                    raise
-                return {w.outcome.job_id for w in writes}
-            finally:
-                cursor.close()
+            with driver_transaction(driver, begin) as cursor:
+                owned: dict[Any, OwnedRow] = {}
+                for sql, values in reads:
+                    for job_id, epoch, attempts, started in cursor.execute(sql, values):
+                        owned[job_id] = (epoch, attempts, from_micros(started))
+                writes = owned_under_epoch(planned, owned, raw_id)
+                for statement, rows in applied_rows(node_id, writes):
+                    rendering = statement.rendering(dialect)
+                    cursor.executemany(rendering.sql, rendering.driver_rows(rows))
+            return {w.outcome.job_id for w in writes}
 
         return work
 
@@ -1030,12 +1029,8 @@ class OutcomeStatements:
         key = (dialect, n)
         found = self._owned_reads.get(key)
         if found is None:
-            stmt = select(Q.c.job_id, Q.c.epoch, Q.c.attempts, Q.c.picked_at).where(
-                Q.c.job_id.in_([bindparam(f"i{k}", type_=Q.c.job_id.type) for k in range(n)]),
-                Q.c.picked_by == bindparam("node", type_=Q.c.picked_by.type),
-                or_(*(Q.c.status == status for status in OWNED)),
-            )
-            found = PreparedStatement(self.dialect.lock_rows(stmt)).rendering(dialect)
+            stmt = self.dialect.lock_rows(_owned_rows(_id_binds(n, Q.c.job_id)))
+            found = PreparedStatement(stmt).rendering(dialect)
             if len(self._owned_reads) >= 64:
                 self._owned_reads = {}
             self._owned_reads[key] = found
