@@ -53,6 +53,7 @@ from ratchet.sql.store import SqlStore
 from ratchet.sql.types import from_micros, to_micros
 from ratchet.sql.watcher_store import OWNED
 from ratchet_postgres.dialect import PostgresDialect
+from ratchet_postgres.named_statement import NamedStatement
 
 _PG = postgresql.dialect()  # type: ignore[no-untyped-call]
 
@@ -357,6 +358,12 @@ def insert_statement(tags: bool, affinity: bool = False) -> str:
 
 
 @cache
+def _named(statement: str) -> NamedStatement:
+    """``statement`` as a :class:`~ratchet_postgres.named_statement.NamedStatement`."""
+    return NamedStatement(statement)
+
+
+@cache
 def _encoded(statement: str) -> bytes:
     """``statement`` as the bytes the driver sends (psycopg encodes a ``str`` on every call)."""
     return statement.encode()
@@ -590,21 +597,17 @@ class PostgresInsert(InsertStatements):
     def driver_insert(
         self, fresh: Sequence[NewJob], now: datetime, dialect: Dialect
     ) -> Callable[[Any], int | None] | None:
-        """:func:`insert_statement` as one autocommit statement, for a batch of one chunk at
-        most (a larger one is sent in pipelined chunks by :meth:`insert`); it returns the
-        number of jobs that went in."""
+        """:func:`insert_statement` as one autocommit statement, prepared by name on each
+        connection (:class:`~ratchet_postgres.named_statement.NamedStatement`), for a batch of
+        one chunk at most (a larger one is sent in pipelined chunks by :meth:`insert`); it
+        returns the number of jobs that went in."""
         if len(fresh) > INSERT_CHUNK:
             return None
         statement, params = _insert_params(fresh, now)
-        sql = _encoded(statement)
+        named = _named(statement)
 
         def work(driver: Any) -> int:
-            cursor = driver.cursor()
-            try:
-                cursor.execute(sql, params)
-                return int(cursor.rowcount)
-            finally:
-                cursor.close()
+            return named.execute(driver, params)
 
         return work
 

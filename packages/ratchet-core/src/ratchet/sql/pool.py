@@ -70,7 +70,8 @@ def ping_when_idle(engine: Engine, idle_seconds: float = DEFAULT_IDLE_PING_SECON
 SocketOf = Callable[[Any], "int | None"]
 
 
-_CHECKED: weakref.WeakSet[Any] = weakref.WeakSet()
+#: The pools whose connections are checked by their socket, each with its ``socket_of``.
+_CHECKED: weakref.WeakKeyDictionary[Any, SocketOf] = weakref.WeakKeyDictionary()
 
 
 def has_socket_check(engine: Engine) -> bool:
@@ -78,22 +79,37 @@ def has_socket_check(engine: Engine) -> bool:
     return engine.pool in _CHECKED
 
 
+def _quiet(socket_of: SocketOf, dbapi_conn: Any) -> bool | None:
+    """True: nothing waits on the connection's socket; False: something does (a notice, or
+    the server's goodbye); None: its socket cannot be had."""
+    try:
+        fd = socket_of(dbapi_conn)
+        if fd is None:
+            return None
+        return not select.select([fd], [], [], 0)[0]
+    except Exception:
+        return None
+
+
 def install_socket_check(engine: Engine, socket_of: SocketOf) -> None:
     """Check pooled connections on checkout by their socket, pinging only if it is readable."""
-    _CHECKED.add(engine.pool)
+    _CHECKED[engine.pool] = socket_of
 
     @event.listens_for(engine, "checkout")
     def _check(dbapi_conn: Any, record: Any, proxy: Any) -> None:
-        try:
-            fd = socket_of(dbapi_conn)
-            if fd is not None and not select.select([fd], [], [], 0)[0]:
-                return  # nothing pending: the session is as the server left it
-        except Exception:
-            fd = None
-        if fd is not None and _ping(engine, dbapi_conn):
+        quiet = _quiet(socket_of, dbapi_conn)
+        if quiet:
+            return  # nothing pending: the session is as the server left it
+        if quiet is not None and _ping(engine, dbapi_conn):
             return
         log.info("pooled connection is gone (server restarted or closed it); reconnecting")
         raise exc.InvalidatePoolError()
+
+
+def _check_in(record: Any) -> None:
+    """Return a pool entry taken without a checkout (SQLAlchemy's own check-in: the checkin
+    events, then the pool's return)."""
+    record.checkin(_fairy_was_created=False)
 
 
 def _ping(engine: Engine, dbapi_conn: Any) -> bool:
@@ -213,6 +229,48 @@ class ShrinkingQueuePool(QueuePool):
                 self._dec_overflow()
                 self.closed_idle += 1
 
+    def lease_idle(self) -> ConnectionPoolEntry | None:
+        """The entry of the connection on top of the idle ones, taken without SQLAlchemy's
+        checkout (no proxy object, no checkout and checkin events, no reset by the pool), for a
+        caller that runs one statement on it and hands it back with :meth:`give_back`.
+
+        It is the same connection a checkout would get, checked the same way: its socket must
+        be quiet (the socket check, :func:`install_socket_check`), and one due for recycling
+        or invalidated with the pool is reopened. None, and the caller checks out as usual,
+        when no connection is idle, when one needs more than that look (a readable socket, a
+        reconnect that fails), or when this pool has no socket check or listeners besides it
+        that would miss their events.
+        """
+        socket_of = _CHECKED.get(self)
+        dispatch: Any = self.dispatch
+        if socket_of is None or len(dispatch.checkout) != 1 or dispatch.checkin or dispatch.reset:
+            return None
+        try:
+            record: Any = self._pool.get(False)
+        except sqla_queue.Empty:
+            return None
+        if record.dbapi_connection is None or not _quiet(socket_of, record.dbapi_connection):
+            self._pool.put(record, False)  # the usual checkout reconnects or pings
+            return None
+        try:
+            record.get_connection()  # reopens one due for recycling or invalidated
+        except Exception:
+            _check_in(record)
+            return None
+        leased: ConnectionPoolEntry = record
+        return leased
+
+    def give_back(self, record: ConnectionPoolEntry) -> None:
+        """Return an entry taken by :meth:`lease_idle`: rolled back (as the pool resets a
+        returned connection; invalidated if that fails) and back on top of the idle ones."""
+        connection: Any = record.dbapi_connection
+        if connection is not None:
+            try:
+                self._dialect.do_rollback(connection)
+            except Exception as error:
+                record.invalidate(error)
+        _check_in(record)
+
     def resized(self, pool_size: int, max_overflow: int) -> ShrinkingQueuePool:
         """A new, empty pool like this one (events included) with other sizes."""
         sizes = (self._pool.maxsize, self._max_overflow)
@@ -230,5 +288,5 @@ class ShrinkingQueuePool(QueuePool):
         fresh.grow_after = self.grow_after
         fresh.clock = self.clock
         if self in _CHECKED:  # the checkout check's listener came along with the events
-            _CHECKED.add(fresh)
+            _CHECKED[fresh] = _CHECKED[self]
         return fresh

@@ -269,6 +269,16 @@ class SqlStore(
         delay = 0.005
         for attempt in range(1, RETRY_ATTEMPTS + 1):
             try:
+                pool = engine.pool
+                # An idle connection, without the checkout's overhead:
+                if (
+                    isinstance(pool, ShrinkingQueuePool)
+                    and (leased := pool.lease_idle()) is not None
+                ):
+                    try:
+                        return self._autocommit_call(leased, work, driver_error)
+                    finally:
+                        pool.give_back(leased)
                 try:
                     raw = engine.raw_connection()  # a failed connect raises the driver's error
                 except driver_error as exc:
@@ -288,8 +298,9 @@ class SqlStore(
         raise AssertionError("unreachable")
 
     def _autocommit_call(self, raw: Any, work: Callable[[Any], T], driver_error: Any) -> T:
-        """``work`` on the driver connection of the pooled ``raw``, switched to autocommit for
-        its duration and back (a connection found lost is invalidated, never reused)."""
+        """``work`` on the driver connection of the pooled ``raw`` (a checked-out connection
+        or a leased pool entry), switched to autocommit for its duration and back (a
+        connection found lost is invalidated, never reused)."""
         dialect = self.engine.dialect
         connection = raw.dbapi_connection
         try:

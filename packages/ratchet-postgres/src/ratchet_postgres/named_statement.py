@@ -1,0 +1,113 @@
+"""One driver statement run through libpq as a statement prepared by name on each connection.
+
+psycopg's ``cursor.execute`` parses the query for its ``%(name)s`` parameters, adapts each
+value, counts executions before it prepares, and drives the round trip through a generator: for
+a submission of one job that costs more client CPU than the round trip itself. A
+:class:`NamedStatement` does that work once (the ``$n`` text, the parameter order, a name) and
+then sends each execution as libpq's ``PQexecPrepared`` with text values, which releases the GIL
+while it waits for the server.
+
+Where no statement may be prepared by name (psycopg's ``prepare_threshold`` is None, as the
+store sets it behind PgBouncer in transaction pooling mode) it runs through a cursor instead.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import re
+import weakref
+from collections.abc import Mapping
+from typing import Any
+
+import psycopg
+from psycopg import pq
+
+#: ``%(name)s`` parameters and ``%%`` escapes of psycopg's named parameter style.
+_PLACEHOLDER = re.compile(r"%\((\w+)\)s|%%")
+
+#: SQLSTATE of a prepared statement the server does not know (gone with a ``DISCARD ALL``).
+_UNKNOWN_STATEMENT = b"26000"
+#: SQLSTATE of a name already prepared in the session.
+_ALREADY_PREPARED = b"42P05"
+
+
+class NamedStatement:
+    """``statement`` (driver SQL, ``%(name)s`` parameters) prepared once per connection under a
+    name derived from its text, then executed by that name. It must return no rows."""
+
+    def __init__(self, statement: str) -> None:
+        order: list[str] = []
+
+        def positional(match: re.Match[str]) -> str:
+            name = match.group(1)
+            if name is None:
+                return "%"
+            if name not in order:
+                order.append(name)
+            return f"${order.index(name) + 1}"
+
+        self.statement = statement.encode()
+        self.sql = _PLACEHOLDER.sub(positional, statement).encode()
+        self.parameters = tuple(order)
+        self.name = b"ratchet_" + hashlib.blake2b(self.sql, digest_size=8).hexdigest().encode()
+        self._prepared_on: weakref.WeakSet[psycopg.Connection[Any]] = weakref.WeakSet()
+
+    def execute(self, driver: psycopg.Connection[Any], params: Mapping[str, Any]) -> int:
+        """Run the statement with ``params`` on ``driver`` (an idle connection: the statement
+        commits on its own); the number of rows it affected.
+
+        :raises psycopg.Error: as ``cursor.execute`` raises it.
+        """
+        if driver.prepare_threshold is None or (
+            driver.pgconn.transaction_status != pq.TransactionStatus.IDLE
+        ):
+            return self._through_cursor(driver, params)
+        values = [_text(params[name]) for name in self.parameters]
+        for _ in range(2):
+            if driver not in self._prepared_on:
+                self._prepare(driver)
+            result = driver.pgconn.exec_prepared(self.name, values)
+            if result.status == pq.ExecStatus.COMMAND_OK:
+                return int(result.command_tuples or 0)
+            if result.error_field(pq.DiagnosticField.SQLSTATE) != _UNKNOWN_STATEMENT:
+                break
+            self._prepared_on.discard(driver)  # the server forgot it: prepare it again
+        raise self._error(driver, result)
+
+    def _through_cursor(self, driver: psycopg.Connection[Any], params: Mapping[str, Any]) -> int:
+        with driver.cursor() as cursor:
+            cursor.execute(self.statement, params)
+            return int(cursor.rowcount)
+
+    def _prepare(self, driver: psycopg.Connection[Any]) -> None:
+        """Prepare the statement on ``driver``'s session. One the session has already (a
+        server connection handed on by PgBouncer in session pooling without a reset) is the
+        same statement: its name comes from its text."""
+        result = driver.pgconn.prepare(self.name, self.sql)
+        if result.status != pq.ExecStatus.COMMAND_OK and (
+            result.error_field(pq.DiagnosticField.SQLSTATE) != _ALREADY_PREPARED
+        ):
+            raise self._error(driver, result)
+        self._prepared_on.add(driver)
+
+    @staticmethod
+    def _error(driver: psycopg.Connection[Any], result: pq.abc.PGresult) -> psycopg.Error:
+        """The psycopg exception of a failed ``result``; an OperationalError when the
+        connection itself failed (no SQLSTATE)."""
+        error = psycopg.errors.error_from_result(result, encoding=driver.info.encoding)
+        if not error.sqlstate and driver.closed:
+            return psycopg.OperationalError(str(error) or "the connection to the server was lost")
+        return error
+
+
+def _text(value: Any) -> bytes | None:
+    """``value`` in PostgreSQL's text format (the statement casts each parameter)."""
+    if value is None:
+        return None
+    if isinstance(value, str):
+        return value.encode()
+    if isinstance(value, bytes):
+        return value
+    if isinstance(value, int) and not isinstance(value, bool):
+        return str(value).encode()
+    raise TypeError(f"no text form for a {type(value).__name__} parameter")
