@@ -37,7 +37,7 @@ def test_argument_beats_environment_beats_file_beats_default(tmp_path: Path) -> 
 
 def test_an_empty_variable_counts_as_unset() -> None:
     settings = load_settings(environ={"RATCHET_CONCURRENCY": "", "RATCHET_NODE_NAME": ""})
-    assert settings.get("concurrency") == 32 and source(settings, "concurrency") == "default"
+    assert settings.get("concurrency") == 64 and source(settings, "concurrency") == "default"
 
 
 @pytest.mark.parametrize(

@@ -244,9 +244,9 @@ def main() -> None:
 
 @main.command()
 @click.argument("app_spec", metavar="MODULE:APP")
-@click.option("--concurrency", "-c", type=click.IntRange(min=1), help="Job slots (default 32).")
+@click.option("--concurrency", "-c", type=click.IntRange(min=1), help="Job slots (default 64).")
 @click.option(
-    "--batch-size", type=click.IntRange(min=1), help="Most jobs claimed per poll (default 50)."
+    "--batch-size", type=click.IntRange(min=1), help="Most jobs claimed per poll (default 100)."
 )
 @click.option(
     "--log-level",
