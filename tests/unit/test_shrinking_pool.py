@@ -76,3 +76,48 @@ def test_the_grace_survives_a_recreated_pool() -> None:
     fresh = pool.recreate()
     assert isinstance(fresh, ShrinkingQueuePool)
     assert (fresh.grow_after, fresh.keep_idle) == (0.2, 2)
+
+
+class ManualClock:
+    def __init__(self) -> None:
+        self.now = 1000.0
+
+    def __call__(self) -> float:
+        return self.now
+
+
+def _wait_then_return(pool: ShrinkingQueuePool, held: Any) -> Any:
+    """A second checkout meets ``held`` in use and waits; ``held`` comes back; the waiter's
+    connection."""
+    got: list[Any] = []
+    other = threading.Thread(target=lambda: got.append(pool.connect()))
+    other.start()
+    assert_eventually(lambda: pool.waiting_to_grow == 1, 10, "a checkout waiting", interval=0.001)
+    held.close()
+    other.join(10)
+    return got[0]
+
+
+def test_a_checkout_soon_after_a_wait_opens_a_connection_at_once() -> None:
+    """Threads that keep meeting (a busy worker's poller and writer) get a connection each
+    instead of taking turns on one; meetings far apart (a resting process) still wait."""
+    pool, creator = _pool(grow_after=30.0)
+    clock = ManualClock()
+    pool.clock = clock
+    first = _wait_then_return(pool, pool.connect())  # waited: still one connection
+    assert creator.opened == 1
+    clock.now += 0.5
+    second = pool.connect()  # the resting one is out again, half a second after the wait
+    assert creator.opened == 2 and pool.grew_when_contended == 1
+    second.close()
+    first.close()
+    pool.dispose()
+
+    pool, creator = _pool(grow_after=30.0)
+    pool.clock = clock
+    held = _wait_then_return(pool, pool.connect())
+    clock.now += 5.0  # the last meeting was long ago: wait again
+    held = _wait_then_return(pool, held)
+    assert creator.opened == 1 and pool.grew_when_contended == 0
+    held.close()
+    pool.dispose()
