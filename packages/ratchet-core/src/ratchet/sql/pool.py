@@ -126,11 +126,6 @@ DEFAULT_IDLE_TIMEOUT = 30.0
 #: Seconds a checkout waits for the resting connection before the pool opens another.
 DEFAULT_GROW_AFTER = 0.05
 
-#: Seconds after a checkout had to wait for the resting connection during which the next one
-#: that would wait opens a connection at once instead: the threads meet often, the process is
-#: busy.
-CONTENDED_WINDOW = 1.0
-
 _IDLE_SINCE = "ratchet_idle_since"
 
 
@@ -150,10 +145,8 @@ class ShrinkingQueuePool(QueuePool):
     connection and keep it for the idle timeout. Here a checkout that finds the pool holding
     only its ``pool_keep_idle`` connections, all in use, first waits up to ``pool_grow_after``
     seconds (default 0.05) for one to come back: a resting process's statements take a
-    millisecond, so it stays at one connection (``0`` turns the wait off). Threads of a busy
-    process meet all the time, and a wait that always succeeds would keep them taking turns on
-    one connection (the poller's claim behind the writer's outcomes): a checkout that would wait
-    within :data:`CONTENDED_WINDOW` of the last wait opens a connection at once instead.
+    millisecond, so it stays at one connection, while a busy one pays the wait once per
+    connection it grows by (``0`` turns the wait off).
     """
 
     def __init__(
@@ -185,9 +178,6 @@ class ShrinkingQueuePool(QueuePool):
         """Checkouts now waiting for a resting connection to come back."""
         self.grew_after_wait = 0
         """Checkouts that waited ``grow_after`` in vain and opened a connection."""
-        self.grew_when_contended = 0
-        """Checkouts that opened a connection at once, the last wait being recent."""
-        self._last_wait = -CONTENDED_WINDOW
 
     @property
     def max_overflow(self) -> int:
@@ -199,17 +189,13 @@ class ShrinkingQueuePool(QueuePool):
 
     def _do_get(self) -> ConnectionPoolEntry:
         if self.grow_after > 0 and self._at_resting_size():
-            if self.clock() - self._last_wait < CONTENDED_WINDOW:
-                self.grew_when_contended += 1
-            else:
-                self.waiting_to_grow += 1
-                try:
-                    return self._pool.get(True, self.grow_after)
-                except sqla_queue.Empty:
-                    self.grew_after_wait += 1
-                finally:
-                    self.waiting_to_grow -= 1
-                    self._last_wait = self.clock()
+            self.waiting_to_grow += 1
+            try:
+                return self._pool.get(True, self.grow_after)
+            except sqla_queue.Empty:
+                self.grew_after_wait += 1
+            finally:
+                self.waiting_to_grow -= 1
         return super()._do_get()
 
     def _at_resting_size(self) -> bool:
