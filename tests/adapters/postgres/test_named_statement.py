@@ -77,6 +77,22 @@ def test_without_named_statements_it_runs_through_a_cursor(postgres_store_url: s
         assert len(bodies(conn)) == 3
 
 
+def test_through_a_cursor_it_still_commits_on_its_own(postgres_store_url: str) -> None:
+    """On an idle connection with autocommit off, the cursor path (no named statements) commits
+    the statement too, and leaves the flag as it found it."""
+    with psycopg.connect(
+        libpq_url(postgres_store_url), autocommit=True, prepare_threshold=None
+    ) as conn:
+        conn.execute("CREATE TABLE note (id int PRIMARY KEY, body text)")
+        conn.autocommit = False
+        assert NamedStatement(INSERT).execute(conn, {"id": 1, "body": "a"}) == 1
+        assert conn.autocommit is False
+        assert conn.info.transaction_status == psycopg.pq.TransactionStatus.IDLE
+        conn.rollback()  # would undo an uncommitted insert
+        conn.autocommit = True
+        assert bodies(conn) == [(1, "a%a")]
+
+
 def test_inside_a_transaction_it_joins_the_transaction(conn: psycopg.Connection) -> None:
     statement = NamedStatement(INSERT)
     with conn.transaction(force_rollback=True):

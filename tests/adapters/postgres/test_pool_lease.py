@@ -120,6 +120,42 @@ def test_a_single_submission_takes_the_lease(store: PostgresStore) -> None:
     assert store.count_by_status() == {"PENDING": 2}
 
 
+def test_a_single_submission_neither_switches_autocommit_nor_rolls_back(
+    store: PostgresStore, postgres_store_url: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The insert commits on its own on the idle leased connection: the connection's
+    autocommit flag is left off and, the statement having returned, there is no transaction to
+    roll back. Work that fails is given back rolled back all the same."""
+    from sqlalchemy.exc import DBAPIError
+
+    switches: list[bool] = []
+    rollbacks: list[object] = []
+    flag = psycopg.Connection.autocommit
+    assert isinstance(flag, property) and flag.fset is not None
+    setter = flag.fset
+    monkeypatch.setattr(
+        psycopg.Connection,
+        "autocommit",
+        property(flag.fget, lambda c, on: (switches.append(on), setter(c, on))[1]),
+    )
+    rollback = psycopg.Connection.rollback
+    monkeypatch.setattr(
+        psycopg.Connection, "rollback", lambda c: (rollbacks.append(c), rollback(c))[1]
+    )
+    job = new_job(FakeClock())
+    store.insert_jobs([job], now=FakeClock().now())
+    assert switches == [] and rollbacks == []
+    with psycopg.connect(libpq_url(postgres_store_url)) as other:  # committed: others see it
+        found = other.execute(
+            "SELECT count(*) FROM scheduler_job WHERE job_id = %s", (job.job_id,)
+        ).fetchone()
+        assert found == (1,)
+    with pytest.raises(DBAPIError):
+        store._run_dbapi(lambda driver: driver.execute("SELECT 1 / 0"))
+    assert len(rollbacks) == 1 and switches == [True, False]
+    assert pool_of(store).checkedout() == 0
+
+
 def test_a_connection_lost_during_the_statement_is_dropped_and_the_next_one_reconnects(
     store: PostgresStore,
 ) -> None:

@@ -53,8 +53,9 @@ class NamedStatement:
         self._prepared_on: weakref.WeakSet[psycopg.Connection[Any]] = weakref.WeakSet()
 
     def execute(self, driver: psycopg.Connection[Any], params: Mapping[str, Any]) -> int:
-        """Run the statement with ``params`` on ``driver`` (an idle connection: the statement
-        commits on its own); the number of rows it affected.
+        """Run the statement with ``params`` on ``driver``; the number of rows it affected. On
+        an idle connection the statement commits on its own, whatever the connection's
+        autocommit flag; inside a transaction it is part of it.
 
         :raises psycopg.Error: as ``cursor.execute`` raises it.
         """
@@ -75,6 +76,13 @@ class NamedStatement:
         raise self._error(driver, result)
 
     def _through_cursor(self, driver: psycopg.Connection[Any], params: Mapping[str, Any]) -> int:
+        idle = driver.pgconn.transaction_status == pq.TransactionStatus.IDLE
+        if idle and not driver.autocommit:  # else psycopg would open a transaction
+            driver.autocommit = True
+            try:
+                return self._through_cursor(driver, params)
+            finally:
+                driver.autocommit = False
         with driver.cursor() as cursor:
             cursor.execute(self.statement, params)
             return int(cursor.rowcount)

@@ -579,6 +579,8 @@ class PostgresInsert(InsertStatements):
     """A batch insert as one statement per :data:`INSERT_CHUNK` jobs (:func:`insert_statement`),
     the chunks pipelined."""
 
+    driver_insert_commits = True  # a NamedStatement commits on its own on an idle connection
+
     def insert(
         self, conn: Connection, fresh: Sequence[NewJob], now: datetime
     ) -> dict[str, uuid.UUID]:

@@ -668,6 +668,10 @@ class InsertStatements:
     A subclass renders how rows reach a table (:meth:`insert_rows`), or replaces :meth:`insert`.
     """
 
+    driver_insert_commits = False
+    """Whether the work of :meth:`driver_insert` commits on its own on an idle connection,
+    whatever the connection's autocommit flag (the store then leaves the flag alone)."""
+
     def __init__(self, dialect: SqlDialect) -> None:
         self.dialect = dialect
         self._prepared: dict[tuple[str, str, str], SubmitStatements] = {}

@@ -260,11 +260,13 @@ class ShrinkingQueuePool(QueuePool):
         leased: ConnectionPoolEntry = record
         return leased
 
-    def give_back(self, record: ConnectionPoolEntry) -> None:
+    def give_back(self, record: ConnectionPoolEntry, *, idle: bool = False) -> None:
         """Return an entry taken by :meth:`lease_idle`: rolled back (as the pool resets a
-        returned connection; invalidated if that fails) and back on top of the idle ones."""
+        returned connection; invalidated if that fails) and back on top of the idle ones.
+        ``idle``: the caller knows no transaction is open on it (its statement ran in
+        autocommit and returned), so there is nothing to roll back."""
         connection: Any = record.dbapi_connection
-        if connection is not None:
+        if connection is not None and not idle:
             try:
                 self._dialect.do_rollback(connection)
             except Exception as error:

@@ -255,12 +255,13 @@ class SqlStore(
             raise outage from exc
         raise exc
 
-    def _run_dbapi(self, work: Callable[[Any], T]) -> T:
+    def _run_dbapi(self, work: Callable[[Any], T], *, commits_itself: bool = False) -> T:
         """Run ``work`` on a pooled DBAPI connection switched to autocommit: for one statement,
         atomic on its own, whose caller wants no SQLAlchemy ``Connection`` (setting one up and
         taking it down costs more CPU than a small insert itself). The same retries and errors
         as :meth:`_run`; the driver's errors are raised as SQLAlchemy's ``DBAPIError``, as
-        :meth:`_run` raises them."""
+        :meth:`_run` raises them. ``commits_itself``: ``work`` commits on its own on an idle
+        connection whatever its autocommit flag, which is then left as it is."""
         if not self._schema_ready:
             self.require_schema()
         engine = self.engine
@@ -275,10 +276,13 @@ class SqlStore(
                     isinstance(pool, ShrinkingQueuePool)
                     and (leased := pool.lease_idle()) is not None
                 ):
+                    idle = False
                     try:
-                        return self._autocommit_call(leased, work, driver_error)
+                        result = self._autocommit_call(leased, work, driver_error, commits_itself)
+                        idle = True  # it ran in autocommit and returned: no transaction is open
+                        return result
                     finally:
-                        pool.give_back(leased)
+                        pool.give_back(leased, idle=idle)
                 try:
                     raw = engine.raw_connection()  # a failed connect raises the driver's error
                 except driver_error as exc:
@@ -287,7 +291,7 @@ class SqlStore(
                         None, None, exc, driver_error, dialect=dialect, connection_invalidated=lost
                     ) from exc
                 try:
-                    return self._autocommit_call(raw, work, driver_error)
+                    return self._autocommit_call(raw, work, driver_error, commits_itself)
                 finally:
                     raw.close()
             except DBAPIError as exc:
@@ -297,13 +301,17 @@ class SqlStore(
                 raise self._pool_exhausted() from exc
         raise AssertionError("unreachable")
 
-    def _autocommit_call(self, raw: Any, work: Callable[[Any], T], driver_error: Any) -> T:
+    def _autocommit_call(
+        self, raw: Any, work: Callable[[Any], T], driver_error: Any, commits_itself: bool = False
+    ) -> T:
         """``work`` on the driver connection of the pooled ``raw`` (a checked-out connection
-        or a leased pool entry), switched to autocommit for its duration and back (a
-        connection found lost is invalidated, never reused)."""
+        or a leased pool entry), switched to autocommit for its duration and back unless it
+        ``commits_itself`` (a connection found lost is invalidated, never reused)."""
         dialect = self.engine.dialect
         connection = raw.dbapi_connection
         try:
+            if commits_itself:
+                return work(raw.driver_connection)
             if not self.dialect.switches_autocommit:
                 result = work(raw.driver_connection)
                 connection.commit()
@@ -461,7 +469,7 @@ class SqlStore(
         work = insert.driver_insert(fresh, now, self.engine.dialect)
         if work is None:
             return None
-        went_in = self._run_dbapi(work)
+        went_in = self._run_dbapi(work, commits_itself=insert.driver_insert_commits)
         if went_in is None:
             return None
         holders = (
