@@ -42,7 +42,7 @@ class Clock:
 
 
 def keys(n: int) -> list[Key]:
-    return [(uuid.uuid4(), 1) for _ in range(n)]
+    return [(uuid.uuid4().int, 1) for _ in range(n)]
 
 
 def test_jobs_starting_right_after_their_claim_start_on_the_claims_answer() -> None:
@@ -52,7 +52,7 @@ def test_jobs_starting_right_after_their_claim_start_on_the_claims_answer() -> N
     check = StartCheck(reads, max_age=0.05, monotonic=clock)
     check.expect(batch)
     clock.now += 0.05
-    assert all(check.confirm(*key) for key in batch)
+    assert all(check.confirm(key) for key in batch)
     assert reads.asked == []
     assert check.pending == 0
 
@@ -65,9 +65,9 @@ def test_attempts_starting_late_read_again_together() -> None:
     check = StartCheck(reads, max_age=0.05, monotonic=clock)
     check.expect(batch)
     clock.now += 0.06
-    assert check.confirm(*batch[0]) is True
-    assert check.confirm(*batch[1]) is False  # canceled since the claim: never runs
-    assert check.confirm(*batch[2]) is True
+    assert check.confirm(batch[0]) is True
+    assert check.confirm(batch[1]) is False  # canceled since the claim: never runs
+    assert check.confirm(batch[2]) is True
     assert [set(a) for a in reads.asked] == [set(batch)]  # one read for the three
 
 
@@ -75,9 +75,9 @@ def test_an_attempt_without_an_answer_reads_for_itself() -> None:
     [key] = keys(1)
     reads = Reads(set())
     check = StartCheck(reads)
-    assert check.confirm(*key) is False
+    assert check.confirm(key) is False
     reads.owned.add(key)
-    assert check.confirm(*key) is True
+    assert check.confirm(key) is True
     assert reads.asked == [[key], [key]]
 
 
@@ -90,10 +90,10 @@ def test_an_attempt_waits_for_the_read_in_flight_that_covers_it() -> None:
     check.expect(batch)
     clock.now += 1
     results: dict[Key, bool] = {}
-    first = threading.Thread(target=lambda: results.update({batch[0]: check.confirm(*batch[0])}))
+    first = threading.Thread(target=lambda: results.update({batch[0]: check.confirm(batch[0])}))
     first.start()
     assert reads.entered.wait(5)
-    second = threading.Thread(target=lambda: results.update({batch[1]: check.confirm(*batch[1])}))
+    second = threading.Thread(target=lambda: results.update({batch[1]: check.confirm(batch[1])}))
     second.start()
     second.join(0.05)
     assert second.is_alive(), "the second attempt must wait for the read in flight"
@@ -113,10 +113,10 @@ def test_a_failed_read_fails_its_reader_and_the_others_read_again() -> None:
     check.expect(batch)
     clock.now += 1
     with pytest.raises(StoreUnavailable):
-        check.confirm(*batch[0])
+        check.confirm(batch[0])
     reads.fail = False
-    assert check.confirm(*batch[1]) is True
-    assert check.confirm(*batch[2]) is True
+    assert check.confirm(batch[1]) is True
+    assert check.confirm(batch[2]) is True
     assert [set(a) for a in reads.asked] == [set(batch), {batch[1], batch[2]}]  # 2nd: both
 
 
@@ -125,5 +125,5 @@ def test_discard_forgets_an_attempt_that_ended() -> None:
     check = StartCheck(Reads(set(batch)))
     check.expect(batch)
     check.discard(batch[1])
-    assert check.confirm(*batch[0])
+    assert check.confirm(batch[0])
     assert check.pending == 0

@@ -7,6 +7,7 @@ import uuid
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
+from functools import cached_property
 from typing import Generic, NoReturn, TypeVar
 
 from ratchet.domain.affinity import NO_AFFINITY, Affinity
@@ -95,6 +96,13 @@ class ClaimedJob:
     """As :attr:`NewJob.trace_context`: the trace that submitted the job."""
     caller_principal: str | None = None
     """Who submitted the job (the principal its execution is authorized for)."""
+
+    @cached_property
+    def key(self) -> tuple[int, int]:
+        """This claim as ``(job_id.int, epoch)``: the key of the worker's tables of running
+        attempts. A tuple of ints hashes in C; a ``UUID`` hashes through a Python call, and
+        each job is looked up in those tables a dozen times."""
+        return (self.job_id.int, self.epoch)
 
 
 class OutcomeKind(enum.StrEnum):

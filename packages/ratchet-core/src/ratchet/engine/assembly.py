@@ -11,6 +11,8 @@ it here, nowhere else.
 from __future__ import annotations
 
 import dataclasses
+import uuid
+from collections.abc import Sequence
 from datetime import timedelta
 from typing import TYPE_CHECKING, Any, Protocol
 
@@ -30,7 +32,7 @@ from ratchet.engine.recurring import RecurringMaterializer, RecurringRegistrar
 from ratchet.engine.retention import retention_tasks
 from ratchet.engine.security import Guard, Protection
 from ratchet.engine.slots import SlotTable
-from ratchet.engine.start_check import StartCheck
+from ratchet.engine.start_check import Key, OwnedJobs, StartCheck
 from ratchet.engine.summary import WorkSummary
 from ratchet.engine.watchdog import CancellationRequestPoller, Watchdog, cancellation_store
 from ratchet.engine.workflows import SignalTimeoutScanner, flow_resolver, workflow_store
@@ -138,7 +140,7 @@ def assemble_worker(worker: WorkerUnderAssembly) -> None:
     worker.slots = SlotTable(
         config.concurrency, write_ahead=config.concurrency, claim_size=config.batch_size
     )
-    worker.start_check = StartCheck(lambda jobs: worker.store.owned_jobs(worker.node_id, jobs))
+    worker.start_check = StartCheck(owned_jobs(worker))
     worker.gates = worker_gates()
     worker.meter = Meter(worker.app.plugins)
     worker.runner = AttemptRunner(worker)
@@ -159,6 +161,18 @@ def assemble_worker(worker: WorkerUnderAssembly) -> None:
     worker.sampler = MetricsSampler(config.metrics_interval)
     worker.periodic.append(worker.sampler)
     worker.periodic.extend(retention_tasks(worker.app))  # scheduled, one node at a time
+
+
+def owned_jobs(worker: WorkerHost) -> OwnedJobs:
+    """The start check's store read: which of these claims (keys in the form of
+    :attr:`~ratchet.domain.model.ClaimedJob.key`) ``worker``'s node still owns."""
+
+    def read(keys: Sequence[Key]) -> set[Key]:
+        asked = [(uuid.UUID(int=job_int), epoch) for job_int, epoch in keys]
+        owned = worker.store.owned_jobs(worker.node_id, asked)
+        return {(job_id.int, epoch) for job_id, epoch in owned}
+
+    return read
 
 
 def worker_gates() -> list[Gate]:

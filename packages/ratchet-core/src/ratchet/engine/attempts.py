@@ -239,7 +239,7 @@ class AttemptRunner:
         try:
             passed: list[Gate] = []
             try:
-                owned = worker.start_check.confirm(job.job_id, job.epoch)
+                owned = worker.start_check.confirm(job.key)
             except StoreUnavailable as exc:
                 finished = app.now()
                 return reschedule(
@@ -340,14 +340,14 @@ class AttemptRunner:
             this attempt's cancellation request, alone or in the cause / context chain).
         """
         finished = self.worker.app.now()
-        attempt = self.worker.slots.attempt((job.job_id, job.epoch))
+        attempt = self.worker.slots.attempt(job.key)
         # Already ended by the watchdog (or a drain): this outcome will be discarded.
         late = timed_out is None and attempt is not None and attempt.finished
         if timed_out is None:
             timed_out = attempt is not None and stopped_on_request(exc, attempt.cancellation.token)
         if timed_out and not late:
             timeout = attempt.plan.timeout if attempt is not None else job.timeout
-            self.worker.completer.timeouts[(job.job_id, job.epoch)] = {
+            self.worker.completer.timeouts[job.key] = {
                 "executionTimeout": timeout,
                 "elapsed": finished - started,
                 "attempt": job.attempt,

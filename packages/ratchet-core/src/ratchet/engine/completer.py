@@ -42,7 +42,7 @@ class Completer:
         self._batch_limit = batch_limit
         self._queue: queue.SimpleQueue[Outcome | None] = queue.SimpleQueue()
         self._thread: threading.Thread | None = None
-        self.timeouts: dict[tuple[uuid.UUID, int], dict[str, Any]] = {}
+        self.timeouts: dict[tuple[int, int], dict[str, Any]] = {}  # by ClaimedJob.key
         """Timing of attempts that timed out, for their TIMED_OUT event (by job and epoch)."""
 
     def start(self) -> None:
@@ -114,7 +114,7 @@ class Completer:
         )
         fenced = list(written.fenced)
         if worker.meter.enabled:
-            timed_out = {(o.job_id, o.epoch) for o in outcomes} & self.timeouts.keys()
+            timed_out = {(o.job_id.int, o.epoch) for o in outcomes} & self.timeouts.keys()
             worker.meter.written(outcomes, set(fenced), timed_out, time.perf_counter() - started)
         self.report(outcomes, set(fenced), written.effects)
         return fenced
@@ -224,7 +224,7 @@ class Completer:
         observed = worker.app.observed()  # build events only if somebody listens
         debug = log.isEnabledFor(logging.DEBUG)
         for o in outcomes:
-            timeout = self.timeouts.pop((o.job_id, o.epoch), None)
+            timeout = self.timeouts.pop((o.job_id.int, o.epoch), None)
             if o.job_id in fenced:
                 stats.fenced_out += 1
                 stats.by_job[o.job_id] = "FENCED_OUT"

@@ -144,7 +144,7 @@ class RunnerFace(Protocol):
 class CompleterFace(Protocol):
     """The completer (:mod:`ratchet.engine.completer`), as the other parts see it."""
 
-    timeouts: dict[tuple[uuid.UUID, int], dict[str, Any]]
+    timeouts: dict[tuple[int, int], dict[str, Any]]  # by ClaimedJob.key
 
     def put(self, outcome: Outcome) -> None: ...
 
@@ -206,7 +206,7 @@ class MeterFace(Protocol):
         self,
         outcomes: Sequence[Outcome],
         fenced: set[uuid.UUID],
-        timed_out: set[tuple[uuid.UUID, int]],
+        timed_out: set[tuple[int, int]],
         seconds: float,
     ) -> None: ...
 

@@ -174,7 +174,7 @@ class Liveness:
         self._switch = threading.RLock()
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
-        self._owners: dict[tuple[uuid.UUID, int], str] = {}
+        self._owners: dict[tuple[int, int], str] = {}  # by ClaimedJob.key
         self._reserved: collections.deque[ClaimedJob] = collections.deque()
         self._skewed = False
         self._lock = threading.Lock()
@@ -534,7 +534,7 @@ class Liveness:
             jobs = taken + started + claimed
             with self._lock:
                 for job in jobs:
-                    self._owners[(job.job_id, job.epoch)] = node
+                    self._owners[job.key] = node
             return jobs
 
     def refill(self) -> None:
@@ -567,7 +567,7 @@ class Liveness:
         """A progress channel for ``job``'s attempt (bound into its JobContext), writing as the
         node that claimed it."""
         # One dict read: atomic, so no lock (the poller writes the owners before the attempt).
-        node = self._owners.get((job.job_id, job.epoch), self.worker.node_id)
+        node = self._owners.get(job.key, self.worker.node_id)
         return ProgressChannel(self, job, node)
 
     def fenced(self, channel: ProgressChannel, exc: FencedOut) -> None:
@@ -625,7 +625,7 @@ class Liveness:
         """The attempt returned: its outcome, or None when it must not be written (its progress
         ``channel`` was fenced out, or it stopped on the drain's request and is handed back
         instead)."""
-        key = (job.job_id, job.epoch)
+        key = job.key
         self._owners.pop(key, None)  # one dict operation: atomic
         if isinstance(channel, ProgressChannel) and channel.fenced is not None:
             return None

@@ -71,7 +71,7 @@ class Meter:
 
     def __init__(self, plugins: Plugins) -> None:
         self.plugins = plugins
-        self._jobs: dict[tuple[uuid.UUID, int], tuple[str, str]] = {}
+        self._jobs: dict[tuple[int, int], tuple[str, str]] = {}  # by ClaimedJob.key
         self._targets: dict[str, tuple[str]] = {}
         """One ``(target,)`` label tuple per target (made once, not per job)."""
 
@@ -99,7 +99,7 @@ class Meter:
         for job in claimed:
             priority = _PRIORITY.get(job.priority) or priority_label(job.priority)
             labels = (job.target, priority)
-            jobs[(job.job_id, job.epoch)] = labels
+            jobs[job.key] = labels
             started[labels] = started.get(labels, 0) + 1
             waited = (job.claimed_at - job.scheduled_time).total_seconds()
             alone = _ALONE.get(priority) or (priority,)
@@ -111,7 +111,7 @@ class Meter:
         self,
         outcomes: Sequence[Outcome],
         fenced: set[uuid.UUID],
-        timed_out: set[tuple[uuid.UUID, int]],
+        timed_out: set[tuple[int, int]],
         seconds: float,
     ) -> None:
         """An outcome write of ``outcomes`` took ``seconds`` and refused ``fenced``; the attempts
@@ -125,7 +125,7 @@ class Meter:
         jobs, targets = self._jobs, self._targets
         counts: dict[tuple[OutcomeKind, bool, str, str], int] = {}
         for o in outcomes:
-            key = (o.job_id, o.epoch)
+            key = (o.job_id.int, o.epoch)  # ClaimedJob.key
             target, priority = jobs.pop(key, _UNKNOWN)
             if fenced and o.job_id in fenced:
                 continue

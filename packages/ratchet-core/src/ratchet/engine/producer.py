@@ -114,7 +114,7 @@ class Producer:
         batch (without a future), else one per job."""
         runner = self.worker.runner
         by_provider: dict[int, tuple[ExecutorProvider, list[Callable[[], Any]]]] = {}
-        self.worker.start_check.expect((job.job_id, job.epoch) for job in jobs)
+        self.worker.start_check.expect(job.key for job in jobs)
         for job in jobs:
             provider = runner.executor_for(job)
             entry = by_provider.get(id(provider))

@@ -24,7 +24,7 @@ class Attempt:
     def __init__(self, job: ClaimedJob, plan: AttemptPlan) -> None:
         self.job = job
         self.plan = plan
-        self.key = (job.job_id, job.epoch)
+        self.key = job.key
         self.cancellation = AttemptCancellation(plan.deadline)
         self._lock = threading.Lock()
         self._finished = False

@@ -21,8 +21,8 @@ from collections.abc import Callable, Iterable
 from ratchet.domain.model import ClaimedJob
 from ratchet.engine.running import Attempt
 
-Key = tuple[uuid.UUID, int]
-"""A job and the epoch of one of its attempts."""
+Key = tuple[int, int]
+"""A job and the epoch of one of its attempts (:attr:`ClaimedJob.key`)."""
 
 
 class SlotTable:
@@ -39,7 +39,7 @@ class SlotTable:
         self._lock = threading.Lock()
         self._changed = threading.Condition(self._lock)
         self._waiters = 0  # threads in gather() or wait_for_runs(): changes notify only then
-        self._running: dict[uuid.UUID, ClaimedJob] = {}
+        self._running: dict[int, ClaimedJob] = {}  # by job_id.int
         self._expired: dict[Key, ClaimedJob] = {}
         self._attempts: dict[Key, Attempt] = {}
         self._unwritten = 0
@@ -61,7 +61,9 @@ class SlotTable:
     def local_job_ids(self) -> set[uuid.UUID]:
         """Jobs whose runs occupy a slot here (running or expired)."""
         with self._lock:
-            return set(self._running) | {key[0] for key in self._expired}
+            return {job.job_id for job in self._running.values()} | {
+                job.job_id for job in self._expired.values()
+            }
 
     def occupying_jobs(self) -> list[ClaimedJob]:
         """Claimed jobs whose runs occupy a slot here (running or expired)."""
@@ -93,7 +95,7 @@ class SlotTable:
         with self._lock:
             found = False
             for job in jobs:
-                self._running[job.job_id] = job
+                self._running[job.job_id.int] = job
                 found = True
             self._found_work = found
 
@@ -120,8 +122,8 @@ class SlotTable:
         """The watchdog recorded ``key``'s timeout (one outcome to write); the slot stays taken
         until the call returns."""
         with self._lock:
-            if self._running.get(job.job_id) is job:
-                del self._running[job.job_id]
+            if self._running.get(job.job_id.int) is job:
+                del self._running[job.job_id.int]
                 self._expired[key] = job
             self._unwritten += 1
 
@@ -133,10 +135,10 @@ class SlotTable:
         with self._lock:
             found = self._found_work
             before = self._free() if found and outcome else 0
-            if self._running.get(job.job_id) is job:
-                del self._running[job.job_id]
+            if self._running.get(job.job_id.int) is job:
+                del self._running[job.job_id.int]
             if self._expired:
-                self._expired.pop((job.job_id, job.epoch), None)
+                self._expired.pop(job.key, None)
             if outcome:
                 self._unwritten += 1
             wake = found and (not outcome or before < self.wake_at <= self._free())
@@ -160,8 +162,8 @@ class SlotTable:
     def release(self, job: ClaimedJob) -> None:
         """Free ``job``'s slot without an outcome (a caller that runs jobs by hand)."""
         with self._lock:
-            if self._running.get(job.job_id) is job:
-                del self._running[job.job_id]
+            if self._running.get(job.job_id.int) is job:
+                del self._running[job.job_id.int]
 
     # ------------------------------------------------------------------ waiting
     def gather(self, timeout: float) -> int:
@@ -182,7 +184,7 @@ class SlotTable:
         with self._changed:
             while self._running and time.monotonic() < deadline:
                 self._wait(max(0.0, deadline - time.monotonic()))
-            return list(self._running)
+            return [job.job_id for job in self._running.values()]
 
     def _wait(self, timeout: float) -> None:
         """Wait (holding the lock) until a run ends, outcomes are written or ``timeout``."""

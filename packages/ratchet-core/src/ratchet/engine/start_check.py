@@ -15,11 +15,10 @@ from __future__ import annotations
 
 import threading
 import time
-import uuid
 from collections.abc import Callable, Iterable, Sequence
 
-Key = tuple[uuid.UUID, int]
-"""A job and the epoch it was claimed under."""
+Key = tuple[int, int]
+"""A job and the epoch it was claimed under (:attr:`~ratchet.domain.model.ClaimedJob.key`)."""
 OwnedJobs = Callable[[Sequence[Key]], set[Key]]
 """Which of these jobs this node still owns under those epochs (one store read)."""
 
@@ -82,12 +81,11 @@ class StartCheck:
         with self._lock:
             return len(self._answers)
 
-    def confirm(self, job_id: uuid.UUID, epoch: int) -> bool:
-        """Whether this node still owns ``job_id`` under ``epoch``.
+    def confirm(self, key: Key) -> bool:
+        """Whether this node still owns the job of ``key`` under its epoch.
 
         :raises StoreUnavailable: the read failed (the caller must not start the job).
         """
-        key = (job_id, epoch)
         now = self._monotonic()
         # The fast path, without the lock: one dict operation, and no other attempt asks for
         # this key. A fresh (or still running) answer is all it needs.

@@ -301,7 +301,7 @@ class Worker:
             jobs = self.poll_once()
             if not jobs:
                 break
-            self.start_check.expect((job.job_id, job.epoch) for job in jobs)  # just claimed
+            self.start_check.expect(job.key for job in jobs)  # just claimed
             self.run_claimed(jobs)
             ran += len(jobs)
         return ran
