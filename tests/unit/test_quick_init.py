@@ -11,7 +11,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from ratchet.domain.model import ClaimedJob, Outcome
+from ratchet.domain.model import ClaimedJob, NewJob, Outcome
 from ratchet.domain.polling import PollDelay, PollResult
 from ratchet.domain.quick_init import quick_init
 from ratchet.domain.timeouts import AttemptPlan
@@ -97,7 +97,7 @@ def test_it_takes_only_frozen_dataclasses_with_a_dict() -> None:
 
 
 @pytest.mark.parametrize(
-    "cls", [Outcome, ClaimedJob, AttemptPlan, JobCall, JobContext, PollResult, PollDelay]
+    "cls", [NewJob, Outcome, ClaimedJob, AttemptPlan, JobCall, JobContext, PollResult, PollDelay]
 )
 def test_each_hot_value_keeps_its_dataclass_signature(cls: type) -> None:
     params = list(inspect.signature(cls.__init__).parameters.values())[1:]

@@ -21,7 +21,8 @@ from ratchet.domain.workflow import FlowEffect
 T = TypeVar("T")
 
 
-@dataclass(frozen=True, slots=True)
+@quick_init
+@dataclass(frozen=True)
 class NewJob:
     """A job about to be inserted. ``status`` is PENDING (or WAITING for signal jobs)."""
 
