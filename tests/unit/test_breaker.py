@@ -241,6 +241,43 @@ def test_closed_opens_exactly_when_the_rate_over_the_window_says(verdicts: list[
             return
 
 
+@given(st.lists(st.sampled_from([S, F, IGN]), max_size=120))
+def test_a_success_said_to_change_nothing_changes_nothing(verdicts: list[Verdict]) -> None:
+    """Whenever ``success_changes_nothing`` says so, recording a success leaves the state, the
+    generation, the window and its failure count as they were (the registry then skips it)."""
+    clock = FakeClock()
+    b = CircuitBreaker("svc", profile(window=6, minimum_calls=3, failure_rate=60))
+    skipped = 0
+    for verdict in verdicts:
+        permit, _ = b.try_acquire(clock.now())
+        if permit is None:
+            clock.advance(timedelta(seconds=31))  # let an open breaker half-open
+            continue
+        if b.success_changes_nothing(permit):
+            before = (b.state, b.generation, list(b._outcomes), b._failures)
+            assert b.record(permit, S, clock.now()) == []
+            assert (b.state, b.generation, list(b._outcomes), b._failures) == before
+            skipped += 1
+        b.record(permit, verdict, clock.now())
+    if verdicts[:7] == [S] * 7:
+        assert skipped >= 1  # a full window of successes: the seventh success is a no-op
+
+
+def test_a_success_is_not_a_no_op_until_the_window_is_full_or_after_a_failure() -> None:
+    clock = FakeClock()
+    b = CircuitBreaker("svc", profile(window=4, minimum_calls=4, failure_rate=50))
+    for _ in range(3):
+        call(b, clock, S)
+    assert not b.success_changes_nothing(b.closed_permit)  # type: ignore[arg-type]
+    call(b, clock, S)
+    assert b.success_changes_nothing(b.closed_permit)  # type: ignore[arg-type]
+    call(b, clock, F)
+    assert not b.success_changes_nothing(b.closed_permit)  # type: ignore[arg-type]
+    stale = b.closed_permit
+    b.force_open(clock.now())
+    assert stale is not None and not b.success_changes_nothing(stale)
+
+
 # ------------------------------------------------------------------------------ classification
 class Outage(Exception):
     pass

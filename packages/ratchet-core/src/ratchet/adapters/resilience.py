@@ -261,7 +261,10 @@ class CircuitBreakerResilience:
         except BaseException:
             self._finish(service, permit, Verdict.IGNORED)
             raise
-        self._finish(service, permit, Verdict.SUCCESS)
+        # A healthy breaker's success changes nothing: no clock, no lock (the job threads would
+        # otherwise all queue on this registry's one lock after every call).
+        if known is None or not known.success_changes_nothing(permit):
+            self._finish(service, permit, Verdict.SUCCESS)
         return value
 
     def _finish(self, service: str, permit: Permit, verdict: Verdict) -> None:

@@ -322,6 +322,17 @@ class CircuitBreaker:
     def calls_in_window(self) -> int:
         return len(self._outcomes)
 
+    def success_changes_nothing(self, permit: Permit) -> bool:
+        """Whether recording a success under ``permit`` would leave the breaker as it is: it is
+        CLOSED in the permit's generation and its full window holds no failure, so the success
+        only replaces the oldest success. May be asked without the lock: a failure recorded
+        meanwhile leaves the same window as if this success had been counted just before it."""
+        return (
+            permit is self.closed_permit
+            and self._failures == 0
+            and len(self._outcomes) == self.profile.window
+        )
+
     def _wait_over(self, now: datetime) -> bool:
         return self.opened_at is None or now >= self.opened_at + self.profile.wait
 
