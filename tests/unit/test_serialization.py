@@ -168,6 +168,28 @@ def test_a_payload_without_tagged_values_decodes_to_its_json() -> None:
     assert (args, kwargs) == ([1, "a", {"b": [None, 2.5]}], {"k": True})
 
 
+@given(
+    st.lists(st.integers() | st.text(max_size=8) | st.none(), max_size=4),
+    st.sampled_from(["", " ", "\n\t "]),
+    st.sampled_from(["", " ", "\r\n"]),
+)
+def test_a_payload_decodes_with_or_without_whitespace_around_it(
+    args: list[Any], before: str, after: str
+) -> None:
+    """The compact text the store holds and any JSON spacing of it decode alike (the compact
+    one through the scanner alone, the others as ``json.loads`` reads them)."""
+    compact = encode_payload(args, {}, 10_000, enums=ENUMS)
+    spaced = before + json.dumps(json.loads(compact), indent=1) + after
+    assert decode_payload(compact, ENUMS) == decode_payload(spaced, ENUMS) == (args, {})
+
+
+def test_a_payload_followed_by_more_text_is_refused() -> None:
+    with pytest.raises(PayloadDecodeError, match="not valid JSON"):
+        decode_payload('{"args":[],"kwargs":{}}{"args":[1],"kwargs":{}}', ENUMS)
+    with pytest.raises(PayloadDecodeError, match="not valid JSON"):
+        decode_result("1 2", ENUMS)
+
+
 def _tagged(kind: str, value: Any, **extra: Any) -> str:
     return json.dumps({"args": [{"__ratchet__": kind, "v": value, **extra}], "kwargs": {}})
 

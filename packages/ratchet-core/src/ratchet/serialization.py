@@ -16,6 +16,7 @@ import enum
 import importlib
 import itertools
 import json
+import json.scanner
 import math
 import uuid
 from collections.abc import Callable, Mapping, Sequence
@@ -227,7 +228,18 @@ _RESUBMIT = (
 )
 
 
+#: The C scanner behind ``json.loads``, called directly: ``json.loads`` adds a type check and
+#: two whitespace matches in Python around it, a third of its time for a short payload.
+_SCAN_JSON: Any = json.scanner.make_scanner(json.JSONDecoder())  # type: ignore[arg-type]
+
+
 def _load(text: str, what: str) -> Any:
+    try:
+        value, end = _SCAN_JSON(text, 0)
+        if end == len(text):
+            return value
+    except (StopIteration, *_DECODE_ERRORS):
+        pass  # not compact JSON on its own: json.loads says what it is (or what is wrong)
     try:
         return json.loads(text)
     except _DECODE_ERRORS as exc:

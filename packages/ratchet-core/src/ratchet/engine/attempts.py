@@ -263,7 +263,7 @@ class AttemptRunner:
                 if plain is not job.payload:  # sealed: executors get the plain arguments
                     job = dataclasses.replace(job, payload=plain)
                 args, kwargs = decode_payload(plain, app.enums)
-                value = self.invoke(job, ref, fn, args, kwargs, attempt)
+                value = self.invoke(job, fn, args, kwargs, attempt)
                 result = app.protection.seal_result(
                     encode_result(value, app.config.max_result_bytes)
                 )
@@ -296,7 +296,6 @@ class AttemptRunner:
     def invoke(
         self,
         job: ClaimedJob,
-        ref: TargetRef,
         fn: Callable[..., Any],
         args: list[Any],
         kwargs: dict[str, Any],
@@ -323,7 +322,7 @@ class AttemptRunner:
                 max_result_bytes=self.worker.app.config.max_result_bytes,
             )
             call = functools.partial(cast(InterruptibleExecutor, provider).run, job_call, attempt)
-        return self.worker.app.resilience.execute(breaker_service(self.worker, ref), call)
+        return self.worker.app.resilience.execute(breaker_service(self.worker, job.target), call)
 
     def failure_outcome(
         self,

@@ -44,20 +44,21 @@ def reschedule(
     )
 
 
-def breaker_service(worker: WorkerHost, ref: TargetRef) -> str:
-    """The breaker service of a target: ``@circuit_breaker(service=...)`` or ``module.qualname``.
+def breaker_service(worker: WorkerHost, target: str) -> str:
+    """The breaker service of a stored ``target``: ``@circuit_breaker(service=...)`` or
+    ``module.qualname``.
 
     The target is imported only if the class policy allows it (a refused target keeps the
     default name and is dead-lettered by the policy check). Its spec is handed to the resilience
     strategy, so the breaker gets the target's profile and exception filters.
     """
-    key = str(ref)
     services = worker.runner.services
-    service = services.get(key)
+    service = services.get(target)
     if service is None:
+        ref = worker.target_ref(target)
         service = _breaker_service(worker, ref)
         if worker.runner.is_resolved(ref):  # the answer cannot change any more
-            services[key] = service
+            services[target] = service
     return service
 
 
@@ -86,7 +87,7 @@ class CircuitBreakerGate:
     def enter(self, worker: WorkerHost, job: ClaimedJob, now: datetime) -> Outcome | None:
 
         resilience = worker.app.resilience
-        service = breaker_service(worker, worker.target_ref(job.target))
+        service = breaker_service(worker, job.target)
         if resilience.is_available(service):
             return None
         at = now + resilience.retry_delay(service)
