@@ -690,7 +690,7 @@ class PostgresOutcomes(OutcomeStatements):
             cursor = driver.cursor()
             try:
                 cursor.execute(_driver_record(), params)
-                return {row[0] for row in cursor.fetchall()}
+                return [row[0] for row in cursor.fetchall()]  # one row per written job
             finally:
                 cursor.close()
 

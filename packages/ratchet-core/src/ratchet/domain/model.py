@@ -98,6 +98,10 @@ class ClaimedJob:
     caller_principal: str | None = None
     """Who submitted the job (the principal its execution is authorized for)."""
 
+    def __post_init__(self) -> None:
+        # Set at construction: the cached property's own first read takes a lock.
+        self.__dict__["key"] = (self.job_id.int, self.epoch)
+
     @cached_property
     def key(self) -> tuple[int, int]:
         """This claim as ``(job_id.int, epoch)``: the key of the worker's tables of running

@@ -96,7 +96,7 @@ class Completer:
     def record(self, outcomes: list[Outcome]) -> list[uuid.UUID]:
         """Write outcomes now (one transaction) and emit their events; returns fenced ids."""
         worker = self.worker
-        if len({o.job_id for o in outcomes}) < len(outcomes):
+        if len({o.job_id.int for o in outcomes}) < len(outcomes):
             # Two attempts of one job (a zombie's and the current one): fenced ids would be
             # ambiguous, so a job's second outcome goes in a separate write.
             first: dict[uuid.UUID, Outcome] = {}
@@ -225,7 +225,7 @@ class Completer:
         debug = log.isEnabledFor(logging.DEBUG)
         for o in outcomes:
             timeout = self.timeouts.pop((o.job_id.int, o.epoch), None)
-            if o.job_id in fenced:
+            if fenced and o.job_id in fenced:
                 stats.fenced_out += 1
                 stats.by_job[o.job_id] = "FENCED_OUT"
                 log_about(  # fatal for this run, logged once (its write is never retried)

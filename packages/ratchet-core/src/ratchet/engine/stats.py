@@ -51,11 +51,12 @@ class RecentOutcomes(collections.OrderedDict[uuid.UUID, str]):
         self.limit = limit
 
     def __setitem__(self, key: uuid.UUID, value: str) -> None:
-        if key in self:
+        before = len(self)
+        super().__setitem__(key, value)  # one hash of the key for a new one (a UUID's is slow)
+        if len(self) == before:
             self.move_to_end(key)  # re-inserted: now the most recent
-        elif len(self) >= self.limit:
+        elif before >= self.limit:
             self.popitem(last=False)
-        super().__setitem__(key, value)
 
 
 __all__ = ["RecentOutcomes", "WorkerStats"]

@@ -676,7 +676,11 @@ class SqlStore(
             direct = self.hot_paths.outcomes.driver_write(node_id, planned, self.engine.dialect)
             if direct is not None:
                 applied = self._run_dbapi(direct)
-                return OutcomeWrite(tuple(o.job_id for o in outcomes if o.job_id not in applied))
+                if len(applied) == len(outcomes):
+                    # The written ids are distinct ids of these outcomes: all of them.
+                    return OutcomeWrite()
+                written = set(applied)
+                return OutcomeWrite(tuple(o.job_id for o in outcomes if o.job_id not in written))
         plain = self.atomic_record and not in_flows
         resolver = resolve or REFUSE_ALL
         return self._run(
