@@ -284,9 +284,11 @@ def encode_payload(
     :raises PayloadTooLargeError: the JSON is longer than ``max_bytes``.
     """
     plain = _PLAIN
-    if all(type(a) in plain for a in args) and all(type(v) in plain for v in kwargs.values()):
+    if plain.issuperset(map(type, args)) and (
+        not kwargs or plain.issuperset(map(type, kwargs.values()))
+    ):
         doc = {"args": list(args), "kwargs": dict(kwargs)}
-        if _PLAIN_ENCODE is not None and all(type(k) is str for k in kwargs):
+        if _PLAIN_ENCODE is not None and (not kwargs or all(type(k) is str for k in kwargs)):
             text = "".join(_PLAIN_ENCODE(doc, 0))
         else:
             text = _PAYLOAD_JSON.encode(doc)

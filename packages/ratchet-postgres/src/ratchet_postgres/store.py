@@ -382,9 +382,15 @@ _JSON = json.JSONEncoder(separators=(",", ":"))
 INSERT_CHUNK = 250
 
 
+def _uuid_text(value: uuid.UUID) -> str:
+    """``value`` as the 32 hex digits PostgreSQL's ``uuid`` input reads (``str()`` of a UUID
+    is a Python-level call that slices and joins them with dashes, a microsecond per job)."""
+    return f"{value.int:032x}"
+
+
 def _insert_params(jobs: Sequence[NewJob], now: datetime) -> tuple[str, dict[str, Any]]:
     """The statement (:func:`insert_statement`) that inserts ``jobs``, and its parameters."""
-    records, tag_rows, aff_rows = job_records(jobs, now, str)
+    records, tag_rows, aff_rows = job_records(jobs, now, _uuid_text)
     params: dict[str, Any] = {"now": to_micros(now), "rows": _json_records(records)}
     if tag_rows:
         params["tags"] = _json_records(tag_rows)
