@@ -23,6 +23,7 @@ from ratchet.sql.types import to_micros
 from ratchet.testing.clock import FakeClock
 from ratchet.testing.store_contract import new_job
 from ratchet_postgres import PostgresStore
+from ratchet_postgres.named_statement import NamedStatement
 from ratchet_postgres.store import (
     PSYCOPG_CACHED_LENGTH,
     claim_parameters,
@@ -284,6 +285,14 @@ class DriverStatements:
             return execute(cursor, query, *args, **kwargs)
 
         monkeypatch.setattr(psycopg.Cursor, "execute", counted)
+        fetch = NamedStatement.fetch
+
+        def named(statement: NamedStatement, driver: Any, params: Any) -> Any:
+            if driver.prepare_threshold is not None:  # else it runs through a cursor: counted
+                self.driver.append((statement.statement.decode(), driver.autocommit))
+            return fetch(statement, driver, params)
+
+        monkeypatch.setattr(NamedStatement, "fetch", named)
         event.listen(
             store.engine, "before_cursor_execute", lambda *a: self.through_sqlalchemy.append(a[2])
         )

@@ -129,3 +129,36 @@ def test_a_session_that_has_the_statement_already_runs_it(conn: psycopg.Connecti
     conn.pgconn.prepare(statement.name, statement.sql)
     assert statement.execute(conn, {"id": 1, "body": "a"}) == 1
     assert bodies(conn) == [(1, "a%a")]
+
+
+RETURNING = (
+    "INSERT INTO note (id, body) SELECT CAST(%(id)s AS int), array_to_string(CAST(%(tags)s AS"
+    " text[]), '|') WHERE CAST(%(keep)s AS boolean)"
+    " RETURNING id, body, gen_random_uuid() AS token, NULL::int AS nothing, id > 1 AS later"
+)
+
+
+@pytest.mark.parametrize("prepared", [True, False], ids=["by-name", "through-a-cursor"])
+def test_fetch_returns_rows_loaded_as_a_cursor_loads_them(
+    conn: psycopg.Connection, prepared: bool
+) -> None:
+    """Rows come back as tuples of Python values (uuid, int, text, bool, None); a list of
+    strings goes in as ``text[]`` whatever its quotes and backslashes; a bool as a boolean."""
+    import uuid
+
+    if not prepared:
+        conn.prepare_threshold = None  # as behind PgBouncer in transaction pooling
+    conn.autocommit = False
+    statement = NamedStatement(RETURNING)
+    tags = ['a"b', "c\\d", "e,f", "{g}", ""]
+    [(id_, body, token, nothing, later)] = statement.fetch(
+        conn, {"id": 2, "tags": tags, "keep": True}
+    )
+    assert (id_, body, nothing, later) == (2, "|".join(tags), None, True)
+    assert isinstance(token, uuid.UUID)
+    assert statement.columns == ("id", "body", "token", "nothing", "later")
+    assert statement.fetch(conn, {"id": 3, "tags": [], "keep": False}) == []
+    assert conn.info.transaction_status == psycopg.pq.TransactionStatus.IDLE  # committed
+    conn.autocommit = True
+    assert bodies(conn) == [(2, "|".join(tags))]
+    assert (prepared_names(conn) == [statement.name.decode()]) is prepared

@@ -21,6 +21,7 @@ from typing import Any
 
 import psycopg
 from psycopg import pq
+from psycopg.adapt import Transformer
 
 #: ``%(name)s`` parameters and ``%%`` escapes of psycopg's named parameter style.
 _PLACEHOLDER = re.compile(r"%\((\w+)\)s|%%")
@@ -33,7 +34,8 @@ _ALREADY_PREPARED = b"42P05"
 
 class NamedStatement:
     """``statement`` (driver SQL, ``%(name)s`` parameters) prepared once per connection under a
-    name derived from its text, then executed by that name. It must return no rows."""
+    name derived from its text, then executed by that name: :meth:`execute` for a statement
+    that returns no rows, :meth:`fetch` for one that does."""
 
     def __init__(self, statement: str) -> None:
         order: list[str] = []
@@ -51,6 +53,8 @@ class NamedStatement:
         self.parameters = tuple(order)
         self.name = b"ratchet_" + hashlib.blake2b(self.sql, digest_size=8).hexdigest().encode()
         self._prepared_on: weakref.WeakSet[psycopg.Connection[Any]] = weakref.WeakSet()
+        self.columns: tuple[str, ...] | None = None
+        """The names of the columns :meth:`fetch` returns (known after its first call)."""
 
     def execute(self, driver: psycopg.Connection[Any], params: Mapping[str, Any]) -> int:
         """Run the statement with ``params`` on ``driver``; the number of rows it affected. On
@@ -62,30 +66,65 @@ class NamedStatement:
         if driver.prepare_threshold is None or (
             driver.pgconn.transaction_status != pq.TransactionStatus.IDLE
         ):
-            return self._through_cursor(driver, params)
+            return int(self._through_cursor(driver, params))
+        result = self._run(driver, params, pq.ExecStatus.COMMAND_OK)
+        return int(result.command_tuples or 0)
+
+    def fetch(self, driver: psycopg.Connection[Any], params: Mapping[str, Any]) -> list[Any]:
+        """Run the statement with ``params`` on ``driver`` and return its rows as tuples, the
+        values loaded as a cursor loads them. One libpq call waits for the server with the GIL
+        released, where a cursor's round trip takes the GIL back at each of its steps (on a
+        busy worker each such step may wait for another thread's turn). Commits on its own on
+        an idle connection, as :meth:`execute`.
+
+        :raises psycopg.Error: as ``cursor.execute`` raises it.
+        """
+        if driver.prepare_threshold is None or (
+            driver.pgconn.transaction_status != pq.TransactionStatus.IDLE
+        ):
+            return list(self._through_cursor(driver, params, fetch=True))
+        result = self._run(driver, params, pq.ExecStatus.TUPLES_OK)
+        if self.columns is None:
+            self.columns = tuple((result.fname(i) or b"").decode() for i in range(result.nfields))
+        loader = Transformer(driver)
+        loader.set_pgresult(result)
+        return loader.load_rows(0, result.ntuples, tuple)
+
+    def _run(
+        self, driver: psycopg.Connection[Any], params: Mapping[str, Any], ok: pq.ExecStatus
+    ) -> pq.abc.PGresult:
+        """The result of executing the prepared statement (prepared first where needed)."""
         values = [_text(params[name]) for name in self.parameters]
         for _ in range(2):
             if driver not in self._prepared_on:
                 self._prepare(driver)
             result = driver.pgconn.exec_prepared(self.name, values)
-            if result.status == pq.ExecStatus.COMMAND_OK:
-                return int(result.command_tuples or 0)
+            if result.status == ok:
+                return result
             if result.error_field(pq.DiagnosticField.SQLSTATE) != _UNKNOWN_STATEMENT:
                 break
             self._prepared_on.discard(driver)  # the server forgot it: prepare it again
         raise self._error(driver, result)
 
-    def _through_cursor(self, driver: psycopg.Connection[Any], params: Mapping[str, Any]) -> int:
+    def _through_cursor(
+        self, driver: psycopg.Connection[Any], params: Mapping[str, Any], *, fetch: bool = False
+    ) -> Any:
+        """The statement through a cursor, committed on its own on an idle connection: its
+        rows (``fetch``) or the number of rows it affected."""
         idle = driver.pgconn.transaction_status == pq.TransactionStatus.IDLE
         if idle and not driver.autocommit:  # else psycopg would open a transaction
             driver.autocommit = True
             try:
-                return self._through_cursor(driver, params)
+                return self._through_cursor(driver, params, fetch=fetch)
             finally:
                 driver.autocommit = False
         with driver.cursor() as cursor:
             cursor.execute(self.statement, params)
-            return int(cursor.rowcount)
+            if not fetch:
+                return int(cursor.rowcount)
+            if self.columns is None and cursor.description is not None:
+                self.columns = tuple(column.name for column in cursor.description)
+            return cursor.fetchall()
 
     def _prepare(self, driver: psycopg.Connection[Any]) -> None:
         """Prepare the statement on ``driver``'s session. One the session has already (a
@@ -116,6 +155,17 @@ def _text(value: Any) -> bytes | None:
         return value.encode()
     if isinstance(value, bytes):
         return value
-    if isinstance(value, int) and not isinstance(value, bool):
+    if isinstance(value, bool):
+        return b"t" if value else b"f"
+    if isinstance(value, int):
         return str(value).encode()
+    if isinstance(value, list | tuple) and all(isinstance(item, str) for item in value):
+        return _text_array(value)
     raise TypeError(f"no text form for a {type(value).__name__} parameter")
+
+
+def _text_array(items: list[str] | tuple[str, ...]) -> bytes:
+    """``items`` as a ``text[]`` literal: each element quoted, its quotes and backslashes
+    escaped."""
+    quoted = ('"' + item.replace("\\", "\\\\").replace('"', '\\"') + '"' for item in items)
+    return ("{" + ",".join(quoted) + "}").encode()

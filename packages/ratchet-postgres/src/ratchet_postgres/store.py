@@ -549,19 +549,15 @@ class PostgresClaim(ClaimStatements):
         parameters, its rows read as named tuples of the columns it returns."""
         params = claim_parameters(node_id, limit, now, boost, node_tags, self.contention_margin)
         params.update((name, gate[name]) for name in GATE_PARAMETERS)
-        sql = _driver_claim("boost" in params)
+        statement = _named_claim("boost" in params)
 
         def work(driver: Any) -> GatedClaim:
-            cursor = driver.cursor()
-            try:
-                cursor.execute(sql, params)
-                make = _ROW_MAKERS.get(sql)
-                if make is None:  # psycopg builds the description anew on every call
-                    fields = tuple(column.name for column in cursor.description)
-                    make = _ROW_MAKERS[sql] = row_maker(fields)
-                rows = list(map(make, cursor.fetchall()))
-            finally:
-                cursor.close()
+            found = statement.fetch(driver, params)
+            make = _ROW_MAKERS.get(statement)
+            if make is None:
+                assert statement.columns is not None  # known once it has run
+                make = _ROW_MAKERS[statement] = row_maker(statement.columns)
+            rows = list(map(make, found))
             first = rows[0]  # the probe's row: one even when nothing was claimed
             claimed = _claimed_jobs([r for r in rows if r.job_id is not None], now)
             return GatedClaim(first.state, bool(first.eligible), claimed)
@@ -570,15 +566,15 @@ class PostgresClaim(ClaimStatements):
 
 
 @cache
-def _driver_claim(boosted: bool) -> bytes:
-    """The gated :func:`claim_statement` as the bytes psycopg sends (``%(name)s`` parameters)."""
-    return _encoded(str(claim_statement(boosted, gated=True).compile(dialect=_PSYCOPG)))
+def _named_claim(boosted: bool) -> NamedStatement:
+    """The gated :func:`claim_statement` as a statement prepared by name (driver SQL)."""
+    return NamedStatement(str(claim_statement(boosted, gated=True).compile(dialect=_PSYCOPG)))
 
 
 _PSYCOPG = postgresql.psycopg.dialect()  # type: ignore[no-untyped-call]
 
 #: The named-tuple maker of each driver statement's rows (a statement's columns are fixed).
-_ROW_MAKERS: dict[bytes, Callable[[Iterable[Any]], Any]] = {}
+_ROW_MAKERS: dict[NamedStatement, Callable[[Iterable[Any]], Any]] = {}
 
 
 class PostgresInsert(InsertStatements):
@@ -693,12 +689,8 @@ class PostgresOutcomes(OutcomeStatements):
         params = _outcome_params(node_id, planned)
 
         def work(driver: Any) -> Collection[uuid.UUID]:
-            cursor = driver.cursor()
-            try:
-                cursor.execute(_driver_record(), params)
-                return [row[0] for row in cursor.fetchall()]  # one row per written job
-            finally:
-                cursor.close()
+            rows = _named_record().fetch(driver, params)
+            return [row[0] for row in rows]  # one row per written job
 
         return work
 
@@ -726,9 +718,9 @@ def _outcome_params(node_id: str, planned: Sequence[PlannedOutcome]) -> dict[str
 
 
 @cache
-def _driver_record() -> bytes:
-    """:func:`record_statement` as the bytes psycopg sends."""
-    return _encoded(str(record_statement().compile(dialect=_PSYCOPG)))
+def _named_record() -> NamedStatement:
+    """:func:`record_statement` as a statement prepared by name (driver SQL)."""
+    return NamedStatement(str(record_statement().compile(dialect=_PSYCOPG)))
 
 
 class PostgresStore(SqlStore):
