@@ -363,12 +363,6 @@ def _named(statement: str) -> NamedStatement:
     return NamedStatement(statement)
 
 
-@cache
-def _encoded(statement: str) -> bytes:
-    """``statement`` as the bytes the driver sends (psycopg encodes a ``str`` on every call)."""
-    return statement.encode()
-
-
 def _json_records(rows: Sequence[tuple[Any, ...]]) -> str:
     """``rows`` as a JSON array of arrays."""
     return _JSON.encode(rows)
