@@ -72,10 +72,10 @@ class NamedStatement:
 
     def fetch(self, driver: psycopg.Connection[Any], params: Mapping[str, Any]) -> list[Any]:
         """Run the statement with ``params`` on ``driver`` and return its rows as tuples, the
-        values loaded as a cursor loads them. One libpq call waits for the server with the GIL
-        released, where a cursor's round trip takes the GIL back at each of its steps (on a
-        busy worker each such step may wait for another thread's turn). Commits on its own on
-        an idle connection, as :meth:`execute`.
+        values loaded as a cursor loads them (psycopg's loaders), without the cursor's query
+        parsing, adaptation and generator-driven round trip: one libpq call, which waits for
+        the server with the GIL released. Commits on its own on an idle connection, as
+        :meth:`execute`.
 
         :raises psycopg.Error: as ``cursor.execute`` raises it.
         """
