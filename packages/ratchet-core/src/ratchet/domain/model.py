@@ -66,6 +66,13 @@ class NewJob:
 MAX_TRACE_CONTEXT = 1024
 
 
+def attempt_key(job_id: uuid.UUID, epoch: int) -> tuple[int, int]:
+    """A job under one epoch as the worker's tables of running attempts key it: a tuple of
+    ints hashes in C, where a ``UUID`` hashes through a Python call (and each job is looked up
+    in those tables a dozen times)."""
+    return (job_id.int, epoch)
+
+
 @quick_init
 @dataclass(frozen=True)
 class ClaimedJob:
@@ -100,14 +107,12 @@ class ClaimedJob:
 
     def __post_init__(self) -> None:
         # Set at construction: the cached property's own first read takes a lock.
-        self.__dict__["key"] = (self.job_id.int, self.epoch)
+        self.__dict__["key"] = attempt_key(self.job_id, self.epoch)
 
     @cached_property
     def key(self) -> tuple[int, int]:
-        """This claim as ``(job_id.int, epoch)``: the key of the worker's tables of running
-        attempts. A tuple of ints hashes in C; a ``UUID`` hashes through a Python call, and
-        each job is looked up in those tables a dozen times."""
-        return (self.job_id.int, self.epoch)
+        """This claim's :func:`attempt_key`."""
+        return attempt_key(self.job_id, self.epoch)
 
 
 class OutcomeKind(enum.StrEnum):

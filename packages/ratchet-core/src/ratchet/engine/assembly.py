@@ -18,6 +18,7 @@ from typing import TYPE_CHECKING, Any, Protocol
 
 from ratchet.domain.errors import ConfigurationError
 from ratchet.domain.masking import MaskingPolicy
+from ratchet.domain.model import attempt_key
 from ratchet.encryption import PayloadCipher
 from ratchet.engine.attempts import AttemptRunner
 from ratchet.engine.completer import Completer
@@ -170,7 +171,7 @@ def owned_jobs(worker: WorkerHost) -> OwnedJobs:
     def read(keys: Sequence[Key]) -> set[Key]:
         asked = [(uuid.UUID(int=job_int), epoch) for job_int, epoch in keys]
         owned = worker.store.owned_jobs(worker.node_id, asked)
-        return {(job_id.int, epoch) for job_id, epoch in owned}
+        return {attempt_key(job_id, epoch) for job_id, epoch in owned}
 
     return read
 

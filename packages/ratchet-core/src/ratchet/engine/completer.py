@@ -20,7 +20,7 @@ from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
 from ratchet.domain.errors import OutcomeNotStorable, StoreUnavailable
-from ratchet.domain.model import Outcome, OutcomeKind
+from ratchet.domain.model import Outcome, OutcomeKind, attempt_key
 from ratchet.domain.text import describe_error
 from ratchet.domain.workflow import FlowEffect
 from ratchet.engine.context import log_about
@@ -114,7 +114,7 @@ class Completer:
         )
         fenced = list(written.fenced)
         if worker.meter.enabled:
-            timed_out = {(o.job_id.int, o.epoch) for o in outcomes} & self.timeouts.keys()
+            timed_out = {attempt_key(o.job_id, o.epoch) for o in outcomes} & self.timeouts.keys()
             worker.meter.written(outcomes, set(fenced), timed_out, time.perf_counter() - started)
         self.report(outcomes, set(fenced), written.effects)
         return fenced
@@ -224,7 +224,7 @@ class Completer:
         observed = worker.app.observed()  # build events only if somebody listens
         debug = log.isEnabledFor(logging.DEBUG)
         for o in outcomes:
-            timeout = self.timeouts.pop((o.job_id.int, o.epoch), None)
+            timeout = self.timeouts.pop(attempt_key(o.job_id, o.epoch), None)
             if fenced and o.job_id in fenced:
                 stats.fenced_out += 1
                 stats.by_job[o.job_id] = "FENCED_OUT"

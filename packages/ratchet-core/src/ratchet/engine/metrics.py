@@ -20,7 +20,7 @@ from typing import TYPE_CHECKING, TypeVar
 from ratchet import metrics as m
 from ratchet.domain.breaker import BreakerState
 from ratchet.domain.lifecycle import JobPriority
-from ratchet.domain.model import ClaimedJob, Outcome, OutcomeKind
+from ratchet.domain.model import ClaimedJob, Outcome, OutcomeKind, attempt_key
 from ratchet.metrics import Measurement, MetricsSample
 from ratchet.ports import (
     BreakerStates,
@@ -125,7 +125,7 @@ class Meter:
         jobs, targets = self._jobs, self._targets
         counts: dict[tuple[OutcomeKind, bool, str, str], int] = {}
         for o in outcomes:
-            key = (o.job_id.int, o.epoch)  # ClaimedJob.key
+            key = attempt_key(o.job_id, o.epoch)
             target, priority = jobs.pop(key, _UNKNOWN)
             if fenced and o.job_id in fenced:
                 continue
