@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import time
 import uuid
-from collections.abc import Iterator
 from datetime import timedelta
 from typing import Any
 
@@ -13,13 +12,6 @@ import sample_jobs
 
 from ratchet import JobStatus, Ratchet
 from ratchet.engine.builder import JobHandle
-
-
-@pytest.fixture
-def app(sqlite_url: str) -> Iterator[Ratchet]:
-    app = Ratchet(sqlite_url, allowed_modules=["sample_jobs"])
-    yield app
-    app.close()
 
 
 def test_wait_returns_once_a_worker_ran_the_job(app: Ratchet) -> None:

@@ -3,7 +3,7 @@ its HTTP API, the jobs they ran; with two workers, the queue is counted once."""
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from datetime import timedelta
 from pathlib import Path
 
@@ -18,13 +18,6 @@ from ratchet.testing.servers import PrometheusServer, free_port
 pytestmark = pytest.mark.prometheus
 
 METRICS = ["--metrics-interval", "0.2"]
-
-
-@pytest.fixture
-def app(sqlite_url: str) -> Iterator[Ratchet]:
-    app = Ratchet(sqlite_url, allowed_modules=["sample_jobs"])
-    yield app
-    app.close()
 
 
 def value(prometheus: PrometheusServer, expr: str) -> float | None:

@@ -3,19 +3,9 @@ come back as keys, so a late start is confirmed (or refused) by what the store h
 
 from __future__ import annotations
 
-from collections.abc import Iterator
-
-import pytest
 import sample_jobs
 
 from ratchet import Ratchet
-
-
-@pytest.fixture
-def app(sqlite_url: str) -> Iterator[Ratchet]:
-    app = Ratchet(sqlite_url, allowed_modules=["sample_jobs"])
-    yield app
-    app.close()
 
 
 def test_a_late_start_reads_the_store_and_owns_only_its_own_epoch(app: Ratchet) -> None:

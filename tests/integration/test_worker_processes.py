@@ -9,17 +9,9 @@ from collections import Counter
 from pathlib import Path
 
 import procs
-import pytest
 import sample_jobs
 
 from ratchet import JobFilter, JobStatus, Ratchet
-
-
-@pytest.fixture
-def app(sqlite_url: str) -> Ratchet:
-    app = Ratchet(sqlite_url, allowed_modules=["sample_jobs"])
-    yield app
-    app.close()
 
 
 def statuses(app: Ratchet) -> Counter[str]:
