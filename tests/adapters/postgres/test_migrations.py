@@ -272,7 +272,7 @@ def test_pg02_drops_the_job_foreign_keys_and_the_null_index_entries_and_back(
     assert _tables_referring_to_jobs(empty_store) == REFERRING
     assert _index_predicates(empty_store, PG02_PARTIAL) == dict.fromkeys(PG02_PARTIAL)
     empty_store.migrate()
-    assert "pg02" in current_revisions(empty_store)
+    assert "pg03" in current_revisions(empty_store)  # the head, past pg02
     assert _tables_referring_to_jobs(empty_store) == set()
     assert _index_predicates(empty_store, PG02_PARTIAL) == {
         name: f"({condition.split(' ')[0]} IS NOT NULL)"
@@ -285,6 +285,39 @@ def test_pg02_drops_the_job_foreign_keys_and_the_null_index_entries_and_back(
     assert "pg02" not in current_revisions(empty_store)
     assert _tables_referring_to_jobs(empty_store) == REFERRING
     assert _index_predicates(empty_store, PG02_PARTIAL) == dict.fromkeys(PG02_PARTIAL)
+
+
+def _queue_indexes(store: PostgresStore) -> set[str]:
+    with store.engine.connect() as conn:
+        return set(
+            conn.execute(
+                text("SELECT indexname FROM pg_indexes WHERE tablename = 'scheduler_job_queue'")
+            ).scalars()
+        )
+
+
+def test_pg03_drops_the_watch_index_and_back(empty_store: PostgresStore) -> None:
+    """At the revisions before ``pg03`` the queue has ``idx_queue_watch`` beside the status and
+    owner indexes that replace it; ``migrate()`` drops it, the downgrade creates it again."""
+    from alembic import command
+
+    from ratchet.sql.migrate import alembic_config, upgrade
+
+    for revision in ("pg02", "0008", "0012"):
+        upgrade(empty_store, revision)
+    before = _queue_indexes(empty_store)
+    assert {"idx_queue_watch", "idx_queue_status_page", "idx_queue_owner"} <= before
+    empty_store.migrate()
+    assert "pg03" in current_revisions(empty_store)
+    after = _queue_indexes(empty_store)
+    assert "idx_queue_watch" not in after
+    assert {"idx_queue_status_page", "idx_queue_owner"} <= after
+    cfg = alembic_config(empty_store)
+    with empty_store.engine.begin() as conn:
+        cfg.attributes["connection"] = conn
+        command.downgrade(cfg, "pg02")
+    assert "pg03" not in current_revisions(empty_store)
+    assert "idx_queue_watch" in _queue_indexes(empty_store)
 
 
 @pytest.mark.parametrize("plan", ["force_custom_plan", "force_generic_plan"])
