@@ -6,7 +6,9 @@ import sqlite3
 import threading
 from typing import Any
 
-from ratchet.sql.pool import ShrinkingQueuePool
+import pytest
+
+from ratchet.sql.pool import BUSY_MEETINGS, ShrinkingQueuePool
 from ratchet.testing import assert_eventually
 
 
@@ -76,3 +78,133 @@ def test_the_grace_survives_a_recreated_pool() -> None:
     fresh = pool.recreate()
     assert isinstance(fresh, ShrinkingQueuePool)
     assert (fresh.grow_after, fresh.keep_idle) == (0.2, 2)
+
+
+class FrozenClock:
+    """A pool clock that moves only when told."""
+
+    def __init__(self) -> None:
+        self.now = 1000.0
+
+    def __call__(self) -> float:
+        return self.now
+
+
+def _meet(pool: ShrinkingQueuePool, held: Any) -> Any:
+    """One checkout that finds ``held`` (the resting connection) in use and waits for it:
+    ``held`` goes back, the waiting checkout takes and returns it; the resting connection,
+    checked out again, is returned to the caller."""
+    done: list[Any] = []
+    other = threading.Thread(target=lambda: done.append(pool.connect()))
+    other.start()
+    assert_eventually(lambda: pool.waiting_to_grow == 1, 10, "a checkout waiting", interval=0.001)
+    held.close()
+    other.join(10)
+    done[0].close()
+    return pool.connect()
+
+
+def test_a_busy_process_grows_at_once_instead_of_waiting() -> None:
+    """Up to BUSY_MEETINGS meetings within a second wait for the resting connection; the next
+    one opens a second connection at once."""
+    pool, creator = _pool(grow_after=30.0)
+    pool.clock = clock = FrozenClock()
+    held = pool.connect()
+    for _ in range(BUSY_MEETINGS):
+        held = _meet(pool, held)
+    assert creator.opened == 1 and pool.grew_when_busy == 0
+    clock.now += 0.5  # still within the second
+    second = pool.connect()  # no wait: a 30 s wait would hang the test
+    assert creator.opened == 2 and pool.grew_when_busy == 1
+    for conn in (held, second):
+        conn.close()
+    pool.dispose()
+
+
+def test_meetings_spread_out_in_time_keep_the_process_at_rest() -> None:
+    """Meetings more than a second apart never count as busy: each one waits."""
+    pool, creator = _pool(grow_after=30.0)
+    pool.clock = clock = FrozenClock()
+    held = pool.connect()
+    for _ in range(BUSY_MEETINGS + 3):
+        clock.now += 1.5
+        held = _meet(pool, held)
+    assert creator.opened == 1 and pool.grew_when_busy == 0
+    held.close()
+    pool.dispose()
+
+
+class Refused(Exception):
+    """What the server says when its connection limit is reached."""
+
+
+class RefusingCreator(CountingCreator):
+    """Opens one connection, then raises ``error`` for every other."""
+
+    def __init__(self, error: Exception) -> None:
+        super().__init__()
+        self.error = error
+
+    def __call__(self) -> sqlite3.Connection:
+        if self.opened >= 1:
+            raise self.error
+        return super().__call__()
+
+
+def _refusing_pool(error: Exception, timeout: float = 30.0) -> ShrinkingQueuePool:
+    pool = ShrinkingQueuePool(
+        RefusingCreator(error), pool_size=5, max_overflow=5, pool_grow_after=0.0, timeout=timeout
+    )
+    pool.refused = lambda exc: isinstance(exc, Refused)
+    return pool
+
+
+def test_a_refused_connection_waits_for_one_of_the_pools_own() -> None:
+    pool = _refusing_pool(Refused("too many clients already"))
+    held = pool.connect()
+    got: list[Any] = []
+    other = threading.Thread(target=lambda: got.append(pool.connect()))
+    other.start()
+    assert_eventually(
+        lambda: pool.waited_after_refusal == 1, 10, "a refused checkout waiting", interval=0.001
+    )
+    assert not got
+    held.close()  # back to the pool: the refused checkout takes it
+    other.join(10)
+    assert got
+    got[0].close()
+    pool.dispose()
+
+
+def test_other_errors_and_a_refusal_with_nothing_coming_back_are_raised() -> None:
+    other_error = _refusing_pool(OSError("network unreachable"))
+    held = other_error.connect()
+    with pytest.raises(OSError, match="unreachable"):
+        other_error.connect()
+    assert other_error.waited_after_refusal == 0
+    held.close()
+    other_error.dispose()
+
+    nothing_back = _refusing_pool(Refused("too many clients already"), timeout=0.05)
+    held = nothing_back.connect()
+    with pytest.raises(Refused):
+        nothing_back.connect()
+    assert nothing_back.waited_after_refusal == 1
+    held.close()
+    nothing_back.dispose()
+
+    always = RefusingCreator(Refused("full"))
+    always.opened = 1  # the very first open is refused: the pool has none of its own
+    none_open = ShrinkingQueuePool(always, pool_grow_after=0.0)
+    none_open.refused = lambda exc: True
+    with pytest.raises(Refused):
+        none_open.connect()
+    assert none_open.waited_after_refusal == 0
+    none_open.dispose()
+
+
+def test_the_refusal_check_survives_a_recreated_pool() -> None:
+    pool = _refusing_pool(Refused("full"))
+    fresh = pool.recreate()
+    assert isinstance(fresh, ShrinkingQueuePool)
+    assert fresh.refused(Refused("full")) and not fresh.refused(OSError("other"))

@@ -21,7 +21,7 @@ from ratchet import ConnectionLimitReached, Ratchet
 from ratchet.domain.errors import ConfigurationError
 from ratchet.plugins import Plugins, make_plugin_manager
 from ratchet.ports import CoordinatorContext
-from ratchet.sql.pool import has_socket_check
+from ratchet.sql.pool import ShrinkingQueuePool, has_socket_check
 from ratchet.testing import wait_until
 from ratchet.testing.servers import PgBouncerServer
 from ratchet.testing.store_contract import StoreContract
@@ -174,6 +174,50 @@ def test_postgresql_refusing_connections_raises_a_typed_error_naming_the_limit(
         finally:
             store.close()
     finally:
+        postgres_admin.execute(f"DROP ROLE {role}")
+
+
+def test_a_connection_refused_over_the_limit_waits_for_one_of_the_process_own(
+    postgres_admin: Any, postgres_store_url: str
+) -> None:
+    """A role allowed one connection: while the store's one connection is held, a second
+    thread's statement does not fail when the server refuses it another; it runs on the first
+    connection once that comes back."""
+    role = f"one_conn_{uuid.uuid4().hex[:8]}"
+    postgres_admin.execute(f"CREATE ROLE {role} LOGIN PASSWORD 'pw' CONNECTION LIMIT 1")
+    with psycopg.connect(libpq_url(postgres_store_url), autocommit=True) as owner:
+        owner.execute(f"GRANT SELECT ON ALL TABLES IN SCHEMA public TO {role}")
+    try:
+        from sqlalchemy.engine import make_url
+
+        url = make_url(postgres_store_url).set(username=role, password="pw")
+        store = PostgresStore(url.render_as_string(hide_password=False), pool_grow_after=0)
+        pool = store.engine.pool
+        assert isinstance(pool, ShrinkingQueuePool)
+        counts: list[Any] = []
+        errors: list[BaseException] = []
+
+        def count() -> None:
+            try:
+                counts.append(store.count_by_status())
+            except BaseException as error:  # reported below
+                errors.append(error)
+
+        try:
+            with store.engine.connect() as held:
+                held.exec_driver_sql("SELECT 1")
+                other = threading.Thread(target=count)
+                other.start()
+                assert wait_until(lambda: pool.waited_after_refusal == 1 or bool(errors), 30)
+                assert not errors, errors
+            other.join(30)
+            assert not errors, errors
+            assert len(counts) == 1
+        finally:
+            store.close()
+    finally:
+        with psycopg.connect(libpq_url(postgres_store_url), autocommit=True) as owner:
+            owner.execute(f"REVOKE ALL ON ALL TABLES IN SCHEMA public FROM {role}")
         postgres_admin.execute(f"DROP ROLE {role}")
 
 

@@ -150,6 +150,8 @@ class SqlStore(
         kwargs = {**dialect.engine_kwargs(url), **engine_options}
         self.engine: Engine = create_engine(url, **kwargs)
         dialect.configure_engine(self.engine, write=True)
+        if isinstance(self.engine.pool, ShrinkingQueuePool):
+            self.engine.pool.refused = self._refused_for_its_limit
         if dialect.ping_idle_after is not None:
             ping_when_idle(self.engine, dialect.ping_idle_after)
         if dialect.separate_write_engine():
@@ -328,6 +330,10 @@ class SqlStore(
             raise DBAPIError.instance(
                 None, None, exc, driver_error, dialect=dialect, connection_invalidated=lost
             ) from exc
+
+    def _refused_for_its_limit(self, error: BaseException) -> bool:
+        """Whether ``error``, opening a connection, is the server's connection limit."""
+        return self.dialect.classify(error) is ErrorKind.CONNECTION_LIMIT
 
     def _outage(self, exc: DBAPIError, kind: ErrorKind) -> StoreUnavailable | None:
         """The typed error of a database that cannot serve us (None: ``exc`` is no outage)."""
