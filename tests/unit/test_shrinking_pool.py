@@ -8,7 +8,7 @@ from typing import Any
 
 import pytest
 
-from ratchet.sql.pool import BUSY_MEETINGS, ShrinkingQueuePool
+from ratchet.sql.pool import ShrinkingQueuePool
 from ratchet.testing import assert_eventually
 
 
@@ -78,60 +78,6 @@ def test_the_grace_survives_a_recreated_pool() -> None:
     fresh = pool.recreate()
     assert isinstance(fresh, ShrinkingQueuePool)
     assert (fresh.grow_after, fresh.keep_idle) == (0.2, 2)
-
-
-class FrozenClock:
-    """A pool clock that moves only when told."""
-
-    def __init__(self) -> None:
-        self.now = 1000.0
-
-    def __call__(self) -> float:
-        return self.now
-
-
-def _meet(pool: ShrinkingQueuePool, held: Any) -> Any:
-    """One checkout that finds ``held`` (the resting connection) in use and waits for it:
-    ``held`` goes back, the waiting checkout takes and returns it; the resting connection,
-    checked out again, is returned to the caller."""
-    done: list[Any] = []
-    other = threading.Thread(target=lambda: done.append(pool.connect()))
-    other.start()
-    assert_eventually(lambda: pool.waiting_to_grow == 1, 10, "a checkout waiting", interval=0.001)
-    held.close()
-    other.join(10)
-    done[0].close()
-    return pool.connect()
-
-
-def test_a_busy_process_grows_at_once_instead_of_waiting() -> None:
-    """Up to BUSY_MEETINGS meetings within a second wait for the resting connection; the next
-    one opens a second connection at once."""
-    pool, creator = _pool(grow_after=30.0)
-    pool.clock = clock = FrozenClock()
-    held = pool.connect()
-    for _ in range(BUSY_MEETINGS):
-        held = _meet(pool, held)
-    assert creator.opened == 1 and pool.grew_when_busy == 0
-    clock.now += 0.5  # still within the second
-    second = pool.connect()  # no wait: a 30 s wait would hang the test
-    assert creator.opened == 2 and pool.grew_when_busy == 1
-    for conn in (held, second):
-        conn.close()
-    pool.dispose()
-
-
-def test_meetings_spread_out_in_time_keep_the_process_at_rest() -> None:
-    """Meetings more than a second apart never count as busy: each one waits."""
-    pool, creator = _pool(grow_after=30.0)
-    pool.clock = clock = FrozenClock()
-    held = pool.connect()
-    for _ in range(BUSY_MEETINGS + 3):
-        clock.now += 1.5
-        held = _meet(pool, held)
-    assert creator.opened == 1 and pool.grew_when_busy == 0
-    held.close()
-    pool.dispose()
 
 
 class Refused(Exception):

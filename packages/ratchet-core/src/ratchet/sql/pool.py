@@ -126,10 +126,6 @@ DEFAULT_IDLE_TIMEOUT = 30.0
 #: Seconds a checkout waits for the resting connection before the pool opens another.
 DEFAULT_GROW_AFTER = 0.05
 
-#: Checkouts finding the resting connections in use, within one second, after which the pool
-#: counts its process as busy and opens another connection at once instead of waiting.
-BUSY_MEETINGS = 4
-
 _IDLE_SINCE = "ratchet_idle_since"
 
 
@@ -149,10 +145,8 @@ class ShrinkingQueuePool(QueuePool):
     connection and keep it for the idle timeout. Here a checkout that finds the pool holding
     only its ``pool_keep_idle`` connections, all in use, first waits up to ``pool_grow_after``
     seconds (default 0.05) for one to come back: a resting process's statements take a
-    millisecond, so it stays at one connection (``0`` turns the wait off). A busy process's
-    threads meet all the time, and each wait would cost the waiting thread the other's
-    statement: after :data:`BUSY_MEETINGS` such meetings within a second the pool opens
-    another connection at once (the extra ones close again once idle for ``idle_timeout``).
+    millisecond, so it stays at one connection, and so does a busy one whose statements come
+    back within the wait (``0`` turns the wait off).
 
     A connection the server refuses to open (its connection limit reached) while this pool
     holds others does not fail the checkout: it waits for one of its own to come back, up to
@@ -188,13 +182,9 @@ class ShrinkingQueuePool(QueuePool):
         """Checkouts now waiting for a resting connection to come back."""
         self.grew_after_wait = 0
         """Checkouts that waited ``grow_after`` in vain and opened a connection."""
-        self.grew_when_busy = 0
-        """Checkouts that opened a connection at once because the process was busy."""
         self.waited_after_refusal = 0
         """Checkouts that waited for a connection of their own after the server refused
         another."""
-        self._meetings = 0
-        self._meetings_since = 0.0
 
     refused: Callable[[BaseException], bool] = staticmethod(lambda error: False)
     """Whether an error opening a connection is the server refusing it for its connection
@@ -210,16 +200,13 @@ class ShrinkingQueuePool(QueuePool):
 
     def _do_get(self) -> ConnectionPoolEntry:
         if self.grow_after > 0 and self._at_resting_size():
-            if self._busy():
-                self.grew_when_busy += 1
-            else:
-                self.waiting_to_grow += 1
-                try:
-                    return self._pool.get(True, self.grow_after)
-                except sqla_queue.Empty:
-                    self.grew_after_wait += 1
-                finally:
-                    self.waiting_to_grow -= 1
+            self.waiting_to_grow += 1
+            try:
+                return self._pool.get(True, self.grow_after)
+            except sqla_queue.Empty:
+                self.grew_after_wait += 1
+            finally:
+                self.waiting_to_grow -= 1
         opened = self._pool.maxsize + self._overflow
         try:
             return super()._do_get()
@@ -232,15 +219,6 @@ class ShrinkingQueuePool(QueuePool):
             except sqla_queue.Empty:
                 pass
             raise
-
-    def _busy(self) -> bool:
-        """Count a checkout that found the resting connections in use; whether there were
-        more than :data:`BUSY_MEETINGS` within the last second."""
-        now = self.clock()
-        if now - self._meetings_since > 1.0:
-            self._meetings_since, self._meetings = now, 0
-        self._meetings += 1
-        return self._meetings > BUSY_MEETINGS
 
     def _at_resting_size(self) -> bool:
         """Every connection is in use, there are only the resting ones, and more may open."""
