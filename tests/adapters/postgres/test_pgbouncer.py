@@ -177,7 +177,7 @@ def test_postgresql_refusing_connections_raises_a_typed_error_naming_the_limit(
         postgres_admin.execute(f"DROP ROLE {role}")
 
 
-def test_a_connection_refused_over_the_limit_waits_for_one_of_the_process_own(
+def test_a_connection_refused_over_the_limit_waits_for_one_of_the_pools_own(
     postgres_admin: Any, postgres_store_url: str
 ) -> None:
     """A role allowed one connection: while the store's one connection is held, a second

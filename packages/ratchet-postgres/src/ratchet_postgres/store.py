@@ -119,9 +119,8 @@ def _candidates() -> str:
     ``:cand`` oldest due PENDING jobs, read by a ``LATERAL`` subquery whose index range scan
     runs once per level. One subquery instead of a ``UNION ALL`` branch per level: the claim
     is planned at every execution (a plan cached while the queue was empty would scan it
-    once the queue is long), and the planner costs each reference to the queue table, with
-    its ten indexes, once; five branches cost a third more planning than the claim's own
-    execution saves from them."""
+    once the queue is long), and the planner weighs every index of the queue table for each
+    reference to it: five branches took half as long again to plan (0.71 against 0.48 ms)."""
     levels = ", ".join(f"({int(level)})" for level in sorted(JobPriority, reverse=True))
     # Literal status: the planner matches the partial claim index (priority,
     # scheduled_time, job_id) WHERE status = 'PENDING'; the level is the scan's first key.
