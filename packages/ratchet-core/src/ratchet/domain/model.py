@@ -66,7 +66,11 @@ class NewJob:
 MAX_TRACE_CONTEXT = 1024
 
 
-def attempt_key(job_id: uuid.UUID, epoch: int) -> tuple[int, int]:
+AttemptKey = tuple[int, int]
+"""A job under one epoch as the worker's tables of running attempts key it (:func:`attempt_key`)."""
+
+
+def attempt_key(job_id: uuid.UUID, epoch: int) -> AttemptKey:
     """A job under one epoch as the worker's tables of running attempts key it: a tuple of
     ints hashes in C, where a ``UUID`` hashes through a Python call (and each job is looked up
     in those tables a dozen times)."""
@@ -110,7 +114,7 @@ class ClaimedJob:
         self.__dict__["key"] = attempt_key(self.job_id, self.epoch)
 
     @cached_property
-    def key(self) -> tuple[int, int]:
+    def key(self) -> AttemptKey:
         """This claim's :func:`attempt_key`."""
         return attempt_key(self.job_id, self.epoch)
 

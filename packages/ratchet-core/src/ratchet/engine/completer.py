@@ -20,7 +20,7 @@ from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
 from ratchet.domain.errors import OutcomeNotStorable, StoreUnavailable
-from ratchet.domain.model import Outcome, OutcomeKind, attempt_key
+from ratchet.domain.model import AttemptKey, Outcome, OutcomeKind, attempt_key
 from ratchet.domain.text import describe_error
 from ratchet.domain.workflow import FlowEffect
 from ratchet.engine.context import log_about
@@ -42,7 +42,7 @@ class Completer:
         self._batch_limit = batch_limit
         self._queue: queue.SimpleQueue[Outcome | None] = queue.SimpleQueue()
         self._thread: threading.Thread | None = None
-        self.timeouts: dict[tuple[int, int], dict[str, Any]] = {}  # by ClaimedJob.key
+        self.timeouts: dict[AttemptKey, dict[str, Any]] = {}
         """Timing of attempts that timed out, for their TIMED_OUT event (by job and epoch)."""
 
     def start(self) -> None:

@@ -19,7 +19,7 @@ if TYPE_CHECKING:
     from datetime import timedelta
 
     from ratchet.config import RatchetConfig, WorkerConfig
-    from ratchet.domain.model import AttemptRecord, ClaimedJob, JobRecord, Outcome
+    from ratchet.domain.model import AttemptKey, AttemptRecord, ClaimedJob, JobRecord, Outcome
     from ratchet.domain.resources import ResourceLimit
     from ratchet.domain.retry import RetryPolicy
     from ratchet.domain.watcher import WatcherReport
@@ -144,7 +144,7 @@ class RunnerFace(Protocol):
 class CompleterFace(Protocol):
     """The completer (:mod:`ratchet.engine.completer`), as the other parts see it."""
 
-    timeouts: dict[tuple[int, int], dict[str, Any]]  # by ClaimedJob.key
+    timeouts: dict[AttemptKey, dict[str, Any]]
 
     def put(self, outcome: Outcome) -> None: ...
 
@@ -206,7 +206,7 @@ class MeterFace(Protocol):
         self,
         outcomes: Sequence[Outcome],
         fenced: set[uuid.UUID],
-        timed_out: set[tuple[int, int]],
+        timed_out: set[AttemptKey],
         seconds: float,
     ) -> None: ...
 

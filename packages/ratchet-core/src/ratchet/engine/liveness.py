@@ -38,7 +38,7 @@ from typing import TYPE_CHECKING, Any
 
 from ratchet.domain.breaker import published_breakers
 from ratchet.domain.errors import FencedOut, UnknownPluginError
-from ratchet.domain.model import ClaimedJob, Outcome, OutcomeKind
+from ratchet.domain.model import AttemptKey, ClaimedJob, Outcome, OutcomeKind
 from ratchet.domain.options import BackoffPolicy
 from ratchet.domain.retry import decide_retry
 from ratchet.domain.text import describe_error, storable_text
@@ -174,7 +174,7 @@ class Liveness:
         self._switch = threading.RLock()
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
-        self._owners: dict[tuple[int, int], str] = {}  # by ClaimedJob.key
+        self._owners: dict[AttemptKey, str] = {}
         self._reserved: collections.deque[ClaimedJob] = collections.deque()
         self._skewed = False
         self._lock = threading.Lock()

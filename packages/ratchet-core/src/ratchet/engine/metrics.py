@@ -20,7 +20,7 @@ from typing import TYPE_CHECKING, TypeVar
 from ratchet import metrics as m
 from ratchet.domain.breaker import BreakerState
 from ratchet.domain.lifecycle import JobPriority
-from ratchet.domain.model import ClaimedJob, Outcome, OutcomeKind, attempt_key
+from ratchet.domain.model import AttemptKey, ClaimedJob, Outcome, OutcomeKind, attempt_key
 from ratchet.metrics import Measurement, MetricsSample
 from ratchet.ports import (
     BreakerStates,
@@ -71,7 +71,7 @@ class Meter:
 
     def __init__(self, plugins: Plugins) -> None:
         self.plugins = plugins
-        self._jobs: dict[tuple[int, int], tuple[str, str]] = {}  # by ClaimedJob.key
+        self._jobs: dict[AttemptKey, tuple[str, str]] = {}
         self._targets: dict[str, tuple[str]] = {}
         """One ``(target,)`` label tuple per target (made once, not per job)."""
 
@@ -111,7 +111,7 @@ class Meter:
         self,
         outcomes: Sequence[Outcome],
         fenced: set[uuid.UUID],
-        timed_out: set[tuple[int, int]],
+        timed_out: set[AttemptKey],
         seconds: float,
     ) -> None:
         """An outcome write of ``outcomes`` took ``seconds`` and refused ``fenced``; the attempts

@@ -18,10 +18,10 @@ import time
 import uuid
 from collections.abc import Callable, Iterable
 
-from ratchet.domain.model import ClaimedJob
+from ratchet.domain.model import AttemptKey, ClaimedJob
 from ratchet.engine.running import Attempt
 
-Key = tuple[int, int]
+Key = AttemptKey
 """A job and the epoch of one of its attempts (:attr:`ClaimedJob.key`)."""
 
 

@@ -17,7 +17,9 @@ import threading
 import time
 from collections.abc import Callable, Iterable, Sequence
 
-Key = tuple[int, int]
+from ratchet.domain.model import AttemptKey
+
+Key = AttemptKey
 """A job and the epoch it was claimed under (:attr:`~ratchet.domain.model.ClaimedJob.key`)."""
 OwnedJobs = Callable[[Sequence[Key]], set[Key]]
 """Which of these jobs this node still owns under those epochs (one store read)."""
