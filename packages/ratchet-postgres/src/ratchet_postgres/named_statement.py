@@ -63,9 +63,7 @@ class NamedStatement:
 
         :raises psycopg.Error: as ``cursor.execute`` raises it.
         """
-        if driver.prepare_threshold is None or (
-            driver.pgconn.transaction_status != pq.TransactionStatus.IDLE
-        ):
+        if not _by_name(driver):
             return int(self._through_cursor(driver, params))
         result = self._run(driver, params, pq.ExecStatus.COMMAND_OK)
         return int(result.command_tuples or 0)
@@ -79,9 +77,7 @@ class NamedStatement:
 
         :raises psycopg.Error: as ``cursor.execute`` raises it.
         """
-        if driver.prepare_threshold is None or (
-            driver.pgconn.transaction_status != pq.TransactionStatus.IDLE
-        ):
+        if not _by_name(driver):
             return list(self._through_cursor(driver, params, fetch=True))
         result = self._run(driver, params, pq.ExecStatus.TUPLES_OK)
         if self.columns is None:
@@ -145,6 +141,15 @@ class NamedStatement:
         if not error.sqlstate and driver.closed:
             return psycopg.OperationalError(str(error) or "the connection to the server was lost")
         return error
+
+
+def _by_name(driver: psycopg.Connection[Any]) -> bool:
+    """Whether a statement may run by name on ``driver`` now: prepared statements are on (not
+    behind PgBouncer in transaction pooling) and no transaction is open (a statement run by
+    name commits on its own)."""
+    return driver.prepare_threshold is not None and (
+        driver.pgconn.transaction_status == pq.TransactionStatus.IDLE
+    )
 
 
 def _text(value: Any) -> bytes | None:

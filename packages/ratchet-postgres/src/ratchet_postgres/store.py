@@ -203,7 +203,8 @@ def claim_statement(boosted: bool, gated: bool = False) -> TextClause:
 
     ``cand``: per priority level the ``:cand`` oldest due PENDING jobs (``:lim`` times
     :data:`CANDIDATES_PER_CLAIMED`; an index-only range scan each, :func:`_candidates`); together
-    they hold the true top ``:lim`` because the boost never reorders jobs of one level. ``picked``: the candidates sorted by effective priority, scheduled time and id, then
+    they hold the true top ``:lim`` because the boost never reorders jobs of one level.
+    ``picked``: the candidates sorted by effective priority, scheduled time and id, then
     fetched by primary key and locked one at a time in that order (``FOR UPDATE SKIP LOCKED`` in
     a lateral subquery), skipping rows other claimers hold, until ``:lim`` are locked: only the
     rows taken (and those skipped) are visited. ``upd`` marks them RUNNING (epoch + 1) (the

@@ -207,7 +207,7 @@ class ShrinkingQueuePool(QueuePool):
                 self.grew_after_wait += 1
             finally:
                 self.waiting_to_grow -= 1
-        opened = self._pool.maxsize + self._overflow
+        opened = self._opened()
         try:
             return super()._do_get()
         except Exception as error:
@@ -220,9 +220,13 @@ class ShrinkingQueuePool(QueuePool):
                 pass
             raise
 
+    def _opened(self) -> int:
+        """Connections this pool has open, idle or in use."""
+        return int(self._pool.maxsize + self._overflow)
+
     def _at_resting_size(self) -> bool:
         """Every connection is in use, there are only the resting ones, and more may open."""
-        opened = self._pool.maxsize + self._overflow
+        opened = self._opened()
         return (
             self._pool.empty()
             and opened <= self.keep_idle
