@@ -13,6 +13,7 @@ from collections.abc import Iterator
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
+import psycopg
 import pytest
 from sqlalchemy import TextClause, text
 from sqlalchemy.engine import Connection
@@ -23,6 +24,7 @@ from ratchet.sql.types import to_micros
 from ratchet.testing.clock import FakeClock
 from ratchet.testing.store_contract import new_job
 from ratchet_postgres import PostgresStore
+from ratchet_postgres.coordinator import libpq_conninfo
 from ratchet_postgres.named_statement import NamedStatement
 from ratchet_postgres.store import (
     PSYCOPG_CACHED_LENGTH,
@@ -44,9 +46,15 @@ def store(postgres_store_url: str) -> Iterator[PostgresStore]:
 
 
 def fill(
-    conn: Connection, pending: int, running: int = 0, *, start: datetime | None = None
+    conn: Connection,
+    pending: int,
+    running: int = 0,
+    *,
+    start: datetime | None = None,
+    analyze: bool = True,
 ) -> None:
-    """Insert jobs quickly in SQL: ``pending`` PENDING (priority i % 5, one per ms) + RUNNING."""
+    """Insert jobs quickly in SQL: ``pending`` PENDING (priority i % 5, one per ms) + RUNNING;
+    then ``analyze`` the tables."""
     t0 = to_micros(start or datetime(2030, 1, 1, tzinfo=UTC))
     total = pending + running
     conn.execute(
@@ -68,8 +76,9 @@ def fill(
         ),
         {"t0": t0, "pending": pending},
     )
-    conn.execute(text("ANALYZE scheduler_job_queue"))
-    conn.execute(text("ANALYZE scheduler_job"))
+    if analyze:
+        conn.execute(text("ANALYZE scheduler_job_queue"))
+        conn.execute(text("ANALYZE scheduler_job"))
 
 
 # ---------------------------------------------------------------------- one round trip
@@ -244,6 +253,71 @@ def test_a_claim_reads_a_batch_not_the_queue_under_stale_statistics(
         conn.rollback()
     largest = max(_visited(plan[0]["Plan"]), key=lambda visit: visit[1])
     assert largest[1] <= params["cand"] * len(JobPriority), (largest, plan)
+
+
+def _queue_rows_scanned(conn: Any) -> int:
+    """Rows of the queue table read by sequential scans so far (counts the sessions flushed),
+    read on a psycopg connection in autocommit."""
+    conn.execute("SELECT pg_stat_clear_snapshot()")
+    row = conn.execute(
+        "SELECT seq_tup_read FROM pg_stat_user_tables WHERE relname = 'scheduler_job_queue'"
+    ).fetchone()
+    return int(row[0])
+
+
+def test_claims_and_outcome_writes_keep_no_plan_from_an_empty_queue(
+    postgres_store_url: str,
+) -> None:
+    """A worker that polled an empty queue (its statistics say so) and then meets a burst of
+    jobs: its claims and outcome writes must read the burst by index, not by the sequential
+    scans of a generic plan cached while the queue was empty (PostgreSQL gives a prepared
+    statement one after five calls, and keeps it until the table's statistics change)."""
+    from ratchet.domain.model import Outcome, OutcomeKind
+    from ratchet.domain.watcher import WatcherSettings
+
+    store = PostgresStore(postgres_store_url, pool_size=1, max_overflow=0)  # one session
+    try:
+        clock = FakeClock()
+        settings = WatcherSettings()
+
+        def done(jobs: list[ClaimedJob]) -> list[Outcome]:
+            now = clock.now()
+            return [
+                Outcome(j.job_id, j.epoch, j.attempt, OutcomeKind.SUCCEEDED, now, now) for j in jobs
+            ]
+
+        with store.engine.begin() as conn:
+            conn.execute(text("ANALYZE scheduler_job_queue"))  # the empty queue's statistics
+            conn.execute(text("ANALYZE scheduler_job"))
+        for _ in range(8):  # more than the five calls after which a plan may be generic
+            store.insert_jobs([new_job(clock) for _ in range(2)], now=clock.now())
+            polled = store.acquire_work("n1", 1, now=clock.now(), settings=settings,
+                                        boost_interval=BOOST, without_row=True)  # fmt: skip
+            claimed = store.claim("n1", 1, now=clock.now(), boost_interval=BOOST)
+            assert len(polled.claimed) == 1 and len(claimed) == 1
+            store.record_outcomes("n1", done([*polled.claimed, *claimed]), now=clock.now())
+        with store.engine.begin() as conn:
+            fill(conn, 20_000, analyze=False, start=clock.now() - timedelta(hours=1))
+            prepared = conn.execute(
+                text("SELECT statement FROM pg_prepared_statements WHERE statement LIKE"
+                     " '%SKIP LOCKED%' OR statement LIKE '%ended_attempts%'")
+            ).scalars().all()  # fmt: skip
+        assert prepared == [], "the claim and the outcome write are planned at every call"
+        with psycopg.connect(libpq_conninfo(postgres_store_url), autocommit=True) as watcher:
+            scanned = _queue_rows_scanned(watcher)
+            polled = store.acquire_work("n1", 50, now=clock.now(), settings=settings,
+                                        boost_interval=BOOST, without_row=True)  # fmt: skip
+            claimed = store.claim("n1", 50, now=clock.now(), boost_interval=BOOST)
+            assert len(polled.claimed) == 50 and len(claimed) == 50
+            written = store.record_outcomes(
+                "n1", done([*polled.claimed, *claimed]), now=clock.now()
+            )
+            assert written.fenced == ()
+            store._run(lambda conn: conn.execute(text("SELECT pg_stat_force_next_flush()")))
+            read = _queue_rows_scanned(watcher) - scanned
+        assert read < 1_000, f"{read} queue rows read by sequential scans for 100 jobs"
+    finally:
+        store.close()
 
 
 def test_claim_skips_rows_locked_by_another_transaction(store: PostgresStore) -> None:

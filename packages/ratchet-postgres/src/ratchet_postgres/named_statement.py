@@ -9,6 +9,13 @@ while it waits for the server.
 
 Where no statement may be prepared by name (psycopg's ``prepare_threshold`` is None, as the
 store sets it behind PgBouncer in transaction pooling mode) it runs through a cursor instead.
+
+A statement whose best plan depends on how many rows its tables hold is made with
+``planned_per_call``: it is sent with its text at every call (libpq's ``PQexecParams``, an
+unnamed statement), so the server plans it for the tables as they are then. A statement prepared
+by name may be given a *generic* plan after five calls, built from the table sizes of that
+moment and kept until the table's statistics change: a claim whose generic plan was built on an
+empty queue read it by sequential scans once it held 50,000 jobs (``docs/postgres.md``).
 """
 
 from __future__ import annotations
@@ -34,10 +41,11 @@ _ALREADY_PREPARED = b"42P05"
 
 class NamedStatement:
     """``statement`` (driver SQL, ``%(name)s`` parameters) prepared once per connection under a
-    name derived from its text, then executed by that name: :meth:`execute` for a statement
-    that returns no rows, :meth:`fetch` for one that does."""
+    name derived from its text, then executed by that name (``planned_per_call``: sent with its
+    text and planned at every call instead): :meth:`execute` for a statement that returns no
+    rows, :meth:`fetch` for one that does."""
 
-    def __init__(self, statement: str) -> None:
+    def __init__(self, statement: str, *, planned_per_call: bool = False) -> None:
         order: list[str] = []
 
         def positional(match: re.Match[str]) -> str:
@@ -52,6 +60,8 @@ class NamedStatement:
         self.sql = _PLACEHOLDER.sub(positional, statement).encode()
         self.parameters = tuple(order)
         self.name = b"ratchet_" + hashlib.blake2b(self.sql, digest_size=8).hexdigest().encode()
+        self.planned_per_call = planned_per_call
+        """Sent with its text at every call and planned for it, never prepared by name."""
         self._prepared_on: weakref.WeakSet[psycopg.Connection[Any]] = weakref.WeakSet()
         self.columns: tuple[str, ...] | None = None
         """The names of the columns :meth:`fetch` returns (known after its first call)."""
@@ -91,6 +101,11 @@ class NamedStatement:
     ) -> pq.abc.PGresult:
         """The result of executing the prepared statement (prepared first where needed)."""
         values = [_text(params[name]) for name in self.parameters]
+        if self.planned_per_call:
+            result = driver.pgconn.exec_params(self.sql, values)
+            if result.status == ok:
+                return result
+            raise self._error(driver, result)
         for _ in range(2):
             if driver not in self._prepared_on:
                 self._prepare(driver)
@@ -115,7 +130,7 @@ class NamedStatement:
             finally:
                 driver.autocommit = False
         with driver.cursor() as cursor:
-            cursor.execute(self.statement, params)
+            cursor.execute(self.statement, params, prepare=False if self.planned_per_call else None)
             if not fetch:
                 return int(cursor.rowcount)
             if self.columns is None and cursor.description is not None:
