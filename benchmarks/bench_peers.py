@@ -25,6 +25,8 @@ What it measures (no-op jobs throughout; the median of ``--rounds`` rounds, min-
 - for every PostgreSQL row, the **database's CPU per job** while it ran (:class:`DatabaseMeter`:
   all of the server's processes), beside the peer's: how much of a difference is the server's
   work rather than the client's;
+- for every processing row, the **worker process's CPU per job** (:class:`WorkerMeter`), from
+  its first claim to the drained queue, beside the peer's;
 - and **what the database wrote per job** (:class:`WriteMeter`): WAL bytes, heap rows, index
   entries and row locks read from the WAL itself (``pg_walinspect``), and the statements run
   (``pg_stat_statements``, which the throwaway server loads; a ``--url`` server only if it
@@ -324,8 +326,57 @@ class WriteMeter:
         return value
 
 
+class WorkerMeter:
+    """The CPU time of one worker process per job, from its first claim to the drained queue:
+    its start-up (the interpreter, the imports, the connection) is left out, since it is paid
+    once and would weigh more the fewer jobs a run has."""
+
+    def __init__(self) -> None:
+        self._pid: int | None = None
+        self._started = 0.0
+        self._last: float | None = None
+
+    @staticmethod
+    def cpu(pid: int) -> float:
+        """Seconds of CPU of process ``pid``, all of its threads (those that ended too)."""
+        fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+        return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")  # utime, stime
+
+    def start_at_first_claim(
+        self, proc: subprocess.Popen[bytes], url: str, claimed: str, timeout: float = 120.0
+    ) -> None:
+        """Wait until the query ``claimed`` (one boolean) says the worker ``proc`` claimed
+        its first job, then take its CPU time so far as its start-up. Asked every 5 ms (an
+        index look-up, not a scan, since the database's CPU is measured meanwhile): the claim
+        that happens meanwhile is under 1 % of a run's CPU."""
+        import psycopg
+
+        deadline = time.monotonic() + timeout
+        # Planned at every call (never prepared): the table's statistics predate its prefill.
+        with psycopg.connect(_libpq(url), autocommit=True, prepare_threshold=None) as conn:
+            while not conn.execute(claimed).fetchone()[0]:
+                if proc.poll() is not None:
+                    raise RuntimeError(f"{proc.args!r} exited with {proc.returncode}")
+                if time.monotonic() > deadline:
+                    raise TimeoutError(f"no job claimed within {timeout:.0f} s")
+                time.sleep(0.005)  # a poll interval, not a synchronisation
+        self._pid, self._started = proc.pid, self.cpu(proc.pid)
+
+    def stop(self, jobs: int) -> None:
+        """The worker drained the queue: its CPU since its first claim, per job."""
+        if self._pid is not None:
+            self._last = (self.cpu(self._pid) - self._started) / jobs * 1e6
+        self._pid = None
+
+    def take(self) -> float | None:
+        """The last measurement in µs per job (None: none), forgotten once read."""
+        value, self._last = self._last, None
+        return value
+
+
 DB = DatabaseMeter()
 WAL = WriteMeter()
+WORKER = WorkerMeter()
 
 
 class Server:
@@ -381,7 +432,14 @@ def ratchet_process(server: Server, n: int, flags: tuple[str, ...]) -> float:
             stdout=subprocess.DEVNULL,
         )
         try:
+            WORKER.start_at_first_claim(
+                proc,
+                url,
+                "SELECT EXISTS (SELECT 1 FROM scheduler_job_queue WHERE status = 'RUNNING')"
+                " OR NOT EXISTS (SELECT 1 FROM scheduler_job_queue WHERE status = 'PENDING')",
+            )
             wait_for_empty(url, "scheduler_job_queue", proc, timeout=600)
+            WORKER.stop(n)
             DB.stop(n)
         finally:
             stop(proc)
@@ -558,7 +616,14 @@ def pgq_process(server: Server, n: int, flags: tuple[str, ...]) -> float:
             stderr=subprocess.DEVNULL,
         )
         try:
+            WORKER.start_at_first_claim(
+                proc,
+                url,
+                "SELECT EXISTS (SELECT 1 FROM pgqueuer WHERE status = 'picked')"
+                " OR NOT EXISTS (SELECT 1 FROM pgqueuer WHERE status = 'queued')",
+            )
             wait_for_empty(url, "pgqueuer", proc, timeout=600)
+            WORKER.stop(n)
             DB.stop(n)
         finally:
             stop(proc)
@@ -703,6 +768,8 @@ class Row:
     peer_db: list[float] = field(default_factory=list)
     ratchet_writes: list[Writes] = field(default_factory=list)
     peer_writes: list[Writes] = field(default_factory=list)
+    ratchet_worker: list[float] = field(default_factory=list)
+    peer_worker: list[float] = field(default_factory=list)
 
 
 def fmt(values: list[float], digits: int = 0) -> str:
@@ -838,14 +905,21 @@ def main(argv: list[str] | None = None) -> int:
     try:
         for round_no in range(args.rounds):
             for row, (_, _, mine, theirs) in zip(rows, plan, strict=True):
-                sides: list[tuple[list[float], list[float], list[Writes], Callable[[], float]]]
-                sides = [(row.ratchet, row.ratchet_db, row.ratchet_writes, mine)]
+                sides: list[
+                    tuple[list[float], list[float], list[Writes], list[float], Callable[[], float]]
+                ]
+                sides = [
+                    (row.ratchet, row.ratchet_db, row.ratchet_writes, row.ratchet_worker, mine)
+                ]
                 if theirs is not None and peers:
-                    sides.append((row.peer, row.peer_db, row.peer_writes, theirs))
+                    sides.append((row.peer, row.peer_db, row.peer_writes, row.peer_worker, theirs))
                 if round_no % 2:  # alternate who goes first
                     sides.reverse()
-                for values, db_values, writes, measure in sides:
+                for values, db_values, writes, worker_values, measure in sides:
                     values.append(measure())
+                    worker_cpu = WORKER.take()
+                    if worker_cpu is not None:
+                        worker_values.append(worker_cpu)
                     db_cpu = DB.take()
                     if db_cpu is not None:
                         db_values.append(db_cpu)
@@ -881,6 +955,17 @@ def main(argv: list[str] | None = None) -> int:
             print(
                 f"| {row.label} | {fmt(row.ratchet_db, 1)} |"
                 f" {row.peer_name if row.peer_db else ''} | {fmt(row.peer_db, 1)} |"
+            )
+    working = [row for row in rows if row.ratchet_worker]
+    if working:
+        print(
+            "\n| the worker process's CPU per job (µs, median (min-max)) | Ratchet | peer | peer's |"
+            "\n|---|---:|---|---:|"
+        )
+        for row in working:
+            print(
+                f"| {row.label} | {fmt(row.ratchet_worker, 1)} |"
+                f" {row.peer_name if row.peer_worker else ''} | {fmt(row.peer_worker, 1)} |"
             )
     written = [row for row in rows if row.ratchet_writes]
     if written:
