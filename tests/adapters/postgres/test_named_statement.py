@@ -162,3 +162,24 @@ def test_fetch_returns_rows_loaded_as_a_cursor_loads_them(
     conn.autocommit = True
     assert bodies(conn) == [(2, "|".join(tags))]
     assert (prepared_names(conn) == [statement.name.decode()]) is prepared
+
+
+def test_a_statement_planned_per_call_is_never_prepared(conn: psycopg.Connection) -> None:
+    """Sent with its text at every call: nothing is prepared on the session (so the server never
+    keeps a generic plan for it), it commits on its own and fails as a prepared one does; inside
+    a transaction it joins it through a cursor that does not prepare either."""
+    statement = NamedStatement(INSERT, planned_per_call=True)
+    conn.autocommit = False
+    for i in range(7):  # more calls than psycopg's and the server's thresholds
+        assert statement.execute(conn, {"id": i, "body": "x"}) == 1
+    assert conn.info.transaction_status == psycopg.pq.TransactionStatus.IDLE
+    with pytest.raises(psycopg.errors.UniqueViolation):
+        statement.execute(conn, {"id": 0, "body": "again"})
+    fetch = NamedStatement(
+        "SELECT id FROM note WHERE id >= %(low)s ORDER BY id", planned_per_call=True
+    )
+    with conn.transaction():
+        assert [r[0] for _ in range(7) for r in fetch.fetch(conn, {"low": 5})][-2:] == [5, 6]
+    conn.autocommit = True
+    assert prepared_names(conn) == []
+    assert len(bodies(conn)) == 7

@@ -46,6 +46,15 @@ DEFAULT_POOL_SIZE = 10
 DEFAULT_MAX_OVERFLOW = 20
 
 
+#: psycopg's ``prepare_threshold`` on a direct connection: no statement is prepared because it
+#: ran often. A prepared statement may get a *generic* plan after five calls, built from the
+#: table sizes of that moment and kept until the table's statistics change; built while the
+#: queue was empty (a worker polling an idle queue, a watcher pass), it reads the queue by
+#: sequential scans once it holds many jobs. Not None, which the store keeps for PgBouncer's
+#: transaction pooling, where no statement may be prepared by name at all.
+NEVER_AUTO_PREPARE = 2**62
+
+
 class PostgresDialect(SqlDialect):
     """PostgreSQL >= 12 through psycopg 3."""
 
@@ -63,6 +72,10 @@ class PostgresDialect(SqlDialect):
             "max_overflow": DEFAULT_MAX_OVERFLOW,
             "pool_timeout": 30,
             "connect_args": {
+                # psycopg prepares a statement once a connection has run it five times, and the
+                # server may then plan it once for good (see NEVER_AUTO_PREPARE); the statements
+                # that gain from being prepared are prepared by name (NamedStatement).
+                "prepare_threshold": NEVER_AUTO_PREPARE,
                 "connect_timeout": 5,
                 "application_name": "ratchet",
                 # Notice a dead server or a broken network instead of hanging on a socket.

@@ -16,7 +16,7 @@ from __future__ import annotations
 import json
 import uuid
 from collections.abc import Callable, Collection, Iterable, Iterator, Mapping, Sequence
-from contextlib import contextmanager, nullcontext
+from contextlib import nullcontext
 from datetime import datetime, timedelta
 from functools import cache
 from typing import Any
@@ -512,8 +512,7 @@ class PostgresClaim(ClaimStatements):
         node_tags: frozenset[str] = frozenset(),
     ) -> list[ClaimedJob]:
         params = claim_parameters(node_id, limit, now, boost, node_tags, self.contention_margin)
-        with planned_per_call(conn):
-            rows = conn.execute(claim_statement("boost" in params), params).all()
+        rows = conn.execute(claim_statement("boost" in params), params).all()
         return _claimed_jobs(plain_rows(rows), now)
 
     gates_claims = True
@@ -530,8 +529,7 @@ class PostgresClaim(ClaimStatements):
     ) -> GatedClaim:
         params = claim_parameters(node_id, limit, now, boost, node_tags, self.contention_margin)
         params.update((name, gate[name]) for name in GATE_PARAMETERS)
-        with planned_per_call(conn):
-            found = conn.execute(claim_statement("boost" in params, gated=True), params).all()
+        found = conn.execute(claim_statement("boost" in params, gated=True), params).all()
         rows = plain_rows(found)
         first = rows[0]  # the probe's row: one even when nothing was claimed
         claimed = _claimed_jobs([r for r in rows if r.job_id is not None], now)
@@ -572,25 +570,6 @@ def _named_claim(boosted: bool) -> NamedStatement:
     """The gated :func:`claim_statement` as a driver statement, planned at every call."""
     sql = str(claim_statement(boosted, gated=True).compile(dialect=_PSYCOPG))
     return NamedStatement(sql, planned_per_call=True)
-
-
-@contextmanager
-def planned_per_call(conn: Connection) -> Iterator[None]:
-    """Statements run through ``conn`` meanwhile are planned at every call, never prepared.
-
-    psycopg prepares a statement once a connection has run it five times, and the server may
-    then keep one *generic* plan for it, built from the table sizes of that moment: a claim
-    or outcome write first run on an empty queue then reads a queue of 50,000 jobs by
-    sequential scans (100 times slower) until the table's statistics change. The claim and
-    the outcome write are planned for the queue as it is (:mod:`ratchet_postgres.named_statement`).
-    """
-    driver: Any = conn.connection.driver_connection  # a psycopg.Connection
-    threshold = driver.prepare_threshold
-    driver.prepare_threshold = None
-    try:
-        yield
-    finally:
-        driver.prepare_threshold = threshold
 
 
 _PSYCOPG = postgresql.psycopg.dialect()  # type: ignore[no-untyped-call]
@@ -702,8 +681,7 @@ class PostgresOutcomes(OutcomeStatements):
         """One round trip for the whole batch (the generic write needs one per outcome and
         table)."""
         params = _outcome_params(node_id, planned)
-        with planned_per_call(conn):
-            return set(conn.execute(record_statement(), params).scalars())
+        return set(conn.execute(record_statement(), params).scalars())
 
     def driver_write(
         self, node_id: str, planned: Sequence[PlannedOutcome], dialect: Dialect
