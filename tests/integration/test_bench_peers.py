@@ -54,10 +54,14 @@ def test_the_ratchet_side_of_a_quick_run_measures_every_row(
 ) -> None:
     """Every row has a rate; every PostgreSQL row the server's CPU per job, read from the
     processes of the server whose data directory is given, and what the server wrote per job,
-    read from its WAL."""
+    read from its WAL; every PostgreSQL processing row the worker process's CPU per job."""
     argv = ["--quick", "--ratchet-only", "--url", postgres_server.url()]
     assert bench_peers.main([*argv, "--data-dir", str(postgres_server.data_dir)]) == 0
-    rates, database_cpu, writes = _tables(capsys.readouterr().out)
+    rates, database_cpu, worker_cpu, writes = _tables(capsys.readouterr().out)
+    processing = {label for label in LABELS if label.startswith("PG processing")}
+    assert processing and set(worker_cpu) == processing
+    for label in processing:
+        assert float(worker_cpu[label].replace(",", "")) > 0, f"{label}: {worker_cpu[label]}"
     for label in LABELS:
         assert float(rates[label].replace(",", "")) > 0, f"{label}: {rates.get(label)}"
     metered = {label for label in LABELS if not label.startswith("SQLite")}
