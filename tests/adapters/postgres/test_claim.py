@@ -192,8 +192,9 @@ def test_claim_plan_uses_the_partial_index(store: PostgresStore) -> None:
     sql = claim_statement(True).text
     with store.engine.connect() as conn:
         custom = _plan(conn, sql, params)
-        # The statement as psycopg runs it after five executions: a server-side prepared
-        # statement, here forced to its generic plan.
+        # Its generic plan, as a server-side prepared statement forced to one, built on this
+        # full queue: index scans too. (The store never lets the server keep one: a generic
+        # plan built on an empty queue scans it; see the test after the next.)
         positional = {
             "now": "$1",
             "lim": "$2",

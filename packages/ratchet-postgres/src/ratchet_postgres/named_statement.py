@@ -99,7 +99,8 @@ class NamedStatement:
     def _run(
         self, driver: psycopg.Connection[Any], params: Mapping[str, Any], ok: pq.ExecStatus
     ) -> pq.abc.PGresult:
-        """The result of executing the prepared statement (prepared first where needed)."""
+        """The result of executing the statement: by name (prepared first where needed), or
+        with its text when it is ``planned_per_call``."""
         values = [_text(params[name]) for name in self.parameters]
         if self.planned_per_call:
             result = driver.pgconn.exec_params(self.sql, values)

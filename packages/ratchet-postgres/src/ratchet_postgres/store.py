@@ -529,8 +529,9 @@ class PostgresClaim(ClaimStatements):
     ) -> GatedClaim:
         params = claim_parameters(node_id, limit, now, boost, node_tags, self.contention_margin)
         params.update((name, gate[name]) for name in GATE_PARAMETERS)
-        found = conn.execute(claim_statement("boost" in params, gated=True), params).all()
-        rows = plain_rows(found)
+        rows = plain_rows(
+            conn.execute(claim_statement("boost" in params, gated=True), params).all()
+        )
         first = rows[0]  # the probe's row: one even when nothing was claimed
         claimed = _claimed_jobs([r for r in rows if r.job_id is not None], now)
         return GatedClaim(first.state, bool(first.eligible), claimed)
