@@ -1,4 +1,4 @@
-"""PostgreSQL benchmark: processing, enqueue, wakeup latency and claim cost.
+"""PostgreSQL benchmark: processing, enqueue, wakeup latency, claim cost and a burst after idle.
 
 Run on demand::
 
@@ -85,6 +85,12 @@ class Bench:
             _libpq(make_url(server_url).set(database="postgres").render_as_string(False)),
             autocommit=True,
         )
+
+    def connect(self, url: str) -> Any:
+        """A psycopg connection in autocommit to the database of ``url``."""
+        import psycopg
+
+        return psycopg.connect(_libpq(url), autocommit=True)
 
     @contextmanager
     def database(self) -> Iterator[str]:
@@ -234,25 +240,61 @@ def process(bench: Bench, n: int, processes: int) -> float:
         app.close()
         procs = start_workers(url, processes, *WORKER_ARGS)
         try:
-            deadline = time.monotonic() + 600
-            while scalar(url, "SELECT count(*) FROM scheduler_job_queue") > 0:
-                if time.monotonic() > deadline:
-                    raise TimeoutError("workers did not finish")
-                time.sleep(0.2)
-            span = scalar(
-                url,
-                "SELECT (SELECT max(terminated_at) FROM scheduler_job)"
-                " - (SELECT min(started_at) FROM scheduler_job_execution)",
-            )
-            done = scalar(
-                url, "SELECT count(*) FROM scheduler_job WHERE terminal_status = 'SUCCEEDED'"
-            )
+            rate = _drain(url, procs, n)
             cpu = sum(cpu_seconds(p.pid) for p in procs)
             CPU_PER_JOB.setdefault(processes, []).append(cpu / n * 1e6)
         finally:
             stop_workers(procs)
-        assert done == n, f"{done} of {n} succeeded"
+    return rate
+
+
+#: A default worker that polls about once a second when idle: the burst row's worker.
+IDLE_POLLING = ("--min-delay", "0.5", "--max-delay", "1")
+
+
+def _drain(url: str, procs: list[Any], n: int) -> float:
+    """Jobs/s from the first start to the last end once ``procs`` drained the queue; checks
+    that all ``n`` jobs succeeded."""
+    deadline = time.monotonic() + 600
+    while scalar(url, "SELECT count(*) FROM scheduler_job_queue") > 0:
+        if any(p.poll() is not None for p in procs):
+            raise RuntimeError("a worker exited before the queue was drained")
+        if time.monotonic() > deadline:
+            raise TimeoutError("workers did not finish")
+        time.sleep(0.2)
+    span = scalar(
+        url,
+        "SELECT (SELECT max(terminated_at) FROM scheduler_job)"
+        " - (SELECT min(started_at) FROM scheduler_job_execution)",
+    )
+    done = scalar(url, "SELECT count(*) FROM scheduler_job WHERE terminal_status = 'SUCCEEDED'")
+    assert done == n, f"{done} of {n} succeeded"
     return n / (span / 1e6)
+
+
+def burst_after_idle(bench: Bench, n: int, idle: float) -> float:
+    """Jobs/s of one default worker that polled an empty queue for ``idle`` seconds, its
+    statistics those of an empty table (``ANALYZE``, as autovacuum leaves a drained queue),
+    when ``n`` jobs arrive at once (submitted by 5,000 while it works).
+
+    The claims and outcome writes it ran while idle must not leave it a plan made for the
+    empty queue (docs/postgres.md, *Prepared statements and generic plans*)."""
+    with bench.database() as url:
+        bench_conn = bench.connect(url)
+        bench_conn.execute("ANALYZE")
+        bench_conn.close()
+        procs = start_workers(url, 1, *IDLE_POLLING)
+        try:
+            time.sleep(idle)  # the idle spell being measured, not a synchronisation
+            app = client(url)
+            for chunk in range(0, n, 5000):
+                app.submit_many(
+                    [app.enqueue(fn("noop"), i) for i in range(chunk, min(n, chunk + 5000))]
+                )
+            app.close()
+            return _drain(url, procs, n)
+        finally:
+            stop_workers(procs)
 
 
 def _store_loop_child(url: str, node: str, batch: int, out: Any) -> None:
@@ -429,10 +471,14 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--samples", type=int, default=300, help="latency samples")
     parser.add_argument("--large", type=int, default=1_000_000, help="jobs waiting (claim cost)")
     parser.add_argument(
-        "--only", help="comma list: process,storeloop,bulk,single,latency,claim (default: all)"
+        "--idle", type=float, default=12.0, help="burst: seconds the worker polls an empty queue"
+    )
+    parser.add_argument(
+        "--only",
+        help="comma list: process,storeloop,bulk,single,latency,claim,burst (default: all)",
     )
     args = parser.parse_args(argv)
-    only = set((args.only or "process,storeloop,bulk,single,latency,claim").split(","))
+    only = set((args.only or "process,storeloop,bulk,single,latency,claim,burst").split(","))
 
     server = None
     url = args.url
@@ -468,6 +514,10 @@ def main(argv: list[str] | None = None) -> int:
             for procs, values in sorted(CPU_PER_JOB.items()):
                 cpu = statistics.median(values)
                 report(f"worker CPU per job ({procs} process(es))", f"{cpu:,.0f} us", "", values)
+        if "burst" in only:
+            med, runs = median_of(args.runs, lambda: burst_after_idle(bench, args.jobs, args.idle))
+            report(f"a burst after {args.idle:g} s idle, 1 default worker", f"{med:,.0f} jobs/s",
+                   "", runs)  # fmt: skip
         if "storeloop" in only:
             for procs in (1, 2):
                 med, runs = median_of(args.runs, lambda p=procs: store_loop(bench, args.jobs, p))
