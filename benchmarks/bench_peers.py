@@ -41,6 +41,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import functools
 import os
 import platform
 import statistics
@@ -780,6 +781,25 @@ def fmt(values: list[float], digits: int = 0) -> str:
     return f"{med:,.{digits}f}{spread}"
 
 
+def print_beside(
+    rows: list[Row],
+    title: str,
+    align: str,
+    mine: Callable[[Row], list[Any]],
+    theirs: Callable[[Row], list[Any]],
+    cell: Callable[[list[Any]], str],
+) -> None:
+    """A table of the rows that have ``mine`` figures: each row's ``cell`` of them, and of the
+    peer's ``theirs`` beside it (``align``: the figure columns' Markdown alignment)."""
+    measured = [row for row in rows if mine(row)]
+    if not measured:
+        return
+    print(f"\n| {title} | Ratchet | peer | peer's |\n|---|{align}|---|{align}|")
+    for row in measured:
+        peer = row.peer_name if theirs(row) else ""
+        print(f"| {row.label} | {cell(mine(row))} | {peer} | {cell(theirs(row))} |")
+
+
 def fmt_writes(runs: list[Writes]) -> str:
     """The median of each figure of ``runs``, in one cell."""
     if not runs:
@@ -947,37 +967,13 @@ def main(argv: list[str] | None = None) -> int:
         elif bare is not None and row is not bare and row.ratchet:
             peer, ratio = "bare loop", f"{statistics.median(row.ratchet) / statistics.median(bare.ratchet):.2f}x"  # fmt: skip
         print(f"| {row.label} | {fmt(row.ratchet)} | {peer} | {fmt(row.peer)} | {ratio} |")
-    metered = [row for row in rows if row.ratchet_db]
-    if metered:
-        print("\n| the database's CPU per job (µs, median (min-max)) | Ratchet | peer | peer's |")
-        print("|---|---:|---|---:|")
-        for row in metered:
-            print(
-                f"| {row.label} | {fmt(row.ratchet_db, 1)} |"
-                f" {row.peer_name if row.peer_db else ''} | {fmt(row.peer_db, 1)} |"
-            )
-    working = [row for row in rows if row.ratchet_worker]
-    if working:
-        print(
-            "\n| the worker process's CPU per job (µs, median (min-max)) | Ratchet | peer | peer's |"
-            "\n|---|---:|---|---:|"
-        )
-        for row in working:
-            print(
-                f"| {row.label} | {fmt(row.ratchet_worker, 1)} |"
-                f" {row.peer_name if row.peer_worker else ''} | {fmt(row.peer_worker, 1)} |"
-            )
-    written = [row for row in rows if row.ratchet_writes]
-    if written:
-        print(
-            "\n| what the database wrote per job (median) | Ratchet | peer | peer's |"
-            "\n|---|---|---|---|"
-        )
-        for row in written:
-            print(
-                f"| {row.label} | {fmt_writes(row.ratchet_writes)} |"
-                f" {row.peer_name if row.peer_writes else ''} | {fmt_writes(row.peer_writes)} |"
-            )
+    cpu = functools.partial(fmt, digits=1)
+    print_beside(rows, "the database's CPU per job (µs, median (min-max))", "---:",
+                 lambda r: r.ratchet_db, lambda r: r.peer_db, cpu)  # fmt: skip
+    print_beside(rows, "the worker process's CPU per job (µs, median (min-max))", "---:",
+                 lambda r: r.ratchet_worker, lambda r: r.peer_worker, cpu)  # fmt: skip
+    print_beside(rows, "what the database wrote per job (median)", "---",
+                 lambda r: r.ratchet_writes, lambda r: r.peer_writes, fmt_writes)  # fmt: skip
     return 0
 
 

@@ -86,12 +86,6 @@ class Bench:
             autocommit=True,
         )
 
-    def connect(self, url: str) -> Any:
-        """A psycopg connection in autocommit to the database of ``url``."""
-        import psycopg
-
-        return psycopg.connect(_libpq(url), autocommit=True)
-
     @contextmanager
     def database(self) -> Iterator[str]:
         from ratchet_postgres import PostgresStore
@@ -280,9 +274,7 @@ def burst_after_idle(bench: Bench, n: int, idle: float) -> float:
     The claims and outcome writes it ran while idle must not leave it a plan made for the
     empty queue (docs/postgres.md, *Prepared statements and generic plans*)."""
     with bench.database() as url:
-        bench_conn = bench.connect(url)
-        bench_conn.execute("ANALYZE")
-        bench_conn.close()
+        scalar(url, "ANALYZE")
         procs = start_workers(url, 1, *IDLE_POLLING)
         try:
             time.sleep(idle)  # the idle spell being measured, not a synchronisation
