@@ -164,22 +164,80 @@ def test_fetch_returns_rows_loaded_as_a_cursor_loads_them(
     assert (prepared_names(conn) == [statement.name.decode()]) is prepared
 
 
-def test_a_statement_planned_per_call_is_never_prepared(conn: psycopg.Connection) -> None:
-    """Sent with its text at every call: nothing is prepared on the session (so the server never
-    keeps a generic plan for it), it commits on its own and fails as a prepared one does; inside
-    a transaction it joins it through a cursor that does not prepare either."""
-    statement = NamedStatement(INSERT, planned_per_call=True)
-    conn.autocommit = False
-    for i in range(7):  # more calls than psycopg's and the server's thresholds
-        assert statement.execute(conn, {"id": i, "body": "x"}) == 1
-    assert conn.info.transaction_status == psycopg.pq.TransactionStatus.IDLE
-    with pytest.raises(psycopg.errors.UniqueViolation):
-        statement.execute(conn, {"id": 0, "body": "again"})
+def plans(conn: psycopg.Connection, statement: NamedStatement) -> tuple[int, int]:
+    """(generic, custom) plans the session made for ``statement``."""
+    row = conn.execute(
+        "SELECT generic_plans, custom_plans FROM pg_prepared_statements WHERE name = %s",
+        (statement.name.decode(),),
+    ).fetchone()
+    assert row is not None, "not prepared on this session"
+    return int(row[0]), int(row[1])
+
+
+def test_a_statement_planned_per_call_never_gets_a_generic_plan(conn: psycopg.Connection) -> None:
+    """Prepared by name but planned at every call, however often it runs and though its
+    generic plan would be as cheap as its custom ones (an analyzed empty table, where the
+    server would switch to a generic plan after five calls); the plan mode is set for the
+    call's own transaction only. It commits on its own and fails as any prepared statement;
+    inside a transaction it joins it through a cursor that does not prepare."""
+    conn.execute("ANALYZE note")
     fetch = NamedStatement(
         "SELECT id FROM note WHERE id >= %(low)s ORDER BY id", planned_per_call=True
     )
-    with conn.transaction():
-        assert [r[0] for _ in range(7) for r in fetch.fetch(conn, {"low": 5})][-2:] == [5, 6]
+    ordinary = NamedStatement("SELECT id FROM note WHERE id >= %(low)s ORDER BY id LIMIT 5")
+    conn.autocommit = False
+    for _ in range(8):  # more calls than the server's five before a generic plan
+        assert fetch.fetch(conn, {"low": 0}) == []
+        assert ordinary.fetch(conn, {"low": 0}) == []
+    assert conn.info.transaction_status == psycopg.pq.TransactionStatus.IDLE
     conn.autocommit = True
-    assert prepared_names(conn) == []
-    assert len(bodies(conn)) == 7
+    assert plans(conn, fetch) == (0, 8)
+    assert plans(conn, ordinary)[0] > 0  # what the mode prevents
+    assert conn.execute("SHOW plan_cache_mode").fetchone() == ("auto",)
+
+    insert = NamedStatement(INSERT, planned_per_call=True)
+    conn.autocommit = False
+    for i in range(7):
+        assert insert.execute(conn, {"id": i, "body": "x"}) == 1
+    assert conn.info.transaction_status == psycopg.pq.TransactionStatus.IDLE
+    with pytest.raises(psycopg.errors.UniqueViolation):
+        insert.execute(conn, {"id": 0, "body": "again"})
+    assert conn.info.transaction_status == psycopg.pq.TransactionStatus.IDLE
+    assert [r[0] for r in fetch.fetch(conn, {"low": 5})] == [5, 6]  # the connection still works
+    with conn.transaction():
+        assert [r[0] for r in fetch.fetch(conn, {"low": 5})] == [5, 6]
+        assert insert.execute(conn, {"id": 7, "body": "y"}) == 1
+    conn.autocommit = True
+    assert plans(conn, insert) == (0, 8)  # the seven and the refused one; none in the transaction
+    assert len(bodies(conn)) == 8
+
+
+def test_a_statement_planned_per_call_is_prepared_again_when_the_server_forgot_it(
+    conn: psycopg.Connection,
+) -> None:
+    """``DISCARD ALL`` (a pooler's reset) drops the statement and the plan-mode statement run
+    before it: both are prepared again."""
+    fetch = NamedStatement("SELECT count(*) FROM note WHERE id > %(low)s", planned_per_call=True)
+    assert fetch.fetch(conn, {"low": 0}) == [(0,)]
+    conn.execute("DISCARD ALL")
+    assert fetch.fetch(conn, {"low": 0}) == [(0,)]
+    assert plans(conn, fetch) == (0, 1)
+
+
+def test_a_statement_planned_per_call_needs_parameters() -> None:
+    """The server always reuses one plan for a prepared statement without parameters."""
+    with pytest.raises(ValueError, match="parameters"):
+        NamedStatement("SELECT count(*) FROM note", planned_per_call=True)
+
+
+def test_a_statement_planned_per_call_on_a_lost_connection_raises_an_operational_error(
+    conn: psycopg.Connection, postgres_store_url: str
+) -> None:
+    fetch = NamedStatement("SELECT count(*) FROM note WHERE id > %(low)s", planned_per_call=True)
+    fetch.fetch(conn, {"low": 0})
+    with psycopg.connect(libpq_url(postgres_store_url), autocommit=True) as admin:
+        admin.execute("SELECT pg_terminate_backend(%s, 5000)", (conn.info.backend_pid,))
+    with pytest.raises(psycopg.OperationalError) as raised:
+        fetch.fetch(conn, {"low": 0})
+    dialect = create_engine("postgresql+psycopg://").dialect
+    assert dialect.is_disconnect(raised.value, conn, None)

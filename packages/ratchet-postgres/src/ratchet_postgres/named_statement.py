@@ -11,17 +11,20 @@ Where no statement may be prepared by name (psycopg's ``prepare_threshold`` is N
 store sets it behind PgBouncer in transaction pooling mode) it runs through a cursor instead.
 
 A statement whose best plan depends on how many rows its tables hold is made with
-``planned_per_call``: it is sent with its text at every call (libpq's ``PQexecParams``, an
-unnamed statement), so the server plans it for the tables as they are then. A statement prepared
-by name may be given a *generic* plan after five calls, built from the table sizes of that
-moment and kept until the table's statistics change: a claim whose generic plan was built on an
-empty queue read it by sequential scans once it held 50,000 jobs (``docs/postgres.md``).
+``planned_per_call``. The server may give a statement prepared by name a *generic* plan after
+five calls, built from the table sizes of that moment and kept until the table's statistics
+change: a claim whose generic plan was built on an empty queue read it by sequential scans once
+it held 50,000 jobs (``docs/postgres.md``). Such a statement is still prepared by name (parsed
+and analysed once per connection), but each call runs in one pipeline behind a statement that
+sets ``plan_cache_mode`` to ``force_custom_plan`` for that call's transaction only: the server
+plans it at every call, for its parameters and the tables as they are then.
 """
 
 from __future__ import annotations
 
 import hashlib
 import re
+import select
 import weakref
 from collections.abc import Mapping
 from typing import Any
@@ -38,12 +41,16 @@ _UNKNOWN_STATEMENT = b"26000"
 #: SQLSTATE of a name already prepared in the session.
 _ALREADY_PREPARED = b"42P05"
 
+#: Run before a ``planned_per_call`` statement, in its transaction: plan it for this call.
+_CUSTOM_PLAN = b"SELECT set_config('plan_cache_mode', 'force_custom_plan', true)"
+_CUSTOM_PLAN_NAME = b"ratchet_custom_plan"
+
 
 class NamedStatement:
     """``statement`` (driver SQL, ``%(name)s`` parameters) prepared once per connection under a
-    name derived from its text, then executed by that name (``planned_per_call``: sent with its
-    text and planned at every call instead): :meth:`execute` for a statement that returns no
-    rows, :meth:`fetch` for one that does."""
+    name derived from its text, then executed by that name (``planned_per_call``: planned for
+    each call's parameters and tables, never given a generic plan): :meth:`execute` for a
+    statement that returns no rows, :meth:`fetch` for one that does."""
 
     def __init__(self, statement: str, *, planned_per_call: bool = False) -> None:
         order: list[str] = []
@@ -60,8 +67,13 @@ class NamedStatement:
         self.sql = _PLACEHOLDER.sub(positional, statement).encode()
         self.parameters = tuple(order)
         self.name = b"ratchet_" + hashlib.blake2b(self.sql, digest_size=8).hexdigest().encode()
+        if planned_per_call and not order:
+            raise ValueError(
+                "a statement planned at every call needs parameters: the server reuses one"
+                " plan for a prepared statement without any"
+            )
         self.planned_per_call = planned_per_call
-        """Sent with its text at every call and planned for it, never prepared by name."""
+        """Planned at every call for the tables as they are then (see the module's notes)."""
         self._prepared_on: weakref.WeakSet[psycopg.Connection[Any]] = weakref.WeakSet()
         self.columns: tuple[str, ...] | None = None
         """The names of the columns :meth:`fetch` returns (known after its first call)."""
@@ -96,21 +108,28 @@ class NamedStatement:
         loader.set_pgresult(result)
         return loader.load_rows(0, result.ntuples, tuple)
 
+    def values(self, params: Mapping[str, Any]) -> list[bytes | None]:
+        """``params`` as the statement's ``$n`` values, in order, in PostgreSQL's text format.
+
+        :raises TypeError: for a value with no text form here (see :func:`_text`).
+        """
+        return [_text(params[name]) for name in self.parameters]
+
     def _run(
         self, driver: psycopg.Connection[Any], params: Mapping[str, Any], ok: pq.ExecStatus
     ) -> pq.abc.PGresult:
-        """The result of executing the statement: by name (prepared first where needed), or
-        with its text when it is ``planned_per_call``."""
-        values = [_text(params[name]) for name in self.parameters]
-        if self.planned_per_call:
-            result = driver.pgconn.exec_params(self.sql, values)
-            if result.status == ok:
-                return result
-            raise self._error(driver, result)
+        """The result of executing the statement by name (prepared first where needed)."""
+        values = self.values(params)
         for _ in range(2):
             if driver not in self._prepared_on:
                 self._prepare(driver)
-            result = driver.pgconn.exec_prepared(self.name, values)
+            if self.planned_per_call:
+                found = _custom_planned(driver.pgconn, self.name, values)
+                if found is None:
+                    raise psycopg.OperationalError("the connection to the server was lost")
+                result = found
+            else:
+                result = driver.pgconn.exec_prepared(self.name, values)
             if result.status == ok:
                 return result
             if result.error_field(pq.DiagnosticField.SQLSTATE) != _UNKNOWN_STATEMENT:
@@ -139,14 +158,19 @@ class NamedStatement:
             return cursor.fetchall()
 
     def _prepare(self, driver: psycopg.Connection[Any]) -> None:
-        """Prepare the statement on ``driver``'s session. One the session has already (a
-        server connection handed on by PgBouncer in session pooling without a reset) is the
-        same statement: its name comes from its text."""
-        result = driver.pgconn.prepare(self.name, self.sql)
-        if result.status != pq.ExecStatus.COMMAND_OK and (
-            result.error_field(pq.DiagnosticField.SQLSTATE) != _ALREADY_PREPARED
-        ):
-            raise self._error(driver, result)
+        """Prepare the statement on ``driver``'s session (with the plan-mode statement run
+        before it when it is ``planned_per_call``). One the session has already (a server
+        connection handed on by PgBouncer in session pooling without a reset) is the same
+        statement: its name comes from its text."""
+        wanted = [(self.name, self.sql)]
+        if self.planned_per_call:
+            wanted.append((_CUSTOM_PLAN_NAME, _CUSTOM_PLAN))
+        for name, sql in wanted:
+            result = driver.pgconn.prepare(name, sql)
+            if result.status != pq.ExecStatus.COMMAND_OK and (
+                result.error_field(pq.DiagnosticField.SQLSTATE) != _ALREADY_PREPARED
+            ):
+                raise self._error(driver, result)
         self._prepared_on.add(driver)
 
     @staticmethod
@@ -157,6 +181,49 @@ class NamedStatement:
         if not error.sqlstate and driver.closed:
             return psycopg.OperationalError(str(error) or "the connection to the server was lost")
         return error
+
+
+def _custom_planned(
+    pgconn: pq.abc.PGconn, name: bytes, values: list[bytes | None]
+) -> pq.abc.PGresult | None:
+    """The result of the prepared statement ``name`` run with ``values`` and planned for this
+    call: one pipeline (one round trip, one implicit transaction) that first sets
+    ``plan_cache_mode`` for the transaction. The first failed result stands for the whole
+    (the plan-mode statement's own failure included); None when the connection was lost
+    before any result. Waits release the GIL (``select``)."""
+    results: list[pq.abc.PGresult] = []
+    pgconn.enter_pipeline_mode()
+    try:
+        pgconn.send_query_prepared(_CUSTOM_PLAN_NAME, [])
+        pgconn.send_query_prepared(name, values)
+        pgconn.pipeline_sync()
+        while pgconn.flush():
+            select.select([], [pgconn.socket], [])
+        while pgconn.status == pq.ConnStatus.OK:
+            while pgconn.is_busy():
+                select.select([pgconn.socket], [], [])
+                pgconn.consume_input()
+            result = pgconn.get_result()
+            if result is None:  # the end of one statement's results
+                continue
+            if result.status == pq.ExecStatus.PIPELINE_SYNC:
+                break
+            results.append(result)
+    finally:
+        _leave_pipeline(pgconn)
+    failed = [r for r in results if r.status == pq.ExecStatus.FATAL_ERROR]
+    return (failed or results or [None])[-1 if not failed else 0]
+
+
+def _leave_pipeline(pgconn: pq.abc.PGconn) -> None:
+    """Take ``pgconn`` out of pipeline mode; close it if that cannot be done (a pipeline left
+    half read would be misread by the next user of the connection)."""
+    if pgconn.status != pq.ConnStatus.OK or pgconn.pipeline_status == pq.PipelineStatus.OFF:
+        return
+    try:
+        pgconn.exit_pipeline_mode()
+    except psycopg.Error:
+        pgconn.finish()
 
 
 def _by_name(driver: psycopg.Connection[Any]) -> bool:
