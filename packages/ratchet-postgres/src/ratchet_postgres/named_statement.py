@@ -211,8 +211,10 @@ def _custom_planned(
             results.append(result)
     finally:
         _leave_pipeline(pgconn)
-    failed = [r for r in results if r.status == pq.ExecStatus.FATAL_ERROR]
-    return (failed or results or [None])[-1 if not failed else 0]
+    for result in results:
+        if result.status == pq.ExecStatus.FATAL_ERROR:
+            return result
+    return results[-1] if results else None
 
 
 def _leave_pipeline(pgconn: pq.abc.PGconn) -> None:
