@@ -79,7 +79,7 @@ def claim_and_record(way: Way, driver: Any, batch: int) -> int:
         claim_parameters,
     )
 
-    claim, record = _named_claim(True), _named_record()
+    claim, record = _named_claim(True, gated=True), _named_record()
     now = datetime.now(UTC)
     params = {**claim_parameters(way.name, batch, now, BOOST), **GATE}
     started, cpu = time.perf_counter(), time.process_time()

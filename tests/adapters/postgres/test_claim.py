@@ -82,7 +82,9 @@ def fill(
 
 
 # ---------------------------------------------------------------------- one round trip
-def test_claim_round_trip_and_definition_fields(store: PostgresStore) -> None:
+def test_claim_round_trip_and_definition_fields(
+    store: PostgresStore, monkeypatch: pytest.MonkeyPatch
+) -> None:
     clock = FakeClock()
     job = new_job(
         clock,
@@ -94,18 +96,30 @@ def test_claim_round_trip_and_definition_fields(store: PostgresStore) -> None:
     )
     store.insert_jobs([job], now=clock.now())
     statements: list[str] = []
+    pipelines: list[bytes] = []
 
     def count(conn: Any, cursor: Any, statement: str, *args: Any) -> None:
         statements.append(statement)
 
+    def counted(pgconn: Any, name: bytes, values: Any) -> Any:
+        pipelines.append(name)
+        return pipelined(pgconn, name, values)
+
     from sqlalchemy import event
 
+    from ratchet_postgres import named_statement
+
+    pipelined = named_statement._custom_planned
+    monkeypatch.setattr(named_statement, "_custom_planned", counted)
     event.listen(store.engine, "before_cursor_execute", count)
+    event.listen(store.engine, "begin", count)
     try:
         [claimed] = store.claim("n1", 10, now=clock.now(), boost_interval=BOOST)
     finally:
         event.remove(store.engine, "before_cursor_execute", count)
-    assert len(statements) == 1, statements  # one round trip (plus BEGIN / COMMIT)
+        event.remove(store.engine, "begin", count)
+    # One round trip on the bare driver connection: no SQLAlchemy statement, no BEGIN / COMMIT.
+    assert statements == [] and len(pipelines) == 1
     assert (claimed.job_id, claimed.epoch, claimed.attempt) == (job.job_id, 1, 1)
     assert claimed.priority is JobPriority.HIGH
     assert claimed.tags == ("a", "b") and dict(claimed.params) == {"region": "eu"}

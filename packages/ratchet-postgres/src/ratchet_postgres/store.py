@@ -550,27 +550,51 @@ class PostgresClaim(ClaimStatements):
         parameters, its rows read as named tuples of the columns it returns."""
         params = claim_parameters(node_id, limit, now, boost, node_tags, self.contention_margin)
         params.update((name, gate[name]) for name in GATE_PARAMETERS)
-        statement = _named_claim("boost" in params)
+        statement = _named_claim("boost" in params, gated=True)
 
         def work(driver: Any) -> GatedClaim:
-            found = statement.fetch(driver, params)
-            make = _ROW_MAKERS.get(statement)
-            if make is None:
-                assert statement.columns is not None  # known once it has run
-                make = _ROW_MAKERS[statement] = row_maker(statement.columns)
-            rows = list(map(make, found))
+            rows = _named_rows(statement, driver, params)
             first = rows[0]  # the probe's row: one even when nothing was claimed
             claimed = _claimed_jobs([r for r in rows if r.job_id is not None], now)
             return GatedClaim(first.state, bool(first.eligible), claimed)
 
         return work
 
+    def driver_claim(
+        self,
+        node_id: str,
+        limit: int,
+        now: datetime,
+        boost: timedelta,
+        node_tags: frozenset[str],
+        dialect: Dialect,
+    ) -> Callable[[Any], list[ClaimedJob]]:
+        """:meth:`claim` on a bare psycopg connection: the same statement and parameters, one
+        round trip that commits on its own."""
+        params = claim_parameters(node_id, limit, now, boost, node_tags, self.contention_margin)
+        statement = _named_claim("boost" in params, gated=False)
+
+        def work(driver: Any) -> list[ClaimedJob]:
+            return _claimed_jobs(_named_rows(statement, driver, params), now)
+
+        return work
+
 
 @cache
-def _named_claim(boosted: bool) -> NamedStatement:
-    """The gated :func:`claim_statement` as a driver statement, planned at every call."""
-    sql = str(claim_statement(boosted, gated=True).compile(dialect=_PSYCOPG))
+def _named_claim(boosted: bool, *, gated: bool) -> NamedStatement:
+    """:func:`claim_statement` as a driver statement, planned at every call."""
+    sql = str(claim_statement(boosted, gated=gated).compile(dialect=_PSYCOPG))
     return NamedStatement(sql, planned_per_call=True)
+
+
+def _named_rows(statement: NamedStatement, driver: Any, params: dict[str, Any]) -> list[Any]:
+    """The rows of ``statement`` run on ``driver``, as named tuples of its columns."""
+    found = statement.fetch(driver, params)
+    make = _ROW_MAKERS.get(statement)
+    if make is None:
+        assert statement.columns is not None  # known once it has run
+        make = _ROW_MAKERS[statement] = row_maker(statement.columns)
+    return list(map(make, found))
 
 
 _PSYCOPG = postgresql.psycopg.dialect()  # type: ignore[no-untyped-call]

@@ -351,6 +351,20 @@ class ClaimStatements:
         ``p_grace``) and ``without_row``."""
         raise NotImplementedError(f"{type(self).__name__} has no gated claim")
 
+    def driver_claim(
+        self,
+        node_id: str,
+        limit: int,
+        now: datetime,
+        boost: timedelta,
+        node_tags: frozenset[str],
+        dialect: Dialect,
+    ) -> Callable[[Any], list[ClaimedJob]] | None:
+        """:meth:`claim` as work for a bare driver connection in autocommit mode (the store's
+        ``_run_dbapi``) on the engine ``dialect``, where the statement set claims in one
+        statement; None here: the claim runs in a transaction through SQLAlchemy."""
+        return None
+
     def driver_gated_claim(
         self,
         node_id: str,

@@ -627,6 +627,12 @@ class SqlStore(
     ) -> list[ClaimedJob]:
         if limit <= 0:
             return []
+        claims = self.hot_paths.claim
+        direct = claims.driver_claim(
+            node_id, limit, now, boost_interval, node_tags, self.engine.dialect
+        )
+        if direct is not None:
+            return self._run_dbapi(direct)
         return self._run(
             lambda conn: self._claim(conn, node_id, limit, now, boost_interval, node_tags)
         )
