@@ -18,7 +18,8 @@ pool, one coordinator) per process. Then:
   (``pg_stat_database``), the CPU of the whole server (the postmaster with its live and exited
   children) and of the worker processes, and how long the first job submitted takes to start.
 * **busy**: it submits ``--busy-jobs`` no-op jobs at once and measures until they are done: jobs/s,
-  statements and rows per job (``pg_stat_statements``), transactions and database CPU per job,
+  statements and rows per job (``pg_stat_statements``, and with ``--track-planning`` the
+  server's planning and executing time per job), transactions and database CPU per job,
   and the claims that came back empty while jobs still waited (every worker process records
   each claim's time and size; an empty claim before the last non-empty one found nothing while
   PENDING jobs remained: skip-locked contention).
@@ -187,9 +188,10 @@ class Cluster:
 
         self.args = args
         self.directory = directory
-        self.server = PostgresServer(
-            settings={"shared_preload_libraries": "pg_stat_statements", "max_connections": "400"}
-        ).start()
+        settings = {"shared_preload_libraries": "pg_stat_statements", "max_connections": "400"}
+        if args.track_planning:
+            settings["pg_stat_statements.track_planning"] = "on"
+        self.server = PostgresServer(settings=settings).start()
         self.bouncer = None
         name = f"bench_{uuid.uuid4().hex[:10]}"
         self.server.psql(f"CREATE DATABASE {name}", database="postgres")
@@ -296,15 +298,18 @@ class Cluster:
             )
         )
 
-    def statements(self) -> tuple[int, int]:
-        """(calls, rows) of this database's statements so far, Ratchet's own only."""
+    def statements(self) -> tuple[int, int, float, float]:
+        """(calls, rows, milliseconds planning, milliseconds executing) of this database's
+        statements so far, Ratchet's own only (planning reads 0 unless ``--track-planning``)."""
         row = self.db.execute(
-            "SELECT coalesce(sum(calls), 0), coalesce(sum(rows), 0) FROM pg_stat_statements s"
+            "SELECT coalesce(sum(calls), 0), coalesce(sum(rows), 0),"
+            " coalesce(sum(total_plan_time), 0), coalesce(sum(total_exec_time), 0)"
+            " FROM pg_stat_statements s"
             " JOIN pg_database d ON d.oid = s.dbid WHERE d.datname = current_database()"
             " AND s.query NOT ILIKE '%pg_stat%' AND s.query NOT ILIKE '%bench\\_%'"
         ).fetchone()
         assert row is not None
-        return int(row[0]), int(row[1])
+        return int(row[0]), int(row[1]), float(row[2]), float(row[3])
 
     def top_statements(self, per: float, limit: int = 8) -> list[tuple[float, str]]:
         """The most frequent statements: (calls divided by ``per``, the first words)."""
@@ -426,7 +431,7 @@ def measure_busy(cluster: Cluster) -> dict[str, Any]:
     # Backends report their transaction counts to pg_stat_database at most once a second.
     time.sleep(1.5)
     tx1, db1, w1 = cluster.transactions(), server_cpu(cluster.postmaster), workers_cpu(pids)
-    calls, rows = cluster.statements()
+    calls, rows, planning_ms, executing_ms = cluster.statements()
     top = cluster.top_statements(n, limit=args.top)  # per job, not per second
     app.close()
     return {
@@ -438,6 +443,8 @@ def measure_busy(cluster: Cluster) -> dict[str, Any]:
         "tx_per_job": (tx1 - tx0) / n,
         "db_cpu_ms_per_job": 1000 * (db1 - db0) / n,
         "workers_cpu_ms_per_job": 1000 * (w1 - w0) / n,
+        "planning_ms_per_job": planning_ms / n if args.track_planning else None,
+        "executing_ms_per_job": executing_ms / n,
         "top_statements_per_job": top,
         "window": (committed, started + elapsed),
     }
@@ -487,6 +494,12 @@ def main(argv: list[str]) -> int:
     )
     parser.add_argument(
         "--top", type=int, default=12, help="busy: list this many statements by calls per job"
+    )
+    parser.add_argument(
+        "--track-planning",
+        action="store_true",
+        help="busy: the server's planning time per job too (pg_stat_statements.track_planning,"
+        " which costs the server some work of its own with many connections)",
     )
     parser.add_argument("--no-idle", action="store_true")
     parser.add_argument("--no-busy", action="store_true")

@@ -45,6 +45,7 @@ def test_three_idle_nodes_behind_pgbouncer(
             "60",
             "--busy-timeout",
             "120",
+            "--track-planning",
             "--json",
             str(out),
         ],
@@ -58,4 +59,7 @@ def test_three_idle_nodes_behind_pgbouncer(
     assert idle["pgbouncer_connections"]["clients"] == 3, idle
     assert idle["connections_listener"] == 3, "each node listens on a direct connection"
     assert max(idle["first_job_start_s"]) < 2.0, idle["first_job_start_s"]
-    assert figures["busy"]["jobs"] == 60
+    busy = figures["busy"]
+    assert busy["jobs"] == 60
+    # Every claim and outcome write is planned at its call: planning shows for each job.
+    assert busy["planning_ms_per_job"] > 0 and busy["executing_ms_per_job"] > 0, busy
