@@ -854,19 +854,11 @@ def main(argv: list[str] | None = None) -> int:
         except ImportError as exc:
             parser.error(f"{exc.name} is missing: `uv sync --group bench`, or --ratchet-only")
 
-    server = None
-    url = args.url
-    if url is None:
-        from ratchet.testing.servers import PostgresServer
+    from bench_postgres import durable_server
 
-        defaults = {
-            "fsync": "on",
-            "synchronous_commit": "on",
-            "full_page_writes": "on",
-            "shared_preload_libraries": "pg_stat_statements",  # statements per job
-        }
-        server = PostgresServer(settings=defaults).start()
-        url = server.url()
+    # pg_stat_statements: the statements per job
+    url, server = durable_server(args.url, shared_preload_libraries="pg_stat_statements")
+    if server is not None:
         assert server.data_dir is not None
         DB.watch(server.data_dir)
     if args.data_dir is not None:

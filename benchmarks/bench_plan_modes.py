@@ -53,18 +53,11 @@ class Way:
         if self.prepared:
             return statement.fetch(driver, params)  # type: ignore[no-any-return]
         from psycopg import pq
-        from psycopg.adapt import Transformer
 
         result = driver.pgconn.exec_params(statement.sql, statement.values(params))
         if result.status != pq.ExecStatus.TUPLES_OK:
             raise RuntimeError(result.get_error_message())
-        if statement.columns is None:  # as fetch records them
-            statement.columns = tuple(
-                (result.fname(i) or b"").decode() for i in range(result.nfields)
-            )
-        loader = Transformer(driver)
-        loader.set_pgresult(result)
-        return loader.load_rows(0, result.ntuples, tuple)  # type: ignore[no-any-return]
+        return statement.rows(driver, result)  # type: ignore[no-any-return]
 
 
 def claim_and_record(way: Way, driver: Any, batch: int) -> int:
@@ -128,14 +121,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--jobs", type=int, default=60_000, help="jobs queued per batch size")
     parser.add_argument("--batches", default="100,10", help="jobs per call, comma separated")
     args = parser.parse_args(argv)
-    server = None
-    url = args.url
-    if url is None:
-        from ratchet.testing.servers import PostgresServer
-
-        defaults = {"fsync": "on", "synchronous_commit": "on", "full_page_writes": "on"}
-        server = PostgresServer(settings=defaults).start()
-        url = server.url()
+    url, server = bench_postgres.durable_server(args.url)
     try:
         bench = bench_postgres.Bench(url)
         print("| jobs per call | sent with text, µs/job | prepared, µs/job | ratio |"

@@ -72,6 +72,20 @@ def _libpq(url: str) -> str:
     return url.replace("postgresql+psycopg://", "postgresql://", 1)
 
 
+def durable_server(url: str | None, **settings: str) -> tuple[str, Any]:
+    """``url`` and None when a server was given; else a throwaway PostgreSQL on loopback with
+    the server's default durability settings (``fsync``, ``synchronous_commit`` and
+    ``full_page_writes`` on) plus ``settings``: its URL and the server, which the caller cleans
+    up."""
+    if url is not None:
+        return url, None
+    from ratchet.testing.servers import PostgresServer
+
+    durable = {"fsync": "on", "synchronous_commit": "on", "full_page_writes": "on"}
+    server = PostgresServer(settings={**durable, **settings}).start()
+    return server.url(), server
+
+
 class Bench:
     """Fresh databases on one server."""
 
@@ -472,15 +486,7 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     only = set((args.only or "process,storeloop,bulk,single,latency,claim,burst").split(","))
 
-    server = None
-    url = args.url
-    if url is None:
-        from ratchet.testing.servers import PostgresServer
-
-        defaults = {"fsync": "on", "synchronous_commit": "on", "full_page_writes": "on",
-                    "max_connections": "200"}  # fmt: skip
-        server = PostgresServer(settings=defaults).start()
-        url = server.url()
+    url, server = durable_server(args.url, max_connections="200")
     bench = Bench(url)
     version = scalar(url, "SHOW server_version")
     durability = scalar(

@@ -677,14 +677,9 @@ def main(argv: list[str] | None = None) -> int:
     )
     args = parser.parse_args(argv)
 
-    server = None
-    url = args.url
-    if url is None:
-        from ratchet.testing.servers import PostgresServer
+    from bench_postgres import durable_server
 
-        defaults = {"fsync": "on", "synchronous_commit": "on", "full_page_writes": "on"}
-        server = PostgresServer(settings=defaults).start()
-        url = server.url()
+    url, server = durable_server(args.url)
     print(
         f"Python {platform.python_version()}; {platform.machine()}; {os.cpu_count()} CPUs;"
         f" {platform.platform()}; load average at start {os.getloadavg()[0]:.1f}",

@@ -93,7 +93,7 @@ class NamedStatement:
     def fetch(self, driver: psycopg.Connection[Any], params: Mapping[str, Any]) -> list[Any]:
         """Run the statement with ``params`` on ``driver`` and return its rows as tuples, the
         values loaded as a cursor loads them (psycopg's loaders), without the cursor's query
-        parsing, adaptation and generator-driven round trip: one libpq call, which waits for
+        parsing, adaptation and generator-driven round trip: one round trip, which waits for
         the server with the GIL released. Commits on its own on an idle connection, as
         :meth:`execute`.
 
@@ -101,7 +101,11 @@ class NamedStatement:
         """
         if not _by_name(driver):
             return list(self._through_cursor(driver, params, fetch=True))
-        result = self._run(driver, params, pq.ExecStatus.TUPLES_OK)
+        return self.rows(driver, self._run(driver, params, pq.ExecStatus.TUPLES_OK))
+
+    def rows(self, driver: psycopg.Connection[Any], result: pq.abc.PGresult) -> list[Any]:
+        """The rows of ``result`` (this statement's, run on ``driver``) as tuples loaded by
+        psycopg's loaders; notes the statement's :attr:`columns` the first time."""
         if self.columns is None:
             self.columns = tuple((result.fname(i) or b"").decode() for i in range(result.nfields))
         loader = Transformer(driver)
