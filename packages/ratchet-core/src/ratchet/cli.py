@@ -344,7 +344,7 @@ def worker(
     """Run a worker for MODULE:APP until SIGTERM or SIGINT, then drain.
 
     Settings not given as options come from RATCHET_* variables, then the config file."""
-    from ratchet.engine.worker import freeze_startup_heap
+    from ratchet.engine.collector import freeze_startup_heap
     from ratchet.logformat import configure_worker_logging
     from ratchet.settings import load_settings, worker_config_from_env
 

@@ -53,6 +53,9 @@ class RatchetConfig:
     """Redact the user and password of URLs in errors and tracebacks."""
     sanitize_emails: bool = True
     """Redact e-mail addresses in errors and tracebacks."""
+    pause_gc_in_bulk: bool = True
+    """Pause Python's automatic cyclic garbage collection while a submission of 100 jobs or
+    more runs (docs/performance.md); False leaves the collector alone."""
 
     def sanitize_policy(self) -> SanitizePolicy:
         """The built-in error sanitiser's policy from these settings."""

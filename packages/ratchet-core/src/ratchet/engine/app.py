@@ -29,6 +29,7 @@ from ratchet.domain.workflow import BatchContext, FlowResolver
 from ratchet.engine.assembly import assemble_app
 from ratchet.engine.batches import BatchBuilder, StreamingBatchBuilder
 from ratchet.engine.builder import JobBuilder, JobHandle
+from ratchet.engine.collector import paused_for
 from ratchet.engine.jobs_api import Jobs
 from ratchet.engine.limits_api import LimitsApi
 from ratchet.engine.recurring import RecurringMixin
@@ -280,6 +281,10 @@ class Ratchet(LimitsApi, RecurringMixin, RetentionMixin):
     def _submit(self, builders: Sequence[JobBuilder], connection: Any = None) -> list[JobHandle]:
         for b in builders:
             b._submitted = True
+        with paused_for(len(builders), self.config.pause_gc_in_bulk):
+            return self._submit_traced(builders, connection)
+
+    def _submit_traced(self, builders: Sequence[JobBuilder], connection: Any) -> list[JobHandle]:
         caller = self._caller_transactions(connection)
         if self.tracer is None:
             return self._store_jobs(builders, connection, caller, None)

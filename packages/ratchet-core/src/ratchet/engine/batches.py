@@ -33,6 +33,7 @@ from ratchet.domain.workflow import (
     JobType,
     WorkflowCondition,
 )
+from ratchet.engine.collector import paused_for
 from ratchet.engine.security import current_principal
 from ratchet.engine.tracing import submission
 from ratchet.engine.workflows import (
@@ -361,7 +362,8 @@ class BatchBuilder(_BatchOptions):
         caller = self._app._caller_transactions(connection)
         now = self._app.now()
         attributes = self._span_attributes(len(self._items))
-        with submission(self._app.tracer, "batch", attributes) as span:
+        paused = paused_for(len(self._items), self._app.config.pause_gc_in_bulk)
+        with paused, submission(self._app.tracer, "batch", attributes) as span:
             parent = self._template(now, span.trace_context)
             span.note("ratchet.batch.id", str(parent.job_id))
             jobs, specs = self._parent_and_branches(parent, now)
@@ -442,7 +444,8 @@ class StreamingBatchBuilder(_BatchOptions):
         first = next(chunks, None)
         if not first:
             raise InvalidJobOptions("a batch needs at least one item")
-        with submission(app.tracer, "batch", self._span_attributes(len(first))) as span:
+        paused = paused_for(len(first), app.config.pause_gc_in_bulk)
+        with paused, submission(app.tracer, "batch", self._span_attributes(len(first))) as span:
             parent = self._template(now, span.trace_context)
             span.note("ratchet.batch.id", str(parent.job_id))
             jobs, specs = self._parent_and_branches(parent, now)
@@ -457,9 +460,10 @@ class StreamingBatchBuilder(_BatchOptions):
             for chunk in chunks:
                 index += 1
                 now = app.now()
-                store.add_batch_children(
-                    parent.job_id, self._children(parent, ref, chunk, now), now=now
-                )
+                with paused_for(len(chunk), app.config.pause_gc_in_bulk):
+                    store.add_batch_children(
+                        parent.job_id, self._children(parent, ref, chunk, now), now=now
+                    )
                 processed += len(chunk)
                 inserted += 1
                 self._stream_progress(parent.job_id, processed, inserted)

@@ -15,7 +15,6 @@ Every database error is survived: each loop logs once per outage and backs off.
 
 from __future__ import annotations
 
-import gc
 import logging
 import signal
 import threading
@@ -59,20 +58,6 @@ SIGNAL_CHECK_SECONDS = 0.2
 def default_node_id(name: str | None = None) -> str:
     """``name-pid-random`` (name: the host by default): unique per worker process incarnation."""
     return new_node_id(name)
-
-
-def freeze_startup_heap() -> int:
-    """Take every object alive now (imported modules, the app, its store) out of the cyclic
-    garbage collector's scans, for a process that exists to run the worker; returns how many.
-
-    A busy worker allocates enough to trigger full collections every few seconds, and each one
-    walked the whole start-up heap (about 100,000 objects for an app on PostgreSQL): some 12 %
-    of a no-op job's CPU. Frozen objects are still freed by reference counting; only a
-    reference cycle among them would never be collected. Start-up garbage is collected first.
-    """
-    gc.collect()
-    gc.freeze()
-    return gc.get_freeze_count()
 
 
 class Worker:

@@ -24,7 +24,7 @@ class Command(BaseCommand):
 
     def handle(self, *args: Any, **options: Any) -> None:
         from ratchet.config import WorkerConfig
-        from ratchet.engine.worker import freeze_startup_heap
+        from ratchet.engine.collector import freeze_startup_heap
         from ratchet_django import conf
         from ratchet_django.jobs import build_app, get_app
 
