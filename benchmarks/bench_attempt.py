@@ -29,7 +29,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 import bench_jobs
 
 from ratchet import Ratchet
-from ratchet.engine.worker import freeze_startup_heap
+from ratchet.domain.model import OutcomeKind
+from ratchet.engine.collector import freeze_startup_heap
 
 
 def one_round(jobs: int, claim: int, profile: cProfile.Profile | None) -> float:
@@ -44,13 +45,13 @@ def one_round(jobs: int, claim: int, profile: cProfile.Profile | None) -> float:
         run = worker.runner.run
         outcomes = worker.completer._queue  # drained by hand: nothing is written
         spent = 0.0
-        done = 0
+        done = succeeded = 0
         while done < jobs:
             claimed = worker.liveness.acquire(claim)
             if not claimed:
                 break
             worker.slots.claimed(claimed)
-            worker.start_check.expect((job.job_id, job.epoch) for job in claimed)
+            worker.start_check.expect(job.key for job in claimed)
             if profile is not None:
                 profile.enable()
             started = time.thread_time()
@@ -61,11 +62,16 @@ def one_round(jobs: int, claim: int, profile: cProfile.Profile | None) -> float:
                 profile.disable()
             done += len(claimed)
             while not outcomes.empty():
-                outcomes.get_nowait()
+                outcome = outcomes.get_nowait()
+                if outcome.kind is not OutcomeKind.SUCCEEDED:
+                    raise SystemExit(f"a no-op attempt ended {outcome.kind.value}: {outcome.error}")
+                succeeded += 1
             worker.slots.written(len(claimed))
         app.close()
         if done < jobs:
             raise SystemExit(f"only {done} of {jobs} jobs were claimed")
+        if succeeded != done:
+            raise SystemExit(f"{done - succeeded} of {done} attempts handed no outcome over")
         return spent / done * 1e6
 
 
