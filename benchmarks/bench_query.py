@@ -162,7 +162,7 @@ def measure(url: str, n: int, repeat: int) -> dict[str, tuple[float, float]]:
     target_failed = JobQuery(target="bench.jobs:task_2", statuses=(JobStatus.FAILED,))
     week = JobQuery(
         created_after=T0 + timedelta(seconds=n // 2000),
-        created_before=T0 + timedelta(seconds=n // 1000),
+        created_before=T0 + timedelta(seconds=max(n // 1000, n // 2000 + 1)),
     )
 
     def offset_page() -> None:
