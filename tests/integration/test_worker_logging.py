@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import logging
 import os
+import sys
 from collections.abc import Iterator
 from datetime import timedelta
 from pathlib import Path
@@ -11,7 +12,7 @@ from pathlib import Path
 import pytest
 import sample_jobs
 
-from ratchet import Ratchet
+from ratchet import JobStatus, Ratchet
 from ratchet.engine.summary import WorkSummary
 from ratchet.sql.store import describe_location
 from ratchet.testing import FakeClock
@@ -110,3 +111,18 @@ def test_records_name_their_job_only_when_there_is_one(
         log.info("about a job")
     tags = {r.getMessage(): r.ratchet_job for r in caplog.records}  # type: ignore[attr-defined]
     assert tags == {"outside": "", "about a job": " [job=job-42]"}
+
+
+@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="thread names in /proc")
+def test_a_running_worker_names_its_threads_for_the_operating_system(sqlite_url: str) -> None:
+    app = Ratchet(sqlite_url, allowed_modules=["sample_jobs"])
+    worker = app.worker(concurrency=2)
+    worker.start()
+    try:
+        handle = app.enqueue(sample_jobs.noop).submit()
+        assert handle.wait(timeout=30) is JobStatus.SUCCEEDED
+        names = {(task / "comm").read_text().strip() for task in Path("/proc/self/task").iterdir()}
+    finally:
+        worker.stop()
+        app.close()
+    assert {"ratchet-poller", "ratchet-writer", "ratchet-job-0", "ratchet-watchdo"} <= names

@@ -21,6 +21,7 @@ from typing import TYPE_CHECKING, Any, TypeVar
 from ratchet import hookimpl
 from ratchet.adapters.threads import InterruptiblePool, run_interruptibly
 from ratchet.domain.errors import JobTimeoutError
+from ratchet.named_thread import NamedThread
 from ratchet.ports import AttemptControl, JobCall
 
 if TYPE_CHECKING:
@@ -64,7 +65,7 @@ class AsyncioExecutorProvider:
                         loop.run_until_complete(asyncio.sleep(0))
                         loop.close()
 
-                self._thread = threading.Thread(target=serve, name="ratchet-asyncio", daemon=True)
+                self._thread = NamedThread(target=serve, name="ratchet-asyncio")
                 self._thread.start()
                 ready.wait()
                 self._loop = loop

@@ -24,6 +24,7 @@ from typing import TYPE_CHECKING, Any, TypeVar
 
 from ratchet import hookimpl
 from ratchet.domain.errors import JobTimeoutError
+from ratchet.named_thread import NamedThread
 from ratchet.ports import AttemptControl, JobCall
 
 if TYPE_CHECKING:
@@ -172,9 +173,7 @@ class InterruptiblePool:
         woken = min(self._idle, added)
         self._idle -= woken
         for _ in range(min(added - woken, self.max_workers - len(self._threads))):
-            thread = threading.Thread(
-                target=self._work, name=f"{self.name}-{len(self._threads)}", daemon=True
-            )
+            thread = NamedThread(target=self._work, name=f"{self.name}-{len(self._threads)}")
             self._threads.append(thread)
             thread.start()
 

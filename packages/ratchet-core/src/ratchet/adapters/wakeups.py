@@ -40,6 +40,7 @@ from typing import Any, Final, Generic, TypeVar
 
 from ratchet.domain.errors import ConfigurationError
 from ratchet.domain.lifecycle import JobPriority
+from ratchet.named_thread import NamedThread
 from ratchet.ports import WakeupConnection, WakeupHint, WakeupTransport
 
 Listener = Callable[[WakeupHint], None]
@@ -310,7 +311,7 @@ class BrokerCoordinator(Generic[T]):
 
     # ------------------------------------------------------------------ internals
     def _thread(self, target: Callable[[], None], role: str) -> threading.Thread:
-        return threading.Thread(target=target, name=f"ratchet-{self.name}-{role}", daemon=True)
+        return NamedThread(target=target, name=f"ratchet-{self.name}-{role}")
 
     def _explain(self, exc: BaseException) -> str:
         """``Type: message`` of ``exc``, with its traceback unless it is a broker failure.

@@ -27,6 +27,7 @@ from ratchet.engine.context import log_about
 from ratchet.engine.sanitizing import sanitized_error
 from ratchet.engine.workflows import after_flow_write
 from ratchet.events import EventKind, JobEvent
+from ratchet.named_thread import NamedThread
 
 if TYPE_CHECKING:
     from ratchet.engine.host import WorkerHost
@@ -46,7 +47,7 @@ class Completer:
         """Timing of attempts that timed out, for their TIMED_OUT event (by job and epoch)."""
 
     def start(self) -> None:
-        self._thread = threading.Thread(target=self._write_loop, name="ratchet-writer", daemon=True)
+        self._thread = NamedThread(target=self._write_loop, name="ratchet-writer")
         self._thread.start()
 
     def put(self, outcome: Outcome) -> None:

@@ -54,6 +54,7 @@ from ratchet.domain.watcher import (
 from ratchet.engine.context import ProgressReporter, log_about
 from ratchet.engine.stats import LivenessStats
 from ratchet.events import EventKind, JobEvent
+from ratchet.named_thread import NamedThread
 from ratchet.ports import BreakerStates, WatcherStore
 from ratchet.targets import TargetRef
 
@@ -229,9 +230,7 @@ class Liveness:
     def start(self) -> None:
         """Register, then heartbeat on a thread of its own until :meth:`stop`."""
         self.register()
-        self._thread = threading.Thread(
-            target=self._beat_loop, name="ratchet-liveness", daemon=True
-        )
+        self._thread = NamedThread(target=self._beat_loop, name="ratchet-liveness")
         self._thread.start()
 
     def stop(self) -> None:

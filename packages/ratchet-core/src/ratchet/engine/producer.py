@@ -20,6 +20,7 @@ from typing import TYPE_CHECKING, Any, cast
 from ratchet.domain.model import ClaimedJob
 from ratchet.domain.polling import AdaptivePollingStrategy, PollingConfig
 from ratchet.events import EventKind, JobEvent
+from ratchet.named_thread import NamedThread
 from ratchet.ports import Dispatcher, ExecutorProvider
 
 if TYPE_CHECKING:
@@ -130,7 +131,7 @@ class Producer:
 
     # ------------------------------------------------------------------ the thread
     def start(self) -> None:
-        self._thread = threading.Thread(target=self._loop, name="ratchet-poller", daemon=True)
+        self._thread = NamedThread(target=self._loop, name="ratchet-poller")
         self._thread.start()
 
     def stop(self, timeout: float) -> None:

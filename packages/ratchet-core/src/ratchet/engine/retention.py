@@ -37,6 +37,7 @@ from ratchet.domain.retention import (
     pause_after,
 )
 from ratchet.events import EventKind, JobEvent
+from ratchet.named_thread import NamedThread
 from ratchet.ports import JobLogStore, RetentionStore, WakeupHint
 
 if TYPE_CHECKING:
@@ -359,8 +360,8 @@ class ScheduledCleanup:
             return
         if not store.try_lock(self.lock, worker.node_id, now=now, lease=self.lease):
             return  # another node runs this fire (or ran it): look again later
-        self.thread = threading.Thread(
-            target=self._run, args=(worker, store), name=f"ratchet-{self.name}", daemon=True
+        self.thread = NamedThread(
+            target=self._run, args=(worker, store), name=f"ratchet-{self.name}"
         )
         self.thread.start()
 

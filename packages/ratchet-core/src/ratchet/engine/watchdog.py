@@ -24,6 +24,7 @@ from ratchet.domain.model import ClaimedJob
 from ratchet.domain.timeouts import TimeoutSettings, WatchdogStep, plan_attempt
 from ratchet.engine.context import about_job
 from ratchet.engine.running import Attempt, seconds_text
+from ratchet.named_thread import NamedThread
 from ratchet.ports import CancellationStore, Clock
 
 if TYPE_CHECKING:
@@ -280,7 +281,7 @@ class Watchdog:
         if self._thread is not None:
             return
         self._stopping = False
-        self._thread = threading.Thread(target=self._loop, name="ratchet-watchdog", daemon=True)
+        self._thread = NamedThread(target=self._loop, name="ratchet-watchdog")
         self._thread.start()
 
     def wake(self) -> None:

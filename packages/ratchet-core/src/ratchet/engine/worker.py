@@ -43,6 +43,7 @@ from ratchet.engine.slots import SlotTable
 from ratchet.engine.start_check import StartCheck
 from ratchet.engine.stats import WorkerStats
 from ratchet.engine.watchdog import CancellationRequestPoller, Watchdog
+from ratchet.named_thread import NamedThread
 from ratchet.ports import CANCEL_REQUESTS_TARGET, ExecutorProvider, WakeupHint
 from ratchet.targets import TargetRef
 
@@ -134,9 +135,7 @@ class Worker:
         self.watchdog.start()
         self.producer.start()
         self.completer.start()
-        self._maintenance = threading.Thread(
-            target=self._maintenance_loop, name="ratchet-maintenance", daemon=True
-        )
+        self._maintenance = NamedThread(target=self._maintenance_loop, name="ratchet-maintenance")
         self._maintenance.start()
         log.info(
             "worker %s started with %d slots on %s",
