@@ -26,7 +26,9 @@ What it measures (no-op jobs throughout; the median of ``--rounds`` rounds, min-
   all of the server's processes), beside the peer's: how much of a difference is the server's
   work rather than the client's;
 - for every processing row, the **worker process's CPU per job** (:class:`WorkerMeter`), from
-  its first claim to the drained queue, beside the peer's;
+  its first claim to the drained queue, beside the peer's, and Ratchet's split by thread (its
+  job threads, the poller, the writer and the rest, told apart by the names Ratchet's threads
+  carry in the OS);
 - and **what the database wrote per job** (:class:`WriteMeter`): WAL bytes, heap rows, index
   entries and row locks read from the WAL itself (``pg_walinspect``), and the statements run
   (``pg_stat_statements``, which the throwaway server loads; a ``--url`` server only if it
@@ -336,6 +338,31 @@ class WorkerMeter:
         self._pid: int | None = None
         self._started = 0.0
         self._last: float | None = None
+        self._threads_started: dict[str, float] = {}
+        self._threads_last: dict[str, float] | None = None
+
+    @staticmethod
+    def threads(pid: int) -> dict[str, float]:
+        """Seconds of CPU of each live thread of process ``pid``, by thread id: the scheduler's
+        own count (``schedstat``), which is exact where ``stat``'s per-thread ticks undercount."""
+        found: dict[str, float] = {}
+        for task in Path(f"/proc/{pid}/task").iterdir():
+            try:
+                found[task.name] = int((task / "schedstat").read_text().split()[0]) / 1e9
+            except (FileNotFoundError, ProcessLookupError):
+                continue  # the thread ended meanwhile
+        return found
+
+    @staticmethod
+    def thread_group(pid: int, tid: str) -> str:
+        """The kind of thread ``tid`` is, by the name Ratchet gives it in the OS."""
+        try:
+            name = Path(f"/proc/{pid}/task/{tid}/comm").read_text().strip()
+        except (FileNotFoundError, ProcessLookupError):
+            return "other"
+        if name.startswith("ratchet-job"):
+            return "job threads"
+        return {"ratchet-poller": "poller", "ratchet-writer": "writer"}.get(name, "other")
 
     @staticmethod
     def cpu(pid: int) -> float:
@@ -362,12 +389,27 @@ class WorkerMeter:
                     raise TimeoutError(f"no job claimed within {timeout:.0f} s")
                 time.sleep(0.005)  # a poll interval, not a synchronisation
         self._pid, self._started = proc.pid, self.cpu(proc.pid)
+        self._threads_started = self.threads(proc.pid)
 
     def stop(self, jobs: int) -> None:
-        """The worker drained the queue: its CPU since its first claim, per job."""
-        if self._pid is not None:
-            self._last = (self.cpu(self._pid) - self._started) / jobs * 1e6
+        """The worker drained the queue: its CPU since its first claim, per job, in all and
+        by kind of thread (job threads, poller, writer, other)."""
+        pid = self._pid
+        if pid is not None:
+            self._last = (self.cpu(pid) - self._started) / jobs * 1e6
+            by_group: dict[str, float] = {}
+            for tid, seconds in self.threads(pid).items():
+                group = self.thread_group(pid, tid)
+                spent = seconds - self._threads_started.get(tid, 0.0)
+                by_group[group] = by_group.get(group, 0.0) + spent / jobs * 1e6
+            self._threads_last = by_group
         self._pid = None
+
+    def take_threads(self) -> dict[str, float] | None:
+        """The last measurement by kind of thread, in µs per job (None: none), forgotten once
+        read."""
+        value, self._threads_last = self._threads_last, None
+        return value
 
     def take(self) -> float | None:
         """The last measurement in µs per job (None: none), forgotten once read."""
@@ -771,6 +813,7 @@ class Row:
     peer_writes: list[Writes] = field(default_factory=list)
     ratchet_worker: list[float] = field(default_factory=list)
     peer_worker: list[float] = field(default_factory=list)
+    ratchet_threads: list[dict[str, float]] = field(default_factory=list)
 
 
 def fmt(values: list[float], digits: int = 0) -> str:
@@ -932,6 +975,9 @@ def main(argv: list[str] | None = None) -> int:
                     worker_cpu = WORKER.take()
                     if worker_cpu is not None:
                         worker_values.append(worker_cpu)
+                    threads = WORKER.take_threads()
+                    if threads is not None and values is row.ratchet:
+                        row.ratchet_threads.append(threads)
                     db_cpu = DB.take()
                     if db_cpu is not None:
                         db_values.append(db_cpu)
@@ -966,7 +1012,28 @@ def main(argv: list[str] | None = None) -> int:
                  lambda r: r.ratchet_worker, lambda r: r.peer_worker, cpu)  # fmt: skip
     print_beside(rows, "what the database wrote per job (median)", "---",
                  lambda r: r.ratchet_writes, lambda r: r.peer_writes, fmt_writes)  # fmt: skip
+    print_threads(rows)
     return 0
+
+
+#: The kinds of a Ratchet worker's threads, as :meth:`WorkerMeter.thread_group` names them.
+THREAD_GROUPS = ("job threads", "poller", "writer", "other")
+
+
+def print_threads(rows: list[Row]) -> None:
+    """Ratchet's worker CPU per job by kind of thread, for the rows that ran a worker process."""
+    measured = [row for row in rows if row.ratchet_threads]
+    if not measured:
+        return
+    print("\n| Ratchet's worker process's CPU per job by thread (µs, median) | "
+          + " | ".join(THREAD_GROUPS) + " |")  # fmt: skip
+    print("|---|" + "---:|" * len(THREAD_GROUPS))
+    for row in measured:
+        cells = [
+            fmt([runs.get(group, 0.0) for runs in row.ratchet_threads], digits=1)
+            for group in THREAD_GROUPS
+        ]
+        print(f"| {row.label} | " + " | ".join(cells) + " |")
 
 
 if __name__ == "__main__":

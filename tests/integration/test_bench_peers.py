@@ -54,14 +54,23 @@ def test_the_ratchet_side_of_a_quick_run_measures_every_row(
 ) -> None:
     """Every row has a rate; every PostgreSQL row the server's CPU per job, read from the
     processes of the server whose data directory is given, and what the server wrote per job,
-    read from its WAL; every PostgreSQL processing row the worker process's CPU per job."""
+    read from its WAL; every PostgreSQL processing row the worker process's CPU per job, in all
+    and by thread."""
     argv = ["--quick", "--ratchet-only", "--url", postgres_server.url()]
     assert bench_peers.main([*argv, "--data-dir", str(postgres_server.data_dir)]) == 0
-    rates, database_cpu, worker_cpu, writes = _tables(capsys.readouterr().out)
+    out = capsys.readouterr().out
+    rates, database_cpu, worker_cpu, writes, _ = _tables(out)
     processing = {label for label in LABELS if label.startswith("PG processing")}
     assert processing and set(worker_cpu) == processing
     for label in processing:
         assert float(worker_cpu[label].replace(",", "")) > 0, f"{label}: {worker_cpu[label]}"
+    # Ratchet's worker CPU by thread: its job threads, poller and writer are told apart by the
+    # names they carry in the OS, and each of them worked.
+    by_thread = [line for line in out.splitlines() if line.startswith("| PG processing")][-2:]
+    assert {row.split("|")[1].strip() for row in by_thread} == processing
+    for row in by_thread:
+        jobs, poller, writer = (float(cell) for cell in row.split("|")[2:5])
+        assert jobs > 0 and poller > 0 and writer > 0, row
     for label in LABELS:
         assert float(rates[label].replace(",", "")) > 0, f"{label}: {rates.get(label)}"
     metered = {label for label in LABELS if not label.startswith("SQLite")}
