@@ -12,7 +12,6 @@ import re
 import subprocess
 import sys
 from pathlib import Path
-from typing import Any
 
 import pytest
 
@@ -35,74 +34,75 @@ def run_benchmark(name: str, *args: str, timeout: float = 240) -> str:
     return out
 
 
-def test_bench_sqlite() -> None:
-    out = run_benchmark("bench_sqlite", "--runs", "1", "--jobs", "300")
-    assert re.search(r"no-op processing \(1 proc\)\s+median\s+[\d,]+ jobs/s", out), out
+#: A server fixture's URL stands in an argument list where this placeholder is.
+SERVER_URL = "{server}"
+
+#: (benchmark, its arguments at a small size, the server fixture it needs or None, the headline
+#: its output must carry, or None where it prints nothing: callgrind counts its instructions).
+BENCHMARKS = [
+    pytest.param(
+        "bench_sqlite", ["--runs", "1", "--jobs", "300"], None,
+        r"no-op processing \(1 proc\)\s+median\s+[\d,]+ jobs/s", id="sqlite",
+    ),
+    pytest.param(
+        "bench_encryption", ["--runs", "1", "--jobs", "200"], None,
+        r"process\s+plain\s+\d+ .* sealed/plain \d\.\d\d", id="encryption",
+    ),
+    pytest.param(
+        "bench_tracing", ["--runs", "1", "--jobs", "200"], None,
+        r"attempt span .* CPU median [\d.]+ us", id="tracing",
+    ),
+    pytest.param(
+        "bench_streaming_batch", ["--items", "2000", "--chunk", "500"], None,
+        r"2,000 items, chunk 500: [\d.]+ s \([\d,]+ items/s\)", id="streaming-batch",
+    ),
+    pytest.param("bench_instructions", ["50"], None, r"n=50 drained=True", id="instructions"),
+    pytest.param(
+        "bench_enqueue_instructions", ["batch", "100"], None, None, id="enqueue-instructions"
+    ),
+    pytest.param(
+        "bench_observability",
+        ["--only", "sqlite", "--runs", "1", "--jobs", "200", "--variants", "off,metrics"], None,
+        r"metrics / off, throughput: median \d\.\d+", id="observability",
+    ),
+    pytest.param(
+        "bench_query",
+        ["--url", SERVER_URL, "--runs", "1", "--jobs", "2000", "--repeat", "2"],
+        "postgres_server", r"\| count by status \(full count\) \| [\d.]+ \|",
+        id="query", marks=pytest.mark.postgres,
+    ),
+    pytest.param(
+        "bench_dashboard",
+        ["--url", SERVER_URL, "--runs", "1", "--jobs", "300", "--repeat", "2"],
+        "postgres_server", r"\| cluster \| [\d.]+ \| [\d.]+ \|",
+        id="dashboard", marks=pytest.mark.postgres,
+    ),
+    pytest.param(
+        "bench_mysql",
+        ["--url", SERVER_URL, "--runs", "1", "--jobs", "300", "--only", "bulk,process"],
+        "mariadb_server", r"bulk enqueue\s+median\s+[\d,.]+ jobs/s",
+        id="mysql", marks=pytest.mark.mysql,
+    ),
+    pytest.param(
+        "bench_redis_wakeup",
+        ["--redis-url", SERVER_URL, "--samples", "5", "--notify-calls", "50", "--pace", "0.05",
+         "--json"],
+        "redis_server", r'"p50', id="redis-wakeup", marks=pytest.mark.redis,
+    ),
+]  # fmt: skip
 
 
-def test_bench_encryption() -> None:
-    out = run_benchmark("bench_encryption", "--runs", "1", "--jobs", "200")
-    assert re.search(r"process\s+plain\s+\d+ .* sealed/plain \d\.\d\d", out), out
-
-
-def test_bench_tracing() -> None:
-    out = run_benchmark("bench_tracing", "--runs", "1", "--jobs", "200")
-    assert re.search(r"attempt span .* CPU median [\d.]+ us", out), out
-
-
-def test_bench_streaming_batch() -> None:
-    out = run_benchmark("bench_streaming_batch", "--items", "2000", "--chunk", "500")
-    assert re.search(r"2,000 items, chunk 500: [\d.]+ s \([\d,]+ items/s\)", out), out
-
-
-def test_bench_instructions() -> None:
-    out = run_benchmark("bench_instructions", "50")
-    assert "n=50 drained=True" in out, out
-
-
-def test_bench_enqueue_instructions() -> None:
-    run_benchmark("bench_enqueue_instructions", "batch", "100")
-
-
-def test_bench_observability() -> None:
-    out = run_benchmark(
-        "bench_observability", "--only", "sqlite", "--runs", "1", "--jobs", "200",
-        "--variants", "off,metrics",
-    )  # fmt: skip
-    assert re.search(r"metrics / off, throughput: median \d\.\d+", out), out
-
-
-@pytest.mark.postgres
-def test_bench_query(postgres_server: Any) -> None:
-    out = run_benchmark(
-        "bench_query", "--url", postgres_server.url(), "--runs", "1", "--jobs", "2000",
-        "--repeat", "2",
-    )  # fmt: skip
-    assert re.search(r"\| count by status \(full count\) \| [\d.]+ \|", out), out
-
-
-@pytest.mark.postgres
-def test_bench_dashboard(postgres_server: Any) -> None:
-    out = run_benchmark(
-        "bench_dashboard", "--url", postgres_server.url(), "--runs", "1", "--jobs", "300",
-        "--repeat", "2",
-    )  # fmt: skip
-    assert re.search(r"\| cluster \| [\d.]+ \| [\d.]+ \|", out), out
-
-
-@pytest.mark.mysql
-def test_bench_mysql(mariadb_server: Any) -> None:
-    out = run_benchmark(
-        "bench_mysql", "--url", mariadb_server.url(), "--runs", "1", "--jobs", "300",
-        "--only", "bulk,process",
-    )  # fmt: skip
-    assert re.search(r"bulk enqueue\s+median\s+[\d,.]+ jobs/s", out), out
-
-
-@pytest.mark.redis
-def test_bench_redis_wakeup(redis_server: Any) -> None:
-    out = run_benchmark(
-        "bench_redis_wakeup", "--redis-url", redis_server.url(), "--samples", "5",
-        "--notify-calls", "50", "--pace", "0.05", "--json",
-    )  # fmt: skip
-    assert re.search(r'"p50', out), out
+@pytest.mark.parametrize(("name", "args", "server", "headline"), BENCHMARKS)
+def test_the_benchmark_runs_and_prints_its_headline(
+    request: pytest.FixtureRequest,
+    name: str,
+    args: list[str],
+    server: str | None,
+    headline: str | None,
+) -> None:
+    if server is not None:
+        url = request.getfixturevalue(server).url()
+        args = [url if arg == SERVER_URL else arg for arg in args]
+    out = run_benchmark(name, *args)
+    if headline is not None:
+        assert re.search(headline, out), out
