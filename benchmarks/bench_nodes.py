@@ -450,6 +450,73 @@ def measure_busy(cluster: Cluster) -> dict[str, Any]:
     }
 
 
+def measure_trickle(cluster: Cluster) -> dict[str, Any]:
+    """Jobs submitted one at a time at a steady rate (``--trickle-rate`` a second for
+    ``--trickle-seconds``), as a web application submits them, to nodes that are mostly idle:
+    the database's work per job when every submission is a wakeup."""
+    from ratchet import Ratchet
+
+    sys.path.insert(0, str(HERE))
+    import bench_nodes
+
+    args = cluster.args
+    rate, seconds = args.trickle_rate, args.trickle_seconds
+    n = int(rate * seconds)
+    app = Ratchet(cluster.url, allowed_modules=["bench_nodes"], coordinator=cluster.coordinator)
+    app.enqueue(bench_nodes.noop, -1).submit()  # connect outside the window
+    time.sleep(1.0)
+    cluster.db.execute("SELECT pg_stat_statements_reset()")
+    pids = [p.pid for p in cluster.procs]
+    tx0, db0, w0 = cluster.transactions(), server_cpu(cluster.postmaster), workers_cpu(pids)
+    started = time.time()
+    began = time.perf_counter()
+    for i in range(n):
+        due = began + i / rate
+        pause = due - time.perf_counter()
+        if pause > 0:
+            time.sleep(pause)  # pacing the load, not waiting for a result
+        app.enqueue(bench_nodes.noop, i).submit()
+    submitted = time.perf_counter() - began
+    deadline = time.monotonic() + args.busy_timeout
+    while cluster.scalar("SELECT count(*) AS bench_left FROM scheduler_job_queue") > 0:
+        if time.monotonic() > deadline:
+            raise RuntimeError(f"trickle jobs still queued after {args.busy_timeout} s")
+        time.sleep(0.05)
+    elapsed = time.time() - started
+    time.sleep(1.5)  # backends report their transaction counts at most once a second
+    tx1, db1, w1 = cluster.transactions(), server_cpu(cluster.postmaster), workers_cpu(pids)
+    calls, rows, _, executing_ms = cluster.statements()
+    top = cluster.top_statements(n, limit=args.top)
+    app.close()
+    return {
+        "jobs": n,
+        "rate_asked": rate,
+        "rate_submitted": n / submitted,
+        "seconds": elapsed,
+        "statements_per_job": calls / n,
+        "rows_per_job": rows / n,
+        "tx_per_job": (tx1 - tx0) / n,
+        "db_cpu_ms_per_job": 1000 * (db1 - db0) / n,
+        "workers_cpu_ms_per_job": 1000 * (w1 - w0) / n,
+        "executing_ms_per_job": executing_ms / n,
+        "top_statements_per_job": top,
+        "window": (started, started + elapsed),
+    }
+
+
+def claims_in(cluster: Cluster, window: tuple[float, float], jobs: int) -> dict[str, Any]:
+    """Claims made in ``window``: how many per job, and how many came back empty."""
+    claims: list[tuple[float, int]] = []
+    for path in cluster.claims_dir.glob("claims-*.json"):
+        claims += [(t, k) for t, k in json.loads(path.read_text())]
+    inside = [k for t, k in claims if window[0] <= t <= window[1]]
+    return {
+        "claims": len(inside),
+        "claims_per_job": len(inside) / jobs,
+        "empty_claims": sum(1 for k in inside if k == 0),
+    }
+
+
 def claim_contention(cluster: Cluster, window: tuple[float, float]) -> dict[str, Any]:
     """Claims in the busy window; empty ones before the last non-empty one found nothing while
     PENDING jobs remained (every job was submitted before the window's first claim)."""
@@ -501,6 +568,14 @@ def main(argv: list[str]) -> int:
         help="busy: the server's planning time per job too (pg_stat_statements.track_planning,"
         " which costs the server some work of its own with many connections)",
     )
+    parser.add_argument(
+        "--trickle-rate",
+        type=float,
+        default=0.0,
+        help="after the busy phase: submit this many jobs a second, one at a time (0: no"
+        " trickle phase)",
+    )
+    parser.add_argument("--trickle-seconds", type=float, default=20.0)
     parser.add_argument("--no-idle", action="store_true")
     parser.add_argument("--no-busy", action="store_true")
     parser.add_argument("--json", type=Path, help="also write the figures to this file")
@@ -528,10 +603,16 @@ def main(argv: list[str]) -> int:
                 busy = measure_busy(cluster)
                 figures["busy"] = busy
                 figures["load_after_busy"] = load_average()
+            if args.trickle_rate > 0:
+                figures["trickle"] = measure_trickle(cluster)
+                figures["load_after_trickle"] = load_average()
         finally:
             cluster.stop()
         if "busy" in figures:
             figures["busy"].update(claim_contention(cluster, figures["busy"].pop("window")))
+        if "trickle" in figures:
+            trickle = figures["trickle"]
+            trickle.update(claims_in(cluster, trickle.pop("window"), trickle["jobs"]))
     print(json.dumps(figures, indent=2))
     if args.json:
         args.json.write_text(json.dumps(figures, indent=2))

@@ -132,6 +132,7 @@ def test_bulk_submission_sends_one_wakeup_with_the_top_priority(
         ]
     )
     assert [h.priority for h in coordinator.sent] == [JobPriority.CRITICAL]
+    assert coordinator.sent[0].jobs == 2  # the jobs claimable now: the other one is due later
 
 
 def test_a_duplicate_idempotency_key_sends_no_wakeup(

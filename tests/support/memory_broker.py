@@ -176,11 +176,11 @@ class MemoryTransport:
         self.broker.publish(messages)
 
     def encode(self, hint: WakeupHint, sender: str) -> str:
-        return json.dumps([int(hint.priority), hint.origin_node, hint.target, sender])
+        return json.dumps([int(hint.priority), hint.origin_node, hint.target, hint.jobs, sender])
 
     def decode(self, message: str | bytes) -> tuple[WakeupHint, str]:
-        priority, origin, target, sender = json.loads(message)
-        return WakeupHint(JobPriority(priority), origin, target), sender
+        priority, origin, target, jobs, sender = json.loads(message)
+        return WakeupHint(JobPriority(priority), origin, target, jobs), sender
 
     def redact(self, text: str) -> str:
         return text.replace(SECRET, "***")

@@ -165,6 +165,24 @@ def test_the_outbox_is_bounded_coalesces_and_drains_once_the_broker_answers(
     assert broker.publish_calls == [1, 5]  # everything queued goes in one call
 
 
+def test_coalesced_hints_add_up_their_jobs_and_arrive_marked_remote(
+    broker: MemoryBroker, make: Callable[..., Coordinator]
+) -> None:
+    sender, at_sender = listening(make)
+    _, recorder = listening(make)
+    gate = stall(broker, sender, "in-flight")
+    for jobs in (2, 3, 1):
+        sender.notify_new_work(WakeupHint(JobPriority.NORMAL, "web", jobs=jobs))
+    sender.notify_new_work(WakeupHint(JobPriority.HIGH, "web", target="<claimed>", jobs=7))
+    gate.set()
+    assert wait_until(lambda: len(recorder.find("web")) == 2, 5)
+    work, claimed = sorted(recorder.find("web"), key=lambda hint: hint.target or "")
+    assert (work.target, work.jobs, work.priority) == (None, 6, JobPriority.NORMAL)
+    assert (claimed.target, claimed.jobs) == ("<claimed>", 7)
+    assert work.remote and claimed.remote
+    assert [hint.remote for hint in at_sender.find("web")] == [False] * 4  # delivered locally
+
+
 def test_publish_batch_bounds_each_call(
     broker: MemoryBroker, make: Callable[..., Coordinator]
 ) -> None:

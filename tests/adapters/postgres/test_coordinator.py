@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import logging
 import os
 import threading
@@ -213,6 +214,14 @@ def test_payload_round_trip_and_garbage() -> None:
     assert len(encode_hint(WakeupHint(JobPriority.LOW, "o" * 9000, "t" * 9000)).encode()) < 8000
     assert decode_hint("not json")[0] == WakeupHint(JobPriority.NORMAL, "?")
     assert decode_hint('{"p": 99}')[0] == WakeupHint(JobPriority.NORMAL, "?")
+
+
+def test_a_payload_carries_the_jobs_a_hint_announces() -> None:
+    many = WakeupHint(JobPriority.HIGH, "web-1", jobs=250)
+    assert decode_hint(encode_hint(many, "s"))[0] == many
+    assert '"n"' not in encode_hint(WakeupHint(JobPriority.HIGH, "web-1"))  # one job: implied
+    for count, jobs in ((0, 1), (-5, 1), ("7", 1), (True, 1), (10**13, 10**9)):
+        assert decode_hint(json.dumps({"p": 2, "o": "x", "n": count}))[0].jobs == jobs
 
 
 def test_a_burst_of_hints_is_sent_in_few_round_trips(

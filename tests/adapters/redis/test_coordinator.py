@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import logging
 import os
 import threading
@@ -18,6 +19,7 @@ from ratchet.testing import wait_until
 from ratchet.testing.coordinator_contract import Recorder, unique
 from ratchet.testing.servers import free_port
 from ratchet_redis_coordinator import CoordinatorState, RedisClusterCoordinator, parse_url
+from ratchet_redis_coordinator.coordinator import decode_hint, encode_hint
 
 from .conftest import cluster_url
 
@@ -172,6 +174,17 @@ def test_hints_are_coalesced_not_queued_without_bound(
     received = recorder.find("same-origin")
     assert 1 <= len(received) < 5_001
     assert received[-1].priority is JobPriority.CRITICAL
+    assert sum(hint.jobs for hint in received) == 5_001  # coalesced hints add up their jobs
+    assert all(hint.remote for hint in received)
+
+
+def test_the_wire_form_carries_the_jobs_and_clamps_a_bad_count() -> None:
+    hint = WakeupHint(JobPriority.HIGH, "web-1", jobs=40)
+    assert decode_hint(encode_hint(hint, "i"))[0] == hint
+    for jobs, read in ((0, 1), (-3, 1), ("9", 1), (None, 1), (10**12, 10**9)):
+        wire = json.dumps({"v": 1, "priority": 2, "origin": "o", "target": None,
+                           "jobs": jobs, "instance": "i"})  # fmt: skip
+        assert decode_hint(wire)[0].jobs == read
 
 
 def client_names(server: Any) -> list[str]:

@@ -805,18 +805,29 @@ class WatcherStore(Protocol):
 @dataclass(frozen=True)
 class WakeupHint:
     """A hint that new work may be claimable (or, with ``target`` set to
-    :data:`CANCEL_REQUESTS_TARGET`, that a cancellation request was stored). Never needed for
+    :data:`CANCEL_REQUESTS_TARGET`, that a cancellation request was stored; with
+    :data:`CLAIMED_TARGET`, that a node claimed what it could see). Never needed for
     correctness."""
 
     priority: JobPriority
     origin_node: str
     target: str | None = None
+    jobs: int = 1
+    """How many jobs the hint is about: submitted (a new-work hint; hints coalesced on their
+    way add up) or claimed (:data:`CLAIMED_TARGET`)."""
+    remote: bool = field(default=False, compare=False, repr=False)
+    """Received from another process (set by the coordinator on delivery, never sent)."""
 
 
 #: The :class:`WakeupHint` target that announces a stored ``cancel_job(id, interrupt=True)``
 #: request rather than new work: a busy node reads its requests at once instead of at its next
 #: poll of them. No job's target can have this value (targets are ``module:qualname``).
 CANCEL_REQUESTS_TARGET = "<cancel-requests>"
+
+#: The :class:`WakeupHint` target with which a node that answered new-work hints reports that
+#: its claim took everything it could see (``jobs`` of them): the other nodes then skip the
+#: claims they were about to make for those hints (see ``ratchet.engine.hint_response``).
+CLAIMED_TARGET = "<claimed>"
 
 
 class ClusterCoordinator(Protocol):

@@ -28,6 +28,7 @@ from ratchet.adapters.wakeups import (
     BrokerCoordinator,
     CoordinatorState,
     CoordinatorStats,
+    hint_jobs,
 )
 from ratchet.domain.lifecycle import JobPriority
 from ratchet.ports import WakeupHint
@@ -72,6 +73,8 @@ def encode_hint(hint: WakeupHint, sender: str = "") -> str:
     body: dict[str, Any] = {"p": int(hint.priority), "o": hint.origin_node[:_MAX_FIELD]}
     if hint.target is not None:
         body["t"] = hint.target[:_MAX_FIELD]
+    if hint.jobs != 1:
+        body["n"] = hint.jobs
     if sender:
         body["s"] = sender
     return json.dumps(body, separators=(",", ":"), ensure_ascii=False)
@@ -86,6 +89,7 @@ def decode_hint(payload: str) -> tuple[WakeupHint, str]:
             JobPriority(int(body["p"])),
             str(body.get("o", "?")),
             None if target is None else str(target),
+            hint_jobs(body.get("n", 1)),
         )
         return hint, str(body.get("s", ""))
     except (ValueError, KeyError, TypeError, AttributeError):

@@ -26,7 +26,12 @@ import redis
 from redis.backoff import NoBackoff
 from redis.retry import Retry
 
-from ratchet.adapters.wakeups import BrokerCoordinator, CoordinatorState, CoordinatorStats
+from ratchet.adapters.wakeups import (
+    BrokerCoordinator,
+    CoordinatorState,
+    CoordinatorStats,
+    hint_jobs,
+)
 from ratchet.domain.errors import ConfigurationError
 from ratchet.domain.lifecycle import JobPriority
 from ratchet.ports import WakeupHint
@@ -198,6 +203,7 @@ def encode_hint(hint: WakeupHint, instance: str) -> str:
             "priority": int(hint.priority),
             "origin": hint.origin_node,
             "target": hint.target,
+            "jobs": hint.jobs,
             "instance": instance,
         },
         separators=(",", ":"),
@@ -220,7 +226,7 @@ def decode_hint(data: bytes | str) -> tuple[WakeupHint, str]:
         raise ValueError("origin and instance must be strings")
     if target is not None and not isinstance(target, str):
         raise ValueError("target must be a string or null")
-    return WakeupHint(priority, origin, target), instance
+    return WakeupHint(priority, origin, target, hint_jobs(obj.get("jobs", 1))), instance
 
 
 class RedisTransport:

@@ -23,6 +23,7 @@ only talks to its broker. Everything else is here, once:
 
 from __future__ import annotations
 
+import dataclasses
 import enum
 import itertools
 import logging
@@ -146,6 +147,18 @@ def backoff_delay(failures: int, low: float, high: float) -> float:
     return random.uniform(delay / 2, delay)
 
 
+#: The most jobs one hint may announce (a count read from the wire is clamped to it).
+MAX_HINT_JOBS = 10**9
+
+
+def hint_jobs(value: object) -> int:
+    """A hint's job count as read from the wire: an integer from 1 to :data:`MAX_HINT_JOBS`
+    (anything else counts as one job: hints are never needed for correctness)."""
+    if isinstance(value, bool) or not isinstance(value, int):
+        return 1
+    return min(MAX_HINT_JOBS, max(1, value))
+
+
 def new_instance_id() -> str:
     """``host-pid-random``: names one coordinator instance in the messages it sends."""
     return f"{socket.gethostname()[:40]}-{os.getpid()}-{uuid.uuid4().hex[:12]}"
@@ -208,7 +221,7 @@ class BrokerCoordinator(Generic[T]):
         self._lock = threading.Lock()
         self._listeners = Listeners(self._log)
         # the outbox: (origin, target) -> highest pending priority; insertion-ordered
-        self._pending: dict[tuple[str, str | None], JobPriority] = {}
+        self._pending: dict[tuple[str, str | None], tuple[JobPriority, int]] = {}
         self._pending_ready = threading.Condition(self._lock)
         self._closed = threading.Event()
         self._first_attempt = threading.Event()
@@ -269,8 +282,10 @@ class BrokerCoordinator(Generic[T]):
             if queued is None and len(self._pending) >= self._max_pending:
                 self._counters.add("dropped")
                 return
-            if queued is None or priority > queued:
-                self._pending[key] = priority
+            if queued is None:
+                self._pending[key] = (priority, max(1, hint.jobs))
+            else:  # one message for both: the higher priority, the jobs of both
+                self._pending[key] = (max(priority, queued[0]), queued[1] + max(1, hint.jobs))
             self._pending_ready.notify()
 
     def add_listener(self, listener: Listener) -> None:
@@ -376,13 +391,15 @@ class BrokerCoordinator(Generic[T]):
                     batch = [(key, self._pending.pop(key)) for key in keys]
             self._publish(batch)
 
-    def _publish(self, batch: Sequence[tuple[tuple[str, str | None], JobPriority]]) -> None:
+    def _publish(
+        self, batch: Sequence[tuple[tuple[str, str | None], tuple[JobPriority, int]]]
+    ) -> None:
         try:
             sender = self.instance_id
             self.transport.publish(
                 [
-                    self.transport.encode(WakeupHint(priority, origin, target), sender)
-                    for (origin, target), priority in batch
+                    self.transport.encode(WakeupHint(priority, origin, target, jobs), sender)
+                    for (origin, target), (priority, jobs) in batch
                 ]
             )
         except Exception as exc:
@@ -494,7 +511,7 @@ class BrokerCoordinator(Generic[T]):
             self._counters.add("ignored_own")
             return
         self._counters.add("received")
-        self._listeners.deliver(hint)
+        self._listeners.deliver(dataclasses.replace(hint, remote=True))
 
     def _on_connected(self) -> None:
         # Counters and log lines first: whoever waits for CONNECTED then sees them too.

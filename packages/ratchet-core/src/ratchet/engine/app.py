@@ -375,7 +375,9 @@ class Ratchet(LimitsApi, RecurringMixin, RetentionMixin):
         if wake:
             top = max(j.priority for j in wake)
             try:
-                self.coordinator.notify_new_work(WakeupHint(JobPriority(top), self.node_name))
+                self.coordinator.notify_new_work(
+                    WakeupHint(JobPriority(top), self.node_name, jobs=len(wake))
+                )
             except Exception:
                 log.warning(
                     "wakeup could not be sent; polling will still find the job", exc_info=True

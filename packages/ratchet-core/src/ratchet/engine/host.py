@@ -25,6 +25,7 @@ if TYPE_CHECKING:
     from ratchet.domain.watcher import WatcherReport
     from ratchet.domain.workflow import FlowEffect, FlowResolver
     from ratchet.engine.context import ProgressReporter
+    from ratchet.engine.hint_response import HintResponder
     from ratchet.engine.outages import OutageLog
     from ratchet.engine.running import Attempt
     from ratchet.engine.security import Guard, Protection
@@ -263,9 +264,14 @@ class WorkerHost(Protocol):
     def meter(self) -> MeterFace: ...
 
     @property
+    def hints(self) -> HintResponder: ...
+
+    @property
     def draining(self) -> bool: ...
 
     def wakeup(self) -> None: ...
+
+    def report_claimed(self, jobs: int) -> None: ...
 
     def free_slots(self) -> int: ...
 

@@ -108,6 +108,10 @@ class ClusterShare:
                 self._gap = min(self._gap * 2, self._refresh)
         return max(1, self._last_read or 0)
 
+    def known_live_nodes(self) -> int:
+        """The number of ALIVE nodes at the last read (at least 1), without reading again."""
+        return max(1, self._last_read or 0)
+
     def wait(self, interval: timedelta) -> float:
         """Seconds until this node's next run of a cluster-wide task of ``interval``."""
         seconds = interval.total_seconds()

@@ -3,8 +3,10 @@
 One poller thread per worker. Each poll asks the node's liveness for up to ``min(free slots,
 batch_size)`` jobs (takeovers first, then reserved jobs, then new claims), records them in the
 slot table, and dispatches each to its executor provider. Between polls it sleeps as the
-adaptive polling strategy says, unless woken: by a wakeup hint from the coordinator, by a slot
-that freed while the last poll found work, or by the due time of a job it retried.
+adaptive polling strategy says, unless woken: by a wakeup hint from the coordinator (another
+process's at the moment the worker's :class:`~ratchet.engine.hint_response.HintResponder` picks,
+and only if no other node reported those jobs claimed first), by a slot that freed while the last
+poll found work, or by the due time of a job it retried.
 """
 
 from __future__ import annotations
@@ -49,19 +51,29 @@ class Producer:
             )
         )
         self._wake = threading.Event()
+        self._woken = False
+        """A wake-up that should make the poller poll (not only look at its timers again)."""
         self._stopping = threading.Event()
         self._lock = threading.Lock()
         self._due: list[datetime] = []
         self._thread: threading.Thread | None = None
+        self.last_wanted = 0
+        """How many jobs the last poll asked for (0: it claimed nothing, no slot was free)."""
 
     # ------------------------------------------------------------------ wakeups
     def wakeup(self) -> None:
         """Poll at once and enter burst mode."""
         self.strategy.on_wakeup(self.worker.app.now())
+        self._woken = True
         self._wake.set()
 
     def wake(self) -> None:
         """Poll at once (a slot freed, or the state changed)."""
+        self._woken = True
+        self._wake.set()
+
+    def replan(self) -> None:
+        """Look at the timers again (a claim for another process's hint was planned)."""
         self._wake.set()
 
     def take_wake(self) -> bool:
@@ -69,12 +81,14 @@ class Producer:
         was one."""
         pending = self._wake.is_set()
         self._wake.clear()
+        self._woken = False
         return pending
 
     def wake_at(self, when: datetime) -> None:
         """Poll again no later than ``when`` (a job retried or rescheduled for then)."""
         with self._lock:
             heapq.heappush(self._due, when)
+        self._woken = True
         self._wake.set()
 
     # ------------------------------------------------------------------ polling
@@ -83,6 +97,7 @@ class Producer:
         free than half a claim while runs are in flight, wait for them up to
         :data:`CLAIM_GATHER_SECONDS` first."""
         worker = self.worker
+        self.last_wanted = 0
         free = worker.slots.free()
         if free <= 0 or worker.draining:
             if free <= 0:
@@ -91,7 +106,8 @@ class Producer:
         if free < worker.slots.wake_at:
             free = worker.slots.gather(CLAIM_GATHER_SECONDS)
         started = time.perf_counter()
-        claimed = worker.liveness.acquire(min(free, worker.config.batch_size))
+        self.last_wanted = min(free, worker.config.batch_size)
+        claimed = worker.liveness.acquire(self.last_wanted)
         if worker.meter.enabled:
             worker.meter.polled(claimed, time.perf_counter() - started)
         worker.stats.polls += 1
@@ -147,8 +163,11 @@ class Producer:
         while not self._stopping.is_set():
             try:
                 claimed = self.poll_once()
+                report = worker.hints.on_poll(len(claimed), self.last_wanted)
                 if claimed:
                     self.dispatch(claimed)
+                if report:
+                    worker.report_claimed(report)
                 utilisation = 1 - worker.slots.free() / config.concurrency
                 decision = self.strategy.on_poll(
                     worker.app.now(), len(claimed), config.batch_size, utilisation
@@ -160,9 +179,32 @@ class Producer:
                 worker.outages.failed(exc)
                 delay = backoff
                 backoff = min(backoff * 2, 5.0)
-            delay = min(delay, self._seconds_until_due())
-            if (delay > 0 and self._wake.wait(timeout=delay)) or delay <= 0:
+            self._wait(min(delay, self._seconds_until_due()))
+
+    def _wait(self, delay: float) -> None:
+        """Sleep up to ``delay`` seconds before the next poll, unless woken, or until a claim
+        planned for another process's hint comes due; a planned claim that other nodes' reports
+        made unnecessary is skipped. A planned claim is one poll, not the burst polling a
+        wakeup starts: every later submission announces itself by a hint of its own."""
+        hints = self.worker.hints
+        deadline = time.monotonic() + delay
+        while True:
+            now = time.monotonic()
+            planned = hints.respond_at
+            until = deadline if planned is None else min(deadline, planned)
+            if until > now and self._wake.wait(timeout=until - now):
                 self._wake.clear()
+                if self._woken or self._stopping.is_set():
+                    self._woken = False
+                    return
+                continue  # only the plan changed
+            now = time.monotonic()
+            if hints.take_due(now):
+                return
+            if now >= deadline:
+                self._wake.clear()
+                self._woken = False
+                return
 
     def _seconds_until_due(self) -> float:
         with self._lock:

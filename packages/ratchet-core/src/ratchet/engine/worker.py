@@ -26,6 +26,7 @@ from typing import TYPE_CHECKING, Any
 
 from ratchet.config import WorkerConfig
 from ratchet.domain.errors import LifecycleHookError, StoreUnavailable
+from ratchet.domain.lifecycle import JobPriority
 from ratchet.domain.model import ClaimedJob, Outcome
 from ratchet.domain.polling import AdaptivePollingStrategy
 from ratchet.domain.text import describe_error
@@ -33,6 +34,7 @@ from ratchet.engine.assembly import assemble_worker
 from ratchet.engine.attempts import AttemptRunner
 from ratchet.engine.completer import Completer
 from ratchet.engine.context import install_log_record_factory
+from ratchet.engine.hint_response import HintResponder
 from ratchet.engine.host import Gate, PeriodicTask
 from ratchet.engine.liveness import Liveness, new_node_id
 from ratchet.engine.maintenance import ClusterShare
@@ -44,7 +46,12 @@ from ratchet.engine.start_check import StartCheck
 from ratchet.engine.stats import WorkerStats
 from ratchet.engine.watchdog import CancellationRequestPoller, Watchdog
 from ratchet.named_thread import NamedThread
-from ratchet.ports import CANCEL_REQUESTS_TARGET, ExecutorProvider, WakeupHint
+from ratchet.ports import (
+    CANCEL_REQUESTS_TARGET,
+    CLAIMED_TARGET,
+    ExecutorProvider,
+    WakeupHint,
+)
 from ratchet.targets import TargetRef
 
 if TYPE_CHECKING:
@@ -93,6 +100,8 @@ class Worker:
         """Maintenance tasks run on the maintenance thread."""
         self.cluster_share = ClusterShare(app.store)
         """Spreads the cluster-wide periodic tasks over the live nodes."""
+        self.hints = HintResponder()
+        """When this worker claims for the new-work hints it receives."""
         assemble_worker(self)
         self._stopping = threading.Event()
         self._maintenance_wake = threading.Event()
@@ -234,8 +243,33 @@ class Worker:
         if hint.target == CANCEL_REQUESTS_TARGET:
             self.run_task_soon(CancellationRequestPoller.name)
             return
+        if hint.target == CLAIMED_TARGET:
+            if hint.origin_node != self.node_id:
+                self.hints.on_claimed_elsewhere(hint.jobs)
+            return
         self.stats.wakeups_received += 1
-        self.wakeup()
+        delay = self.hints.on_new_work(
+            hint.jobs,
+            time.monotonic(),
+            self.cluster_share.known_live_nodes(),
+            remote=hint.remote,
+        )
+        if delay == 0:
+            self.wakeup()
+        elif delay is not None:
+            self.producer.replan()
+
+    def report_claimed(self, jobs: int) -> None:
+        """Tell the other nodes that this worker's claim took the ``jobs`` it could see, so
+        that they skip the claims they planned for the same hints."""
+        if self.cluster_share.known_live_nodes() <= 1:
+            return
+        try:
+            self.app.coordinator.notify_new_work(
+                WakeupHint(JobPriority.NORMAL, self.node_id, target=CLAIMED_TARGET, jobs=jobs)
+            )
+        except Exception:  # a coordinator never raises here; a hint is never needed anyway
+            log.debug("could not report claimed jobs", exc_info=True)
 
     def run_task_soon(self, name: str) -> None:
         """Run the periodic task ``name`` on the maintenance thread now rather than at its next
