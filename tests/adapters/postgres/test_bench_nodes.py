@@ -1,6 +1,7 @@
 """A bounded run of ``benchmarks/bench_nodes.py``: three worker processes behind PgBouncer at
 rest hold one store connection each plus their direct listener, a job submitted to the idle
-cluster starts within the documented 2 s, and a small busy phase drains."""
+cluster starts within the documented 2 s, a small busy phase drains, and so does a short trickle
+of single submissions."""
 
 from __future__ import annotations
 
@@ -46,6 +47,10 @@ def test_three_idle_nodes_behind_pgbouncer(
             "--busy-timeout",
             "120",
             "--track-planning",
+            "--trickle-rate",
+            "20",
+            "--trickle-seconds",
+            "2",
             "--json",
             str(out),
         ],
@@ -63,3 +68,8 @@ def test_three_idle_nodes_behind_pgbouncer(
     assert busy["jobs"] == 60
     # Every claim and outcome write is planned at its call: planning shows for each job.
     assert busy["planning_ms_per_job"] > 0 and busy["executing_ms_per_job"] > 0, busy
+    trickle = figures["trickle"]
+    assert trickle["jobs"] == 40 and trickle["rate_submitted"] > 10, trickle
+    # the jobs were claimed in the window, each non-empty claim taking one job or more
+    assert 1 <= trickle["claims"] - trickle["empty_claims"] <= 40, trickle
+    assert trickle["statements_per_job"] > 1, trickle  # its insert, claim and outcome at least
