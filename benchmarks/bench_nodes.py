@@ -217,9 +217,15 @@ class Cluster:
         store = PostgresStore(self.url)
         store.migrate()
         store.close()
+        self.redis = None
+        if args.coordinator == "redis":
+            from ratchet.testing.servers import RedisServer
+
+            self.redis = RedisServer().start()
         self.coordinator = {
             "local": "local",
             "postgres": self.direct_url if args.pgbouncer else "postgres",
+            "redis": self.redis.url() if self.redis is not None else "",
         }[args.coordinator]
         self.procs: list[subprocess.Popen[bytes]] = []
         self.claims_dir = directory / "claims"
@@ -356,6 +362,8 @@ class Cluster:
         self.db.close()
         if self.bouncer is not None:
             self.bouncer.cleanup()
+        if self.redis is not None:
+            self.redis.cleanup()
         self.server.cleanup()
 
 
@@ -546,7 +554,12 @@ def main(argv: list[str]) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--processes", type=int, default=3)
     parser.add_argument("--workers-per-process", type=int, default=1)
-    parser.add_argument("--coordinator", choices=("postgres", "local"), default="postgres")
+    parser.add_argument(
+        "--coordinator",
+        choices=("postgres", "local", "redis"),
+        default="postgres",
+        help="redis: a throwaway Redis server of its own (needs ratchet-redis-coordinator)",
+    )
     parser.add_argument("--pgbouncer", action="store_true")
     parser.add_argument("--pgbouncer-pool", type=int, default=20)
     parser.add_argument("--settle", type=float, default=40.0, help="idle seconds before measuring")
