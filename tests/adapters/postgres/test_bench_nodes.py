@@ -73,3 +73,40 @@ def test_three_idle_nodes_behind_pgbouncer(
     # the jobs were claimed in the window, each non-empty claim taking one job or more
     assert 1 <= trickle["claims"] - trickle["empty_claims"] <= 40, trickle
     assert trickle["statements_per_job"] > 1, trickle  # its insert, claim and outcome at least
+
+
+@pytest.mark.redis
+def test_two_nodes_with_the_redis_coordinator(
+    postgres_server: object, redis_server: object, tmp_path: Path
+) -> None:
+    out = tmp_path / "figures.json"
+    done = subprocess.run(
+        [
+            sys.executable,
+            str(BENCH),
+            "--processes",
+            "2",
+            "--coordinator",
+            "redis",
+            "--no-idle",
+            "--busy-jobs",
+            "30",
+            "--trickle-rate",
+            "10",
+            "--trickle-seconds",
+            "2",
+            "--json",
+            str(out),
+        ],
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-5000:]
+    figures = json.loads(out.read_text())
+    assert figures["coordinator"] == "redis" and figures["busy"]["jobs"] == 30
+    trickle = figures["trickle"]
+    assert trickle["jobs"] == 20
+    assert 1 <= trickle["claims"] - trickle["empty_claims"] <= 20, trickle
+    # no NOTIFY on the database: the hints and reports travel through Redis
+    assert not any("pg_notify" in query for _, query in trickle["top_statements_per_job"]), trickle
