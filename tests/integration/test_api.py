@@ -33,7 +33,7 @@ from ratchet import (
     UnsubmittedJobWarning,
 )
 from ratchet.engine.worker import Worker
-from ratchet.ports import TransactionalStore
+from ratchet.ports import TransactionalStore, WakeupHint
 from ratchet.testing import FakeClock
 from tripwire_fixtures import Tripwire
 
@@ -241,8 +241,11 @@ def test_cancel_jobs_by_tag_and_bulk_retry(app: Ratchet) -> None:
     assert {h.status() for h in tagged} == {JobStatus.CANCELED}
     dead = [app.enqueue(sample_jobs.fail_always, "x").with_tags("etl").submit() for _ in range(3)]
     run_all(app)
+    heard: list[WakeupHint] = []
+    app.coordinator.add_listener(heard.append)
     assert app.retry_jobs(JobFilter(tag="etl"), limit=2) == 2
     assert sorted(h.status().value for h in dead) == ["FAILED", "PENDING", "PENDING"]
+    assert [hint.jobs for hint in heard] == [2]  # one wakeup announcing both jobs
 
 
 def test_idempotency_key_returns_the_original(app: Ratchet) -> None:

@@ -504,7 +504,9 @@ class Ratchet(LimitsApi, RecurringMixin, RetentionMixin):
         job_filter = self.guard.narrow(job_filter or JobFilter())
         count = self.store.retry_jobs(job_filter, limit, now=self.now())
         if count:
-            self.coordinator.notify_new_work(WakeupHint(JobPriority.NORMAL, self.node_name))
+            self.coordinator.notify_new_work(
+                WakeupHint(JobPriority.NORMAL, self.node_name, jobs=count)
+            )
             self.emit(JobEvent(EventKind.BULK_RETRIED, None, self.now(), data={"count": count}))
         return count
 

@@ -781,7 +781,9 @@ class RecurringMixin:
         self, created: Sequence[MaterializedFire], node: str, now: datetime
     ) -> None:
         try:
-            self.coordinator.notify_new_work(WakeupHint(JobPriority.NORMAL, node))
+            self.coordinator.notify_new_work(
+                WakeupHint(JobPriority.NORMAL, node, jobs=max(1, len(created)))
+            )
         except Exception:
             log.warning("wakeup could not be sent; polling will still find the jobs", exc_info=True)
         for fire in created:

@@ -275,7 +275,9 @@ class DeadLetterQueue:
             flt or DeadLetterFilter(), limit, now=app.now()
         )
         if count:
-            app.coordinator.notify_new_work(WakeupHint(JobPriority.NORMAL, app.node_name))
+            app.coordinator.notify_new_work(
+                WakeupHint(JobPriority.NORMAL, app.node_name, jobs=count)
+            )
             app.emit(JobEvent(EventKind.BULK_RETRIED, None, app.now(), data={"count": count}))
         return count
 
