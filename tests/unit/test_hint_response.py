@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from datetime import timedelta
 from typing import Any
 
 import pytest
@@ -9,6 +10,8 @@ from fixed_random import Fixed
 from hypothesis import given
 from hypothesis import strategies as st
 
+from ratchet.config import WorkerConfig
+from ratchet.domain.errors import ConfigurationError
 from ratchet.engine.hint_response import HintResponder
 
 
@@ -91,6 +94,15 @@ def test_an_empty_poll_reports_nothing_and_a_poll_without_free_slots_changes_not
     assert hints.announced == 1 and hints.respond_at is not None
     assert hints.on_poll(claimed=0, wanted=10) == 0
     assert hints.announced == 0
+
+
+def test_a_zero_spread_answers_every_hint_at_once_as_the_config_allows() -> None:
+    hints = HintResponder.spreading(0.0)
+    assert hints.on_new_work(1, 5.0, 40, remote=True) == 0
+    assert HintResponder.spreading(0.02).window(1_000) == pytest.approx(1.0)  # 50 x 20 ms
+    assert WorkerConfig(hint_spread=timedelta(0)).hint_spread == timedelta(0)
+    with pytest.raises(ConfigurationError, match="hint_spread must not be negative"):
+        WorkerConfig(hint_spread=timedelta(milliseconds=-1))
 
 
 def test_negative_spreads_are_refused() -> None:

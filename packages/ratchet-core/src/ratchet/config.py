@@ -125,6 +125,10 @@ class WorkerConfig:
     """How long SIGTERM waits for running jobs before handing them back."""
     completion_batch: int = 256
     """Most attempt outcomes written in one transaction."""
+    hint_spread: timedelta = timedelta(milliseconds=20)
+    """How far apart the nodes of a cluster claim for another process's wakeup hint, per other
+    live node (at most 50 times it): the first claims after about this long, and the others
+    skip their claim when it reports the jobs taken. Zero: every node claims at once."""
     burst_delay: timedelta = timedelta(milliseconds=500)
     min_delay: timedelta = timedelta(seconds=2)
     max_delay: timedelta = timedelta(seconds=30)
@@ -174,6 +178,8 @@ class WorkerConfig:
             raise ConfigurationError(f"prefetch must be >= 0, got {self.prefetch}")
         if self.metrics_interval <= timedelta(0):
             raise ConfigurationError("metrics_interval must be positive")
+        if self.hint_spread < timedelta(0):
+            raise ConfigurationError(f"hint_spread must not be negative, got {self.hint_spread}")
         if self.watcher_interval <= timedelta(0):
             raise ConfigurationError("watcher_interval must be positive")
         if self.orphan_grace < 3 * self.heartbeat_interval:

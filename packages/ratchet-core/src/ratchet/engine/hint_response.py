@@ -3,13 +3,14 @@
 Every node of a cluster receives every new-work hint. If each claimed at once, a job submitted to
 ``n`` idle nodes would cost ``n`` claims, all but one of them empty, and each node would then
 poll in burst mode. So a node answers another process's hint at a random moment within a window
-that widens with the live nodes (:data:`SPREAD_PER_NODE` per other node, at most
-:data:`MAX_SPREAD`) and narrows with the jobs announced (``k`` jobs: a ``k``-th of it, since
-``k`` jobs keep up to ``k`` nodes busy); the first node to claim, when its claim took everything it could see,
-reports how many jobs it claimed (a hint to :data:`~ratchet.ports.CLAIMED_TARGET`), and a node
-that hears the report before its own moment subtracts those jobs from the ones announced: with
-none left, it does not claim at all. Hints from this process (its own submissions) are answered
-at once, so a process that submits and works starts its own jobs first.
+that widens with the live nodes (:data:`SPREAD_PER_NODE` per other node by default, at most
+:data:`MAX_SPREAD_NODES` times that) and narrows with the jobs announced (``k`` jobs: a ``k``-th
+of it, since ``k`` jobs keep up to ``k`` nodes busy). The first node to claim, when its claim
+took everything it could see, reports how many jobs it claimed (a hint to
+:data:`~ratchet.ports.CLAIMED_TARGET`), and a node that hears the report before its own moment
+subtracts those jobs from the ones announced: with none left, it does not claim at all. Hints
+from this process (its own submissions) are answered at once, so a process that submits and
+works starts its own jobs first.
 
 Counting jobs, not hints, keeps the report safe against a race: a job submitted while the first
 node's claim ran is announced by a hint of its own, which the report of that claim does not
@@ -22,11 +23,14 @@ from __future__ import annotations
 import random
 import threading
 
-#: Seconds of the answering window per other live node.
+#: Seconds of the answering window per other live node (``WorkerConfig.hint_spread``).
 SPREAD_PER_NODE = 0.02
 
-#: The widest answering window, in seconds (reached at 51 live nodes).
-MAX_SPREAD = 1.0
+#: The widest answering window, in windows per other node (reached at 51 live nodes).
+MAX_SPREAD_NODES = 50
+
+#: The widest answering window, in seconds, at the default spread.
+MAX_SPREAD = SPREAD_PER_NODE * MAX_SPREAD_NODES
 
 
 class HintResponder:
@@ -48,6 +52,12 @@ class HintResponder:
         self._lock = threading.Lock()
         self._announced = 0
         self._respond_at: float | None = None
+
+    @classmethod
+    def spreading(cls, per_node: float) -> HintResponder:
+        """A responder whose window grows by ``per_node`` seconds per other live node, up to
+        :data:`MAX_SPREAD_NODES` times that (0: every hint answered at once)."""
+        return cls(spread_per_node=per_node, max_spread=per_node * MAX_SPREAD_NODES)
 
     @property
     def announced(self) -> int:

@@ -100,7 +100,7 @@ class Worker:
         """Maintenance tasks run on the maintenance thread."""
         self.cluster_share = ClusterShare(app.store)
         """Spreads the cluster-wide periodic tasks over the live nodes."""
-        self.hints = HintResponder()
+        self.hints = HintResponder.spreading(config.hint_spread.total_seconds())
         """When this worker claims for the new-work hints it receives."""
         assemble_worker(self)
         self._stopping = threading.Event()
