@@ -197,6 +197,14 @@ WAKEUPS_PUBLISHED = Metric(
     "Wake-up hints this process's coordinator published (broker coordinators only).",
 )
 WAKEUPS_RECEIVED = Metric("ratchet_wakeups_received_total", _C, "Wake-up hints this worker got.")
+HINT_CLAIMS = Metric(
+    "ratchet_hint_claims_total",
+    _C,
+    "Claims this worker planned for other processes' wake-up hints, by what became of them:"
+    " made, skipped (another node reported the jobs claimed) or reported (its own claim took"
+    " what it saw and told the others).",
+    ("decision",),
+)
 TAKEOVERS = Metric("ratchet_takeovers_total", _C, "Stalled jobs of other nodes taken over here.")
 FENCED_WRITES = Metric(
     "ratchet_fenced_writes_total",
@@ -272,6 +280,7 @@ CATALOGUE: tuple[Metric, ...] = (
     STORE_ERRORS,
     WAKEUPS_PUBLISHED,
     WAKEUPS_RECEIVED,
+    HINT_CLAIMS,
     TAKEOVERS,
     FENCED_WRITES,
     SLOTS,

@@ -52,6 +52,12 @@ class HintResponder:
         self._lock = threading.Lock()
         self._announced = 0
         self._respond_at: float | None = None
+        self.claims_made = 0
+        """Planned claims that came due with announced jobs left, and were made."""
+        self.claims_skipped = 0
+        """Planned claims dropped because other nodes reported every announced job claimed."""
+        self.claims_reported = 0
+        """Reports of this worker's claims sent to the other nodes."""
 
     @classmethod
     def spreading(cls, per_node: float) -> HintResponder:
@@ -94,8 +100,9 @@ class HintResponder:
         announced job is left."""
         with self._lock:
             self._announced = max(0, self._announced - max(0, jobs))
-            if self._announced == 0:
+            if self._announced == 0 and self._respond_at is not None:
                 self._respond_at = None
+                self.claims_skipped += 1
 
     def take_due(self, now: float) -> bool:
         """Whether to claim now for the hints received: a planned claim came due and announced
@@ -104,7 +111,10 @@ class HintResponder:
             if self._respond_at is None or now < self._respond_at:
                 return False
             self._respond_at = None
-            return self._announced > 0
+            if self._announced > 0:
+                self.claims_made += 1
+                return True
+            return False
 
     def on_poll(self, claimed: int, wanted: int) -> int:
         """This worker's poll wanted ``wanted`` jobs and claimed ``claimed``: how many to report
@@ -122,7 +132,10 @@ class HintResponder:
             if claimed < wanted:
                 self._announced = 0
                 self._respond_at = None
-                return claimed if knew else 0
+                if knew and claimed > 0:
+                    self.claims_reported += 1
+                    return claimed
+                return 0
             self._announced = max(0, self._announced - claimed)
             if self._announced == 0:
                 self._respond_at = None
