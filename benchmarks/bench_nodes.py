@@ -370,14 +370,9 @@ class Cluster:
 def measure_idle(cluster: Cluster) -> dict[str, Any]:
     args = cluster.args
     time.sleep(args.settle)
-    pids = [p.pid for p in cluster.procs]
     cluster.db.execute("SELECT pg_stat_statements_reset()")
-    tx0, db0, w0, t0 = (
-        cluster.transactions(),
-        server_cpu(cluster.postmaster),
-        workers_cpu(pids),
-        time.monotonic(),
-    )
+    tx0, db0, w0 = _cpu_and_transactions(cluster)
+    t0 = time.monotonic()
     samples = []
     bouncer: dict[str, int] = {}
     while time.monotonic() - t0 < args.window:
@@ -386,7 +381,7 @@ def measure_idle(cluster: Cluster) -> dict[str, Any]:
             bouncer = cluster.bouncer_counts()
         time.sleep(min(5.0, args.window / 4))
     elapsed = time.monotonic() - t0
-    tx1, db1, w1 = cluster.transactions(), server_cpu(cluster.postmaster), workers_cpu(pids)
+    tx1, db1, w1 = _cpu_and_transactions(cluster)
     own = len(samples) + 4  # this script's own transactions in the window
     nodes = args.processes * args.workers_per_process
     store_conns = [s.get("ratchet", 0) for s in samples]
@@ -422,39 +417,59 @@ def measure_busy(cluster: Cluster) -> dict[str, Any]:
     app = Ratchet(cluster.url, allowed_modules=["bench_nodes"], coordinator=cluster.coordinator)
     builders = [app.enqueue(bench_nodes.noop, i) for i in range(n)]
     cluster.db.execute("SELECT pg_stat_statements_reset()")
-    pids = [p.pid for p in cluster.procs]
-    tx0, db0, w0 = cluster.transactions(), server_cpu(cluster.postmaster), workers_cpu(pids)
+    before = _cpu_and_transactions(cluster)
     started = time.time()
     app.submit_many(builders)
     committed = time.time()  # claims before this could not see the jobs yet
-    deadline = time.monotonic() + args.busy_timeout
-    while True:
-        left = cluster.scalar("SELECT count(*) AS bench_left FROM scheduler_job_queue")
-        if left == 0:
-            break
-        if time.monotonic() > deadline:
-            raise RuntimeError(f"{left} jobs still queued after {args.busy_timeout} s")
-        time.sleep(0.05)
+    _wait_until_drained(cluster)
     elapsed = time.time() - started
-    # Backends report their transaction counts to pg_stat_database at most once a second.
-    time.sleep(1.5)
-    tx1, db1, w1 = cluster.transactions(), server_cpu(cluster.postmaster), workers_cpu(pids)
-    calls, rows, planning_ms, executing_ms = cluster.statements()
-    top = cluster.top_statements(n, limit=args.top)  # per job, not per second
+    figures = _work_per_job(cluster, n, before)
     app.close()
     return {
         "jobs": n,
         "seconds": elapsed,
         "jobs_per_s": n / elapsed,
+        **figures,
+        "window": (committed, started + elapsed),
+    }
+
+
+def _cpu_and_transactions(cluster: Cluster) -> tuple[int, float, float]:
+    """The database's transactions so far, its CPU seconds and the workers' CPU seconds."""
+    pids = [p.pid for p in cluster.procs]
+    return cluster.transactions(), server_cpu(cluster.postmaster), workers_cpu(pids)
+
+
+def _wait_until_drained(cluster: Cluster) -> None:
+    """Return once the queue is empty (at most ``--busy-timeout`` seconds)."""
+    timeout = cluster.args.busy_timeout
+    deadline = time.monotonic() + timeout
+    while True:
+        left = cluster.scalar("SELECT count(*) AS bench_left FROM scheduler_job_queue")
+        if left == 0:
+            return
+        if time.monotonic() > deadline:
+            raise RuntimeError(f"{left} jobs still queued after {timeout} s")
+        time.sleep(0.05)
+
+
+def _work_per_job(cluster: Cluster, n: int, before: tuple[int, float, float]) -> dict[str, Any]:
+    """What the database and the workers did per job of ``n`` since ``before``
+    (:func:`_cpu_and_transactions`), and the statements since the last reset."""
+    # Backends report their transaction counts to pg_stat_database at most once a second.
+    time.sleep(1.5)
+    tx1, db1, w1 = _cpu_and_transactions(cluster)
+    tx0, db0, w0 = before
+    calls, rows, planning_ms, executing_ms = cluster.statements()
+    return {
         "statements_per_job": calls / n,
         "rows_per_job": rows / n,
         "tx_per_job": (tx1 - tx0) / n,
         "db_cpu_ms_per_job": 1000 * (db1 - db0) / n,
         "workers_cpu_ms_per_job": 1000 * (w1 - w0) / n,
-        "planning_ms_per_job": planning_ms / n if args.track_planning else None,
+        "planning_ms_per_job": planning_ms / n if cluster.args.track_planning else None,
         "executing_ms_per_job": executing_ms / n,
-        "top_statements_per_job": top,
-        "window": (committed, started + elapsed),
+        "top_statements_per_job": cluster.top_statements(n, limit=cluster.args.top),
     }
 
 
@@ -474,8 +489,7 @@ def measure_trickle(cluster: Cluster) -> dict[str, Any]:
     app.enqueue(bench_nodes.noop, -1).submit()  # connect outside the window
     time.sleep(1.0)
     cluster.db.execute("SELECT pg_stat_statements_reset()")
-    pids = [p.pid for p in cluster.procs]
-    tx0, db0, w0 = cluster.transactions(), server_cpu(cluster.postmaster), workers_cpu(pids)
+    before = _cpu_and_transactions(cluster)
     started = time.time()
     began = time.perf_counter()
     for i in range(n):
@@ -485,39 +499,32 @@ def measure_trickle(cluster: Cluster) -> dict[str, Any]:
             time.sleep(pause)  # pacing the load, not waiting for a result
         app.enqueue(bench_nodes.noop, i).submit()
     submitted = time.perf_counter() - began
-    deadline = time.monotonic() + args.busy_timeout
-    while cluster.scalar("SELECT count(*) AS bench_left FROM scheduler_job_queue") > 0:
-        if time.monotonic() > deadline:
-            raise RuntimeError(f"trickle jobs still queued after {args.busy_timeout} s")
-        time.sleep(0.05)
+    _wait_until_drained(cluster)
     elapsed = time.time() - started
-    time.sleep(1.5)  # backends report their transaction counts at most once a second
-    tx1, db1, w1 = cluster.transactions(), server_cpu(cluster.postmaster), workers_cpu(pids)
-    calls, rows, _, executing_ms = cluster.statements()
-    top = cluster.top_statements(n, limit=args.top)
+    figures = _work_per_job(cluster, n, before)
     app.close()
     return {
         "jobs": n,
         "rate_asked": rate,
         "rate_submitted": n / submitted,
         "seconds": elapsed,
-        "statements_per_job": calls / n,
-        "rows_per_job": rows / n,
-        "tx_per_job": (tx1 - tx0) / n,
-        "db_cpu_ms_per_job": 1000 * (db1 - db0) / n,
-        "workers_cpu_ms_per_job": 1000 * (w1 - w0) / n,
-        "executing_ms_per_job": executing_ms / n,
-        "top_statements_per_job": top,
+        **figures,
         "window": (started, started + elapsed),
     }
 
 
-def claims_in(cluster: Cluster, window: tuple[float, float], jobs: int) -> dict[str, Any]:
-    """Claims made in ``window``: how many per job, and how many came back empty."""
+def recorded_claims(cluster: Cluster) -> list[tuple[float, int]]:
+    """Every claim the workers recorded (its time and how many jobs it took), read from the
+    files they wrote when they stopped."""
     claims: list[tuple[float, int]] = []
     for path in cluster.claims_dir.glob("claims-*.json"):
         claims += [(t, k) for t, k in json.loads(path.read_text())]
-    inside = [k for t, k in claims if window[0] <= t <= window[1]]
+    return claims
+
+
+def claims_in(cluster: Cluster, window: tuple[float, float], jobs: int) -> dict[str, Any]:
+    """Claims made in ``window``: how many per job, and how many came back empty."""
+    inside = [k for t, k in recorded_claims(cluster) if window[0] <= t <= window[1]]
     return {
         "claims": len(inside),
         "claims_per_job": len(inside) / jobs,
@@ -528,10 +535,7 @@ def claims_in(cluster: Cluster, window: tuple[float, float], jobs: int) -> dict[
 def claim_contention(cluster: Cluster, window: tuple[float, float]) -> dict[str, Any]:
     """Claims in the busy window; empty ones before the last non-empty one found nothing while
     PENDING jobs remained (every job was submitted before the window's first claim)."""
-    claims: list[tuple[float, int]] = []
-    for path in cluster.claims_dir.glob("claims-*.json"):
-        claims += [(t, k) for t, k in json.loads(path.read_text())]
-    inside = [(t, k) for t, k in claims if window[0] <= t <= window[1] + 1]
+    inside = [(t, k) for t, k in recorded_claims(cluster) if window[0] <= t <= window[1] + 1]
     if not inside:
         return {"claims": 0}
     last_full = max((t for t, k in inside if k > 0), default=window[0])

@@ -111,7 +111,7 @@ def test_one_worker_claims_a_job_and_the_other_skips_the_claim_it_planned(
     assert first.stats.polls > polls["first"] and first.stats.claimed == 1
     assert second.stats.polls == polls["second"], "the second worker claimed anyway"
     assert first.stats.wakeups_received == second.stats.wakeups_received == 1
-    assert (second.hints.claims_skipped, first.hints.claims_reported) == (1, 1)
+    assert (second.hints.claims_skipped, first.stats.claims_reported) == (1, 1)
 
 
 def test_the_claim_planned_first_runs_the_job_and_the_later_one_is_skipped(

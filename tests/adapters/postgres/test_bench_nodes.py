@@ -9,6 +9,7 @@ import json
 import subprocess
 import sys
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -20,6 +21,22 @@ BENCH = Path(__file__).resolve().parents[3] / "benchmarks" / "bench_nodes.py"
 pytestmark = [pytest.mark.postgres, pytest.mark.pgbouncer]
 
 
+def run_bench(tmp_path: Path, *options: list[str], timeout: float) -> dict[str, Any]:
+    """Run ``bench_nodes.py`` with ``options`` (groups of arguments) and return its figures;
+    fails the test with its output when it does not finish cleanly."""
+    out = tmp_path / "figures.json"
+    arguments = [arg for group in options for arg in group]
+    done = subprocess.run(
+        [sys.executable, str(BENCH), *arguments, "--json", str(out)],
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+    )
+    assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-5000:]
+    figures: dict[str, Any] = json.loads(out.read_text())
+    return figures
+
+
 def test_three_idle_nodes_behind_pgbouncer(
     request: pytest.FixtureRequest, postgres_server: object, tmp_path: Path
 ) -> None:
@@ -27,39 +44,15 @@ def test_three_idle_nodes_behind_pgbouncer(
         find_pgbouncer_binary()
     except ServerUnavailable as exc:
         backend_unavailable(request.config, "pgbouncer", str(exc))
-    out = tmp_path / "figures.json"
-    done = subprocess.run(
-        [
-            sys.executable,
-            str(BENCH),
-            "--processes",
-            "3",
-            "--pgbouncer",
-            # idle connections beyond the first close after 30 s without use
-            "--settle",
-            "36",
-            "--window",
-            "4",
-            "--latency-samples",
-            "2",
-            "--busy-jobs",
-            "60",
-            "--busy-timeout",
-            "120",
-            "--track-planning",
-            "--trickle-rate",
-            "20",
-            "--trickle-seconds",
-            "2",
-            "--json",
-            str(out),
-        ],
-        capture_output=True,
-        text=True,
+    figures = run_bench(
+        tmp_path,
+        ["--processes", "3", "--pgbouncer"],
+        # idle connections beyond the first close after 30 s without use
+        ["--settle", "36", "--window", "4", "--latency-samples", "2"],
+        ["--busy-jobs", "60", "--busy-timeout", "120", "--track-planning"],
+        ["--trickle-rate", "20", "--trickle-seconds", "2"],
         timeout=400,
     )
-    assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-5000:]
-    figures = json.loads(out.read_text())
     idle = figures["idle"]
     assert idle["pgbouncer_connections"]["clients"] == 3, idle
     assert idle["connections_listener"] == 3, "each node listens on a direct connection"
@@ -79,31 +72,12 @@ def test_three_idle_nodes_behind_pgbouncer(
 def test_two_nodes_with_the_redis_coordinator(
     postgres_server: object, redis_server: object, tmp_path: Path
 ) -> None:
-    out = tmp_path / "figures.json"
-    done = subprocess.run(
-        [
-            sys.executable,
-            str(BENCH),
-            "--processes",
-            "2",
-            "--coordinator",
-            "redis",
-            "--no-idle",
-            "--busy-jobs",
-            "30",
-            "--trickle-rate",
-            "10",
-            "--trickle-seconds",
-            "2",
-            "--json",
-            str(out),
-        ],
-        capture_output=True,
-        text=True,
+    figures = run_bench(
+        tmp_path,
+        ["--processes", "2", "--coordinator", "redis", "--no-idle", "--busy-jobs", "30"],
+        ["--trickle-rate", "10", "--trickle-seconds", "2"],
         timeout=300,
     )
-    assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-5000:]
-    figures = json.loads(out.read_text())
     assert figures["coordinator"] == "redis" and figures["busy"]["jobs"] == 30
     trickle = figures["trickle"]
     assert trickle["jobs"] == 20

@@ -220,7 +220,8 @@ class BrokerCoordinator(Generic[T]):
         self._counters = _Counters()
         self._lock = threading.Lock()
         self._listeners = Listeners(self._log)
-        # the outbox: (origin, target) -> highest pending priority; insertion-ordered
+        # the outbox: (origin, target) -> (highest pending priority, jobs announced in all);
+        # insertion-ordered
         self._pending: dict[tuple[str, str | None], tuple[JobPriority, int]] = {}
         self._pending_ready = threading.Condition(self._lock)
         self._closed = threading.Event()
@@ -282,10 +283,11 @@ class BrokerCoordinator(Generic[T]):
             if queued is None and len(self._pending) >= self._max_pending:
                 self._counters.add("dropped")
                 return
+            jobs = max(1, hint.jobs)
             if queued is None:
-                self._pending[key] = (priority, max(1, hint.jobs))
+                self._pending[key] = (priority, jobs)
             else:  # one message for both: the higher priority, the jobs of both
-                self._pending[key] = (max(priority, queued[0]), queued[1] + max(1, hint.jobs))
+                self._pending[key] = (max(priority, queued[0]), queued[1] + jobs)
             self._pending_ready.notify()
 
     def add_listener(self, listener: Listener) -> None:

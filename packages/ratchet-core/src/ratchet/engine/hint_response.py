@@ -56,8 +56,6 @@ class HintResponder:
         """Planned claims that came due with announced jobs left, and were made."""
         self.claims_skipped = 0
         """Planned claims dropped because other nodes reported every announced job claimed."""
-        self.claims_reported = 0
-        """Reports of this worker's claims sent to the other nodes."""
 
     @classmethod
     def spreading(cls, per_node: float) -> HintResponder:
@@ -132,10 +130,7 @@ class HintResponder:
             if claimed < wanted:
                 self._announced = 0
                 self._respond_at = None
-                if knew and claimed > 0:
-                    self.claims_reported += 1
-                    return claimed
-                return 0
+                return claimed if knew else 0
             self._announced = max(0, self._announced - claimed)
             if self._announced == 0:
                 self._respond_at = None

@@ -106,7 +106,7 @@ class ClusterShare:
                 self._gap = self._settling
             else:
                 self._gap = min(self._gap * 2, self._refresh)
-        return max(1, self._last_read or 0)
+        return self.known_live_nodes()
 
     def known_live_nodes(self) -> int:
         """The number of ALIVE nodes at the last read (at least 1), without reading again."""

@@ -201,7 +201,7 @@ class MetricsSampler:
             Measurement(m.WAKEUPS_RECEIVED, (), stats.wakeups_received),
             Measurement(m.HINT_CLAIMS, ("made",), worker.hints.claims_made),
             Measurement(m.HINT_CLAIMS, ("skipped",), worker.hints.claims_skipped),
-            Measurement(m.HINT_CLAIMS, ("reported",), worker.hints.claims_reported),
+            Measurement(m.HINT_CLAIMS, ("reported",), stats.claims_reported),
             Measurement(m.TAKEOVERS, (), live.taken_over),
             Measurement(m.FENCED_WRITES, (), stats.fenced_out),
         ]

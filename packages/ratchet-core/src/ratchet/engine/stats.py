@@ -34,6 +34,8 @@ class WorkerStats:
     """``cancel_job(id, interrupt=True)`` requests that reached a running attempt here."""
     wakeups_received: int = 0
     """Wake-up hints the coordinator delivered to this worker."""
+    claims_reported: int = 0
+    """Reports of this worker's claims sent to the other nodes (see ``Worker.report_claimed``)."""
     by_job: dict[uuid.UUID, str] = field(default_factory=lambda: RecentOutcomes(10_000))
     """How the most recent jobs ended here (the last 10,000; older ones are forgotten)."""
 

@@ -270,6 +270,8 @@ class Worker:
             )
         except Exception:  # a coordinator never raises here; a hint is never needed anyway
             log.debug("could not report claimed jobs", exc_info=True)
+        else:
+            self.stats.claims_reported += 1
 
     def run_task_soon(self, name: str) -> None:
         """Run the periodic task ``name`` on the maintenance thread now rather than at its next
