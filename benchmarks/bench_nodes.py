@@ -72,7 +72,10 @@ def mark_start(token: str) -> None:
 
 
 def _record_claims(store: Any) -> None:
-    """Wrap ``store.acquire_work`` to note each claim's time and size; dump them at exit."""
+    """Wrap ``store.acquire_work`` to note each claim's time (when it was sent) and size; dump
+    them at exit."""
+    from ratchet.domain.watcher import NodeState
+
     directory = os.environ.get(CLAIMS_ENV)
     if not directory:
         return
@@ -80,9 +83,16 @@ def _record_claims(store: Any) -> None:
     lock = threading.Lock()
 
     def counted(*args: Any, **kwargs: Any) -> Any:
+        # When the claim was sent: on two cores shared by dozens of processes the return is
+        # seen late, and a claim that took the last jobs would seem to end after one that
+        # came back empty because of it.
+        sent = time.time()
         work = acquire(*args, **kwargs)
-        with lock:
-            _claims.append((time.time(), len(work.jobs)))
+        # Only a poll that reached the claim: not one of a node without a free slot (no
+        # statement) or not alive yet.
+        if work.state is NodeState.ALIVE:
+            with lock:
+                _claims.append((sent, len(work.jobs)))
         return work
 
     store.acquire_work = counted
@@ -110,6 +120,7 @@ def __getattr__(name: str) -> Any:
         margin = os.environ.get(MARGIN_ENV)
         if margin is not None:
             _app.store.hot_paths.claim.contention_margin = int(margin)
+
     return _app
 
 
@@ -241,6 +252,9 @@ class Cluster:
         env = {k: v for k, v in os.environ.items() if k != "PYTHONDONTWRITEBYTECODE"}
         env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(HERE), env.get("PYTHONPATH")]))
         env[URL_ENV] = self.url
+        if self.args.serialize_claims is not None:
+            separator = "&" if "?" in self.url else "?"
+            env[URL_ENV] += f"{separator}serialize_claims={self.args.serialize_claims}"
         env[COORDINATOR_ENV] = self.coordinator
         env[CLAIMS_ENV] = str(self.claims_dir)
         if self.args.claim_margin is not None:
@@ -453,6 +467,21 @@ def _wait_until_drained(cluster: Cluster) -> None:
         time.sleep(0.05)
 
 
+def start_latency(cluster: Cluster, since: float) -> dict[str, float]:
+    """Percentiles of the time from submission to the first attempt's start, in ms, of the
+    jobs submitted since ``since`` (both times as the database holds them)."""
+    row = cluster.db.execute(
+        "SELECT percentile_cont(ARRAY[0.5, 0.95, 0.99]) WITHIN GROUP (ORDER BY e.started_at"
+        " - j.created_at), max(e.started_at - j.created_at) FROM scheduler_job j"
+        " JOIN scheduler_job_execution e ON e.job_id = j.job_id AND e.attempt_no = 1"
+        " WHERE j.created_at >= %s",
+        (int(since * 1e6),),
+    ).fetchone()
+    assert row is not None and row[1] is not None, "no job started"
+    (p50, p95, p99), worst = row
+    return {"p50": p50 / 1000, "p95": p95 / 1000, "p99": p99 / 1000, "max": worst / 1000}
+
+
 def _work_per_job(cluster: Cluster, n: int, before: tuple[int, float, float]) -> dict[str, Any]:
     """What the database and the workers did per job of ``n`` since ``before``
     (:func:`_cpu_and_transactions`), and the statements since the last reset."""
@@ -509,6 +538,7 @@ def measure_trickle(cluster: Cluster) -> dict[str, Any]:
         "rate_submitted": n / submitted,
         "seconds": elapsed,
         **figures,
+        "start_latency_ms": start_latency(cluster, started),
         "window": (started, started + elapsed),
     }
 
@@ -577,6 +607,11 @@ def main(argv: list[str]) -> int:
         help="PostgreSQL claim: candidates read beyond twice the batch (default: the store's)",
     )
     parser.add_argument(
+        "--serialize-claims",
+        choices=("on", "off"),
+        help="PostgreSQL claims take turns through the claim lock (default: the store's, on)",
+    )
+    parser.add_argument(
         "--top", type=int, default=12, help="busy: list this many statements by calls per job"
     )
     parser.add_argument(
@@ -607,6 +642,7 @@ def main(argv: list[str]) -> int:
             "coordinator": args.coordinator,
             "pgbouncer": args.pgbouncer,
             "claim_margin": args.claim_margin,
+            "serialize_claims": args.serialize_claims,
             "cpus": os.cpu_count(),
             "load_before": load_average(),
         }

@@ -1,7 +1,7 @@
 """A bounded run of ``benchmarks/bench_nodes.py``: three worker processes behind PgBouncer at
 rest hold one store connection each plus their direct listener, a job submitted to the idle
 cluster starts within the documented 2 s, a small busy phase drains, and so does a short trickle
-of single submissions."""
+of single submissions, each started within 2 s of its submission."""
 
 from __future__ import annotations
 
@@ -66,6 +66,8 @@ def test_three_idle_nodes_behind_pgbouncer(
     # the jobs were claimed in the window, each non-empty claim taking one job or more
     assert 1 <= trickle["claims"] - trickle["empty_claims"] <= 40, trickle
     assert trickle["statements_per_job"] > 1, trickle  # its insert, claim and outcome at least
+    latency = trickle["start_latency_ms"]  # submission to start, by the database's times
+    assert 0 < latency["p50"] <= latency["p95"] <= latency["p99"] <= latency["max"] < 2000, latency
 
 
 @pytest.mark.redis

@@ -101,16 +101,16 @@ def test_claim_round_trip_and_definition_fields(
     def count(conn: Any, cursor: Any, statement: str, *args: Any) -> None:
         statements.append(statement)
 
-    def counted(pgconn: Any, name: bytes, values: Any) -> Any:
+    def counted(pgconn: Any, prelude: bytes, name: bytes, values: Any) -> Any:
         pipelines.append(name)
-        return pipelined(pgconn, name, values)
+        return pipelined(pgconn, prelude, name, values)
 
     from sqlalchemy import event
 
     from ratchet_postgres import named_statement
 
-    pipelined = named_statement._custom_planned
-    monkeypatch.setattr(named_statement, "_custom_planned", counted)
+    pipelined = named_statement._after_prelude
+    monkeypatch.setattr(named_statement, "_after_prelude", counted)
     event.listen(store.engine, "before_cursor_execute", count)
     event.listen(store.engine, "begin", count)
     try:

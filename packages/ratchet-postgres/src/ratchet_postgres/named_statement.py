@@ -26,7 +26,8 @@ import hashlib
 import re
 import select
 import weakref
-from collections.abc import Mapping
+from collections.abc import Iterator, Mapping
+from contextlib import contextmanager
 from typing import Any
 
 import psycopg
@@ -42,8 +43,19 @@ _UNKNOWN_STATEMENT = b"26000"
 _ALREADY_PREPARED = b"42P05"
 
 #: Run before a ``planned_per_call`` statement, in its transaction: plan it for this call.
-_CUSTOM_PLAN = b"SELECT set_config('plan_cache_mode', 'force_custom_plan', true)"
-_CUSTOM_PLAN_NAME = b"ratchet_custom_plan"
+_CUSTOM_PLAN = "set_config('plan_cache_mode', 'force_custom_plan', true)"
+
+
+def _prelude(planned_per_call: bool, serialized_by: int | None) -> tuple[bytes, bytes] | None:
+    """The name and text of the statement run before one ``planned_per_call`` or
+    ``serialized_by`` a lock, in its transaction (None when it needs none)."""
+    calls = [_CUSTOM_PLAN] if planned_per_call else []
+    if serialized_by is not None:
+        calls.append(f"pg_advisory_xact_lock({int(serialized_by)})")
+    if not calls:
+        return None
+    sql = f"SELECT {', '.join(calls)}".encode()
+    return b"ratchet_prelude_" + hashlib.blake2b(sql, digest_size=6).hexdigest().encode(), sql
 
 
 class NamedStatement:
@@ -52,7 +64,9 @@ class NamedStatement:
     each call's parameters and tables, never given a generic plan): :meth:`execute` for a
     statement that returns no rows, :meth:`fetch` for one that does."""
 
-    def __init__(self, statement: str, *, planned_per_call: bool = False) -> None:
+    def __init__(
+        self, statement: str, *, planned_per_call: bool = False, serialized_by: int | None = None
+    ) -> None:
         order: list[str] = []
 
         def positional(match: re.Match[str]) -> str:
@@ -74,6 +88,11 @@ class NamedStatement:
             )
         self.planned_per_call = planned_per_call
         """Planned at every call for the tables as they are then (see the module's notes)."""
+        self.serialized_by = serialized_by
+        """The key of the transaction-level advisory lock each call takes before the statement
+        runs (None: none). The statement then starts after the lock's previous holder has
+        committed, and its snapshot sees what that holder wrote."""
+        self._prelude = _prelude(planned_per_call, serialized_by)
         self._prepared_on: weakref.WeakSet[psycopg.Connection[Any]] = weakref.WeakSet()
         self.columns: tuple[str, ...] | None = None
         """The names of the columns :meth:`fetch` returns (known after its first call)."""
@@ -127,8 +146,8 @@ class NamedStatement:
         for _ in range(2):
             if driver not in self._prepared_on:
                 self._prepare(driver)
-            if self.planned_per_call:
-                found = _custom_planned(driver.pgconn, self.name, values)
+            if self._prelude is not None:
+                found = _after_prelude(driver.pgconn, self._prelude[0], self.name, values)
                 if found is None:
                     raise psycopg.OperationalError("the connection to the server was lost")
                 result = found
@@ -154,7 +173,9 @@ class NamedStatement:
             finally:
                 driver.autocommit = False
         with driver.cursor() as cursor:
-            cursor.execute(self.statement, params, prepare=False if self.planned_per_call else None)
+            with _serialized(driver, self.serialized_by):  # its results are in once it ends
+                prepare = False if self.planned_per_call else None
+                cursor.execute(self.statement, params, prepare=prepare)
             if not fetch:
                 return int(cursor.rowcount)
             if self.columns is None and cursor.description is not None:
@@ -167,8 +188,8 @@ class NamedStatement:
         connection handed on by PgBouncer in session pooling without a reset) is the same
         statement: its name comes from its text."""
         wanted = [(self.name, self.sql)]
-        if self.planned_per_call:
-            wanted.append((_CUSTOM_PLAN_NAME, _CUSTOM_PLAN))
+        if self._prelude is not None:
+            wanted.append(self._prelude)
         for name, sql in wanted:
             result = driver.pgconn.prepare(name, sql)
             if result.status != pq.ExecStatus.COMMAND_OK and (
@@ -187,18 +208,32 @@ class NamedStatement:
         return error
 
 
-def _custom_planned(
-    pgconn: pq.abc.PGconn, name: bytes, values: list[bytes | None]
+@contextmanager
+def _serialized(driver: psycopg.Connection[Any], lock_key: int | None) -> Iterator[None]:
+    """Around a statement run through a cursor: nothing, or (``lock_key``) a pipeline that
+    first takes that advisory lock. On an idle autocommit connection the two run as one
+    implicit transaction, sent together: the lock is released when it commits, and no pause of
+    this process between the two can hold it longer."""
+    if lock_key is None:
+        yield
+        return
+    with driver.pipeline():
+        driver.execute("SELECT pg_advisory_xact_lock(%s)", (lock_key,), prepare=False)
+        yield
+
+
+def _after_prelude(
+    pgconn: pq.abc.PGconn, prelude: bytes, name: bytes, values: list[bytes | None]
 ) -> pq.abc.PGresult | None:
-    """The result of the prepared statement ``name`` run with ``values`` and planned for this
-    call: one pipeline (one round trip, one implicit transaction) that first sets
-    ``plan_cache_mode`` for the transaction. The first failed result stands for the whole
-    (the plan-mode statement's own failure included); None when the connection was lost
-    before any result. Waits release the GIL (``select``)."""
+    """The result of the prepared statement ``name`` run with ``values`` after the prepared
+    statement ``prelude`` (the plan mode, an advisory lock): one pipeline (one round trip, one
+    implicit transaction, each statement with a snapshot of its own). The first failed result
+    stands for the whole (the prelude's own failure included); None when the connection was
+    lost before any result. Waits release the GIL (``select``)."""
     results: list[pq.abc.PGresult] = []
     pgconn.enter_pipeline_mode()
     try:
-        pgconn.send_query_prepared(_CUSTOM_PLAN_NAME, [])
+        pgconn.send_query_prepared(prelude, [])
         pgconn.send_query_prepared(name, values)
         pgconn.pipeline_sync()
         while pgconn.flush():

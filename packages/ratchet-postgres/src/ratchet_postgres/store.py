@@ -156,6 +156,31 @@ def claim_parameters(
     return params
 
 
+#: The URL query parameter that turns the claim lock off (``?serialize_claims=off``).
+SERIALIZE_CLAIMS_PARAMETER = "serialize_claims"
+_SWITCH = {"on": True, "true": True, "1": True, "off": False, "false": False, "0": False}
+
+
+def split_serialize_claims(url: str) -> tuple[str, bool]:
+    """``url`` without its ``serialize_claims`` query parameter, and whether claims are
+    serialized (on unless the parameter turns them off).
+
+    :raises ConfigurationError: a value other than on/off, true/false or 1/0.
+    """
+    parsed = make_url(url)
+    value = parsed.query.get(SERIALIZE_CLAIMS_PARAMETER)
+    if value is None:
+        return url, True
+    text_value = (value if isinstance(value, str) else value[-1]).strip().lower()
+    if text_value not in _SWITCH:
+        raise ConfigurationError(
+            f"serialize_claims={text_value!r} in the store URL: use serialize_claims=on (the"
+            " default: claims take turns) or serialize_claims=off (see docs/deployment.md)"
+        )
+    stripped = parsed.difference_update_query([SERIALIZE_CLAIMS_PARAMETER])
+    return stripped.render_as_string(hide_password=False), _SWITCH[text_value]
+
+
 #: Candidates read per priority level for each job a claim wants. Twice as many: a claimer
 #: racing another one skips the rows the other holds (``SKIP LOCKED``) and still finds its
 #: batch among the next ones instead of coming back short or empty.
@@ -167,6 +192,10 @@ CANDIDATES_PER_CLAIMED = 2
 #: wider window costs index entries only (the lock loop stops once ``lim`` rows are locked,
 #: visiting only the rows it takes or skips). See ``PostgresClaim.contention_margin``.
 CONTENTION_MARGIN = 32
+
+#: Key of the transaction-level advisory lock that serializes the claims of every node on one
+#: database (ASCII "ratchetC"), when :attr:`PostgresClaim.serialized` is on.
+CLAIM_LOCK_KEY = 0x7261746368657443
 
 
 def _gate() -> str:
@@ -502,6 +531,16 @@ class PostgresClaim(ClaimStatements):
     contention_margin = CONTENTION_MARGIN
     """Candidates read per priority level beyond twice the batch (:data:`CONTENTION_MARGIN`)."""
 
+    serialized = True
+    """Whether each claim first takes the claim lock (:data:`CLAIM_LOCK_KEY`, held until it
+    commits), so that claims run one after another and each sees the rows the one before it
+    claimed as claimed: none then comes back short because others held its candidates."""
+
+    def _lock(self, conn: Connection) -> None:
+        """Take the claim lock in ``conn``'s transaction when claims are serialized."""
+        if self.serialized:
+            conn.execute(text("SELECT pg_advisory_xact_lock(:key)"), {"key": CLAIM_LOCK_KEY})
+
     def claim(
         self,
         conn: Connection,
@@ -512,6 +551,7 @@ class PostgresClaim(ClaimStatements):
         node_tags: frozenset[str] = frozenset(),
     ) -> list[ClaimedJob]:
         params = claim_parameters(node_id, limit, now, boost, node_tags, self.contention_margin)
+        self._lock(conn)
         rows = conn.execute(claim_statement("boost" in params), params).all()
         return _claimed_jobs(plain_rows(rows), now)
 
@@ -529,6 +569,7 @@ class PostgresClaim(ClaimStatements):
     ) -> GatedClaim:
         params = claim_parameters(node_id, limit, now, boost, node_tags, self.contention_margin)
         params.update((name, gate[name]) for name in GATE_PARAMETERS)
+        self._lock(conn)
         rows = plain_rows(
             conn.execute(claim_statement("boost" in params, gated=True), params).all()
         )
@@ -550,7 +591,7 @@ class PostgresClaim(ClaimStatements):
         parameters, its rows read as named tuples of the columns it returns."""
         params = claim_parameters(node_id, limit, now, boost, node_tags, self.contention_margin)
         params.update((name, gate[name]) for name in GATE_PARAMETERS)
-        statement = _named_claim("boost" in params, gated=True)
+        statement = _named_claim("boost" in params, gated=True, serialized=self.serialized)
 
         def work(driver: Any) -> GatedClaim:
             rows = _named_rows(statement, driver, params)
@@ -572,7 +613,7 @@ class PostgresClaim(ClaimStatements):
         """:meth:`claim` on a bare psycopg connection: the same statement and parameters, one
         round trip that commits on its own."""
         params = claim_parameters(node_id, limit, now, boost, node_tags, self.contention_margin)
-        statement = _named_claim("boost" in params, gated=False)
+        statement = _named_claim("boost" in params, gated=False, serialized=self.serialized)
 
         def work(driver: Any) -> list[ClaimedJob]:
             return _claimed_jobs(_named_rows(statement, driver, params), now)
@@ -581,10 +622,12 @@ class PostgresClaim(ClaimStatements):
 
 
 @cache
-def _named_claim(boosted: bool, *, gated: bool) -> NamedStatement:
-    """:func:`claim_statement` as a driver statement, planned at every call."""
+def _named_claim(boosted: bool, *, gated: bool, serialized: bool = False) -> NamedStatement:
+    """:func:`claim_statement` as a driver statement, planned at every call (and run after
+    the claim lock when ``serialized``)."""
     sql = str(claim_statement(boosted, gated=gated).compile(dialect=_PSYCOPG))
-    return NamedStatement(sql, planned_per_call=True)
+    lock = CLAIM_LOCK_KEY if serialized else None
+    return NamedStatement(sql, planned_per_call=True, serialized_by=lock)
 
 
 def _named_rows(statement: NamedStatement, driver: Any, params: dict[str, Any]) -> list[Any]:
@@ -750,18 +793,29 @@ def _named_record() -> NamedStatement:
 
 
 class PostgresStore(SqlStore):
-    """:class:`~ratchet.sql.store.SqlStore` on PostgreSQL with one-statement hot paths."""
+    """:class:`~ratchet.sql.store.SqlStore` on PostgreSQL with one-statement hot paths.
+
+    ``serialize_claims`` (or ``?serialize_claims=on|off`` in the URL; on by default): every
+    claim takes one advisory lock first, so the claims of many nodes take turns instead of
+    racing for the same oldest jobs (:attr:`PostgresClaim.serialized`).
+    """
 
     atomic_insert = True
     atomic_record = True
     insert_chunk_size = INSERT_CHUNK
 
     def __init__(
-        self, url: str, dialect: PostgresDialect | None = None, **engine_options: Any
+        self,
+        url: str,
+        dialect: PostgresDialect | None = None,
+        *,
+        serialize_claims: bool | None = None,
+        **engine_options: Any,
     ) -> None:
         dialect = dialect or PostgresDialect()
         opened_with = normalize_url(url)
         url, self.pgbouncer = split_pgbouncer(opened_with)
+        url, serialized_in_url = split_serialize_claims(url)
         """PgBouncer's pool mode when the URL says PgBouncer is in between (None: direct)."""
         if self.pgbouncer == "transaction":
             # A server connection serves one transaction, then other clients: statements
@@ -772,13 +826,18 @@ class PostgresStore(SqlStore):
             defaults = dialect.engine_kwargs(url).get("connect_args", {})
             engine_options["connect_args"] = {**defaults, **engine_options["connect_args"]}
         super().__init__(url, dialect, **engine_options)
-        # Keep the switch in the URL others reopen this store from (child processes, more
+        # The argument wins over the URL's parameter; both unset: on.
+        self.pg_claim.serialized = (
+            serialized_in_url if serialize_claims is None else serialize_claims
+        )
+        # Keep the switches in the URL others reopen this store from (child processes, more
         # nodes, the coordinator's check): they must connect by the same rules.
         self.url = opened_with
 
     def make_hot_paths(self) -> HotPaths:
         self.pg_insert = PostgresInsert(self.dialect)
-        return HotPaths(PostgresClaim(self.dialect), self.pg_insert, PostgresOutcomes(self.dialect))
+        self.pg_claim = PostgresClaim(self.dialect)
+        return HotPaths(self.pg_claim, self.pg_insert, PostgresOutcomes(self.dialect))
 
     def insert_job_chunks(
         self, chunks: Iterable[Sequence[NewJob]], *, now: datetime
