@@ -569,11 +569,14 @@ def claim_contention(cluster: Cluster, window: tuple[float, float]) -> dict[str,
     if not inside:
         return {"claims": 0}
     last_full = max((t for t, k in inside if k > 0), default=window[0])
-    empty_while_waiting = sum(1 for t, k in inside if k == 0 and t < last_full)
+    empty_while_waiting = sorted(last_full - t for t, k in inside if k == 0 and t < last_full)
     taken = [k for _, k in inside if k > 0]
     return {
         "claims": len(inside),
-        "empty_claims_while_jobs_waited": empty_while_waiting,
+        "empty_claims_while_jobs_waited": len(empty_while_waiting),
+        # How long before the last claim that found jobs each was sent (a claim sent just
+        # before it may have reached the server after it, on a machine whose cores are short).
+        "empty_claims_ms_before_last": [round(gap * 1000, 1) for gap in empty_while_waiting],
         "non_empty_claims": len(taken),
         "mean_jobs_per_non_empty_claim": statistics.mean(taken) if taken else 0,
     }
