@@ -220,6 +220,36 @@ def test_publish_failures_are_counted_dropped_and_logged_once(
     assert any("works again" in r.getMessage() for r in caplog.records)
 
 
+def test_one_warning_per_outage_when_a_publish_fails_before_the_subscriber_notices(
+    broker: MemoryBroker, make: Callable[..., Coordinator], caplog: pytest.LogCaptureFixture
+) -> None:
+    """A node that publishes (a claim report, a wakeup) just as the broker goes away warns of
+    the failed publish; its subscriber, noticing the same outage a moment later, only informs.
+    The next outage warns again."""
+    caplog.set_level(logging.DEBUG, logger=LOGGER)
+    node = make()
+    assert node.wait_connected(5)
+    gate = stall(broker, node, "lost")
+    with broker.cond:  # down for publishing only: the subscriber has not noticed yet
+        broker.up = False
+    gate.set()
+    assert wait_until(lambda: node.stats.publish_errors == 1, 5)
+    broker.go_down()  # now the subscriber's connection breaks too
+    assert wait_until(lambda: node.state is CoordinatorState.RECONNECTING, 5)
+    broker.come_back()
+    assert node.wait_connected(5)
+
+    def warnings() -> list[str]:
+        return [r.getMessage() for r in caplog.records if r.levelno >= logging.WARNING]
+
+    assert len(warnings()) == 1 and "could not publish" in warnings()[0], warnings()
+    told = [r for r in caplog.records if "lost its connection" in r.getMessage()]
+    assert [r.levelno for r in told] == [logging.INFO]
+    broker.go_down()  # a second outage, noticed by the subscriber first
+    assert wait_until(lambda: node.state is CoordinatorState.RECONNECTING, 5)
+    assert len(warnings()) == 2 and "lost its connection" in warnings()[1], warnings()
+
+
 # ---------------------------------------------------------------------------------- failures
 def test_reconnects_with_backoff_after_a_failure(
     broker: MemoryBroker,

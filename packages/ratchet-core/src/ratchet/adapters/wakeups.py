@@ -230,6 +230,9 @@ class BrokerCoordinator(Generic[T]):
         self._state = CoordinatorState.CONNECTING
         self._outage_since: float | None = None
         self._publish_outage = False
+        self._outage_warned = False
+        """This node already warned of the broker's current outage (one warning per outage:
+        a publish may fail before the subscriber notices, and the subscriber then tells)."""
         self._connection: WakeupConnection | None = None
         self._subscriber = self._thread(self._subscribe_loop, "subscriber")
         self._publisher = self._thread(self._publish_loop, "publisher")
@@ -373,6 +376,7 @@ class BrokerCoordinator(Generic[T]):
         self._connected = threading.Event()
         self._first_attempt = threading.Event()
         self._publish_outage = False
+        self._outage_warned = False
         self.transport.after_fork_in_child()
         if not self._closed.is_set():
             self._state = CoordinatorState.CLOSED  # no subscription in this process
@@ -412,7 +416,9 @@ class BrokerCoordinator(Generic[T]):
                 first = not self._publish_outage
                 self._publish_outage = True
                 subscriber_knows = self._state is CoordinatorState.RECONNECTING
-            if first and not subscriber_knows:
+                warn = first and not subscriber_knows
+                self._outage_warned = self._outage_warned or warn
+            if warn:
                 self._log.warning(
                     "could not publish a wakeup to %s (%s); polling will still find the job, "
                     "further failures are not logged until publishing works again",
@@ -424,6 +430,7 @@ class BrokerCoordinator(Generic[T]):
         if self._publish_outage:
             with self._lock:
                 self._publish_outage = False
+                self._outage_warned = False
             self._log.debug("publishing wakeups to %s works again", self.transport.where)
 
     # -- subscriber ----------------------------------------------------------------------------
@@ -522,6 +529,7 @@ class BrokerCoordinator(Generic[T]):
                 return
             previous = self._state
             since, self._outage_since = self._outage_since, None
+            self._outage_warned = False
         recovered = previous is CoordinatorState.RECONNECTING
         if recovered:
             outage = time.monotonic() - since if since is not None else 0.0
@@ -548,12 +556,15 @@ class BrokerCoordinator(Generic[T]):
                 self._outage_since = time.monotonic()
             was = self._state
             self._state = CoordinatorState.RECONNECTING
+            warned, self._outage_warned = self._outage_warned, True
         self._connected.clear()
         if first:
             what = (
                 "cannot reach" if was is CoordinatorState.CONNECTING else "lost its connection to"
             )
-            self._log.warning(
+            # A failed publish already warned of this outage: the subscriber's news is detail.
+            self._log.log(
+                logging.INFO if warned else logging.WARNING,
                 "wakeup coordinator %s %s (%s); retrying with backoff up to %.1f s, polling "
                 "still finds every job meanwhile",
                 what,
