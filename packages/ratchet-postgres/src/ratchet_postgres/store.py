@@ -374,8 +374,7 @@ def insert_statement(tags: bool, affinity: bool = False, own_keys: bool = False)
         own_key = "idempotency_key = CAST(job_id AS TEXT)"
         parts += [
             # A key given (or kept from an earlier submission) may be taken already: skipped.
-            f"idem AS ({key_insert} WHERE NOT {own_key} ON CONFLICT DO NOTHING"
-            " RETURNING job_id)",
+            f"idem AS ({key_insert} WHERE NOT {own_key} ON CONFLICT DO NOTHING RETURNING job_id)",
             # A job's own id as its key (the default) is new with the job: a plain insert,
             # which costs the server less than one that checks for a conflict first.
             f"own AS ({key_insert} WHERE {own_key} RETURNING job_id)",
