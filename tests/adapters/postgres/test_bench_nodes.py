@@ -78,9 +78,12 @@ def test_two_nodes_with_the_redis_coordinator(
         tmp_path,
         ["--processes", "2", "--coordinator", "redis", "--no-idle", "--busy-jobs", "30"],
         ["--trickle-rate", "10", "--trickle-seconds", "2"],
+        # the workers open the store from a URL that turns the claim lock off
+        ["--serialize-claims", "off"],
         timeout=300,
     )
     assert figures["coordinator"] == "redis" and figures["busy"]["jobs"] == 30
+    assert figures["serialize_claims"] == "off"
     trickle = figures["trickle"]
     assert trickle["jobs"] == 20
     assert 1 <= trickle["claims"] - trickle["empty_claims"] <= 20, trickle
