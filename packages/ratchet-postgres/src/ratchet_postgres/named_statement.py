@@ -18,6 +18,11 @@ it held 50,000 jobs (``docs/postgres.md``). Such a statement is still prepared b
 and analysed once per connection), but each call runs in one pipeline behind a statement that
 sets ``plan_cache_mode`` to ``force_custom_plan`` for that call's transaction only: the server
 plans it at every call, for its parameters and the tables as they are then.
+
+A statement ``serialized_by`` an advisory lock key takes that lock in the same leading statement
+(the claim: see ``PostgresClaim.serialized``). The lock is held until the pipeline's implicit
+transaction commits, and the statement itself starts only once it holds the lock, with a
+snapshot taken then: it sees what the lock's previous holder committed.
 """
 
 from __future__ import annotations
