@@ -491,48 +491,58 @@ OUTCOME_RECORD = (
 def record_statement() -> TextClause:
     """Apply a batch of planned outcomes in one statement (the generic write's statement set).
 
-    ``owned``: the outcomes whose job is still RUNNING (or TIMED_OUT) under this node and their
-    epoch, locked. Terminal ones leave the queue and end their job; the others go back to
-    PENDING, their error (if any) as the job's last error; every accepted attempt's row is
-    written, ended, with the start its live row kept. What each writes (terminal status, attempts added, due time) comes planned with it.
-    The ids returned are the accepted ones. ``:outcomes`` holds one JSON array per outcome
+    An outcome applies only while its job is still RUNNING (or TIMED_OUT) under this node and
+    its epoch (the fence). ``gone``: the terminal ones, whose queue rows are deleted under the
+    fence in the same step (the delete returns what the rest needs, so their rows are not
+    locked first in a pass of their own); their jobs end. ``owned``: the others, locked under
+    the fence, which go back to PENDING with their error (if any) as the job's last error.
+    Every accepted attempt's row is written, ended, with the start its live row kept. What
+    each writes (terminal status, attempts added, due time) comes planned with it. The ids
+    returned are the accepted ones. ``:outcomes`` holds one JSON array per outcome
     (:data:`OUTCOME_RECORD`), read as the insert reads its rows.
     """
     owned_statuses = ", ".join(f"'{status}'" for status in OWNED)
+    fence = f"q.picked_by = :node AND q.status IN ({owned_statuses}) AND q.epoch = o.epoch"
+    columns = (
+        "q.job_id, q.attempts, q.picked_at, o.epoch, o.kind, o.terminal_status, o.added,"
+        " o.error, o.traceback, o.result, o.finished_at, o.pending_at"
+    )
     pending = JobStatus.PENDING.value
     return compact_statement(
         f"""
 WITH o AS (
     {_json_rows(":outcomes", OUTCOME_RECORD)}
-), owned AS (
-    SELECT q.job_id, q.attempts, q.picked_at, o.epoch, o.kind, o.terminal_status, o.added,
-           o.error, o.traceback, o.result, o.finished_at, o.pending_at
-    FROM scheduler_job_queue q JOIN o ON o.job_id = q.job_id
-    WHERE q.picked_by = :node AND q.status IN ({owned_statuses}) AND q.epoch = o.epoch
-    FOR UPDATE OF q
 ), gone AS (
-    DELETE FROM scheduler_job_queue q USING owned w
-    WHERE q.job_id = w.job_id AND w.terminal_status IS NOT NULL
+    DELETE FROM scheduler_job_queue q USING o
+    WHERE q.job_id = o.job_id AND o.terminal_status IS NOT NULL AND {fence}
+    RETURNING {columns}
+), owned AS (
+    SELECT {columns}
+    FROM scheduler_job_queue q JOIN o ON o.job_id = q.job_id
+    WHERE o.terminal_status IS NULL AND {fence}
+    FOR UPDATE OF q
 ), ended AS (
     UPDATE scheduler_job j
     SET terminal_status = w.terminal_status, terminal_error = w.error, result = w.result,
         terminated_at = w.finished_at, attempts = w.attempts + w.added
-    FROM owned w
-    WHERE j.job_id = w.job_id AND w.terminal_status IS NOT NULL
+    FROM gone w
+    WHERE j.job_id = w.job_id
 ), back AS (
     UPDATE scheduler_job_queue q
     SET status = '{pending}', scheduled_time = w.pending_at, attempts = w.attempts + w.added,
         last_error = COALESCE(w.error, q.last_error),
         picked_by = NULL, picked_at = NULL, timed_out_at = NULL
     FROM owned w
-    WHERE q.job_id = w.job_id AND w.terminal_status IS NULL
+    WHERE q.job_id = w.job_id
+), accepted AS (
+    SELECT * FROM gone UNION ALL SELECT * FROM owned
 ), ended_attempts AS (
     INSERT INTO scheduler_job_execution
         (job_id, attempt_no, epoch, node_id, started_at, finished_at, outcome, error, traceback)
     SELECT job_id, attempts + 1, epoch, :node, picked_at, finished_at, kind, error, traceback
-    FROM owned
+    FROM accepted
 )
-SELECT job_id FROM owned
+SELECT job_id FROM accepted
 """
     )
 
