@@ -120,7 +120,6 @@ def __getattr__(name: str) -> Any:
         margin = os.environ.get(MARGIN_ENV)
         if margin is not None:
             _app.store.hot_paths.claim.contention_margin = int(margin)
-
     return _app
 
 

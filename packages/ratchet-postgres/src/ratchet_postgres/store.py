@@ -78,27 +78,33 @@ PGBOUNCER_PARAMETER = "pgbouncer"
 PGBOUNCER_MODES = ("transaction", "session", "true")
 
 
+def take_url_parameter(url: str, name: str) -> tuple[str, str | None]:
+    """``url`` without its query parameter ``name`` (unchanged when it has none), and that
+    parameter's value (the last one given), stripped and in lower case (None: not set)."""
+    parsed = make_url(url)
+    value = parsed.query.get(name)
+    if value is None:
+        return url, None
+    stripped = parsed.difference_update_query([name]).render_as_string(hide_password=False)
+    return stripped, (value if isinstance(value, str) else value[-1]).strip().lower()
+
+
 def split_pgbouncer(url: str) -> tuple[str, str | None]:
     """``url`` without its ``pgbouncer`` query parameter, and that parameter's pool mode
     (None: not set).
 
     :raises ConfigurationError: a value other than ``transaction``, ``session`` or ``true``.
     """
-    parsed = make_url(url)
-    value = parsed.query.get(PGBOUNCER_PARAMETER)
-    if value is None:
+    url, mode = take_url_parameter(url, PGBOUNCER_PARAMETER)
+    if mode is None:
         return url, None
-    mode = (value if isinstance(value, str) else value[-1]).strip().lower()
     if mode not in PGBOUNCER_MODES:
         raise ConfigurationError(
             f"pgbouncer={mode!r} in the store URL: use pgbouncer=transaction (PgBouncer's "
             "pool_mode = transaction) or pgbouncer=session; statement pooling cannot run "
             "Ratchet's transactions (see docs/deployment.md#pgbouncer)"
         )
-    stripped = parsed.difference_update_query([PGBOUNCER_PARAMETER])
-    return stripped.render_as_string(hide_password=False), (
-        "transaction" if mode == "true" else mode
-    )
+    return url, "transaction" if mode == "true" else mode
 
 
 #: ``ratchet.sql.affinity.affinity_allows`` for the queue row ``q``, the node's tags in the
@@ -167,18 +173,15 @@ def split_serialize_claims(url: str) -> tuple[str, bool]:
 
     :raises ConfigurationError: a value other than on/off, true/false or 1/0.
     """
-    parsed = make_url(url)
-    value = parsed.query.get(SERIALIZE_CLAIMS_PARAMETER)
+    url, value = take_url_parameter(url, SERIALIZE_CLAIMS_PARAMETER)
     if value is None:
         return url, True
-    text_value = (value if isinstance(value, str) else value[-1]).strip().lower()
-    if text_value not in _SWITCH:
+    if value not in _SWITCH:
         raise ConfigurationError(
-            f"serialize_claims={text_value!r} in the store URL: use serialize_claims=on (the"
+            f"serialize_claims={value!r} in the store URL: use serialize_claims=on (the"
             " default: claims take turns) or serialize_claims=off (see docs/deployment.md)"
         )
-    stripped = parsed.difference_update_query([SERIALIZE_CLAIMS_PARAMETER])
-    return stripped.render_as_string(hide_password=False), _SWITCH[text_value]
+    return url, _SWITCH[value]
 
 
 #: Candidates read per priority level for each job a claim wants. Twice as many: a claimer
@@ -846,8 +849,8 @@ class PostgresStore(SqlStore):
         dialect = dialect or PostgresDialect()
         opened_with = normalize_url(url)
         url, self.pgbouncer = split_pgbouncer(opened_with)
-        url, serialized_in_url = split_serialize_claims(url)
         """PgBouncer's pool mode when the URL says PgBouncer is in between (None: direct)."""
+        url, serialized_in_url = split_serialize_claims(url)
         if self.pgbouncer == "transaction":
             # A server connection serves one transaction, then other clients: statements
             # prepared on it by name would be missing (or somebody else's) on the next one.
