@@ -13,6 +13,7 @@ import psycopg
 import pytest
 
 from pg_fixtures import libpq_url
+from ratchet import Ratchet
 from ratchet.domain.errors import ConfigurationError
 from ratchet.domain.model import ClaimedJob
 from ratchet.testing import wait_until
@@ -170,6 +171,24 @@ def test_the_switch_in_the_url_and_the_argument(postgres_store_url: str) -> None
         assert store.pg_claim.serialized is True  # on by default
     finally:
         store.close()
+
+
+def test_the_postgres_coordinator_listens_from_a_store_url_with_the_switch(
+    postgres_store_url: str,
+) -> None:
+    """The app hands its store's URL to the ``postgres`` coordinator: libpq refuses a query
+    parameter it does not know, so the coordinator leaves the store's switch out."""
+    sep = "&" if "?" in postgres_store_url else "?"
+    app = Ratchet(
+        f"{postgres_store_url}{sep}serialize_claims=off",
+        coordinator="postgres",
+        allowed_modules=["pg_jobs"],
+    )
+    try:
+        assert app.store.pg_claim.serialized is False  # type: ignore[attr-defined]
+        assert app.coordinator.wait_connected(10), app.coordinator.state
+    finally:
+        app.close()
 
 
 @pytest.mark.parametrize(("value", "expected"), [("on", True), ("TRUE", True), ("0", False)])

@@ -30,10 +30,10 @@ def make_postgres_coordinator(spec: str, context: CoordinatorContext) -> Cluster
     """
     from ratchet.domain.errors import ConfigurationError
     from ratchet_postgres.coordinator import PostgresClusterCoordinator
-    from ratchet_postgres.store import split_pgbouncer
+    from ratchet_postgres.store import split_pgbouncer, split_serialize_claims
 
     if "://" in spec:
-        url, pgbouncer = split_pgbouncer(spec)
+        url = spec
     else:
         url = context.store_url or ""
         if not url.split(":", 1)[0].startswith("postgres"):
@@ -41,7 +41,8 @@ def make_postgres_coordinator(spec: str, context: CoordinatorContext) -> Cluster
                 "coordinator='postgres' needs a PostgreSQL store, or a postgresql:// URL as the "
                 f"coordinator spec (the store is {url or 'unknown'!r})"
             )
-        url, pgbouncer = split_pgbouncer(url)
+    url, pgbouncer = split_pgbouncer(url)
+    url, _ = split_serialize_claims(url)  # the store's switch: libpq would refuse it
     if pgbouncer == "transaction":
         raise ConfigurationError(
             "the postgres coordinator LISTENs on a connection of its own for as long as the "
