@@ -17,7 +17,8 @@ pool, one coordinator) per process. Then:
   nodes hold (``pg_stat_activity``, by application name), the database's transactions per second
   (``pg_stat_database``), the CPU of the whole server (the postmaster with its live and exited
   children) and of the worker processes, and how long the first job submitted takes to start.
-* **busy**: it submits ``--busy-jobs`` no-op jobs at once and measures until they are done: jobs/s,
+* **busy**: it submits ``--busy-jobs`` no-op jobs (or, with ``--job-ms``, jobs that wait that
+  long without using the CPU) at once and measures until they are done: jobs/s,
   statements and rows per job (``pg_stat_statements``, and with ``--track-planning`` the
   server's planning and executing time per job), transactions and database CPU per job,
   and the claims that came back empty while jobs still waited (every worker process records
@@ -58,6 +59,12 @@ _claims: list[tuple[float, int]] = []
 # ---------------------------------------------------------------------- the job module side
 def noop(i: int = 0) -> None:
     """The busy phase's job: does nothing."""
+
+
+def waits(i: int, ms: float) -> None:
+    """The busy phase's job with ``--job-ms``: waits that long without the CPU, as a job that
+    calls another service does."""
+    time.sleep(ms / 1000)
 
 
 def mark_start(token: str) -> None:
@@ -428,7 +435,10 @@ def measure_busy(cluster: Cluster) -> dict[str, Any]:
     args = cluster.args
     n = args.busy_jobs
     app = Ratchet(cluster.url, allowed_modules=["bench_nodes"], coordinator=cluster.coordinator)
-    builders = [app.enqueue(bench_nodes.noop, i) for i in range(n)]
+    if args.job_ms > 0:
+        builders = [app.enqueue(bench_nodes.waits, i, args.job_ms) for i in range(n)]
+    else:
+        builders = [app.enqueue(bench_nodes.noop, i) for i in range(n)]
     cluster.db.execute("SELECT pg_stat_statements_reset()")
     before = _cpu_and_transactions(cluster)
     started = time.time()
@@ -604,6 +614,12 @@ def main(argv: list[str]) -> int:
     parser.add_argument("--busy-jobs", type=int, default=1500)
     parser.add_argument("--busy-timeout", type=float, default=600.0)
     parser.add_argument(
+        "--job-ms",
+        type=float,
+        default=0.0,
+        help="busy: each job waits this long without using the CPU (0: no-op jobs)",
+    )
+    parser.add_argument(
         "--claim-margin",
         type=int,
         help="PostgreSQL claim: candidates read beyond twice the batch (default: the store's)",
@@ -645,6 +661,7 @@ def main(argv: list[str]) -> int:
             "pgbouncer": args.pgbouncer,
             "claim_margin": args.claim_margin,
             "serialize_claims": args.serialize_claims,
+            "job_ms": args.job_ms,
             "cpus": os.cpu_count(),
             "load_before": load_average(),
         }

@@ -1,7 +1,8 @@
 """A bounded run of ``benchmarks/bench_nodes.py``: three worker processes behind PgBouncer at
 rest hold one store connection each plus their direct listener, a job submitted to the idle
 cluster starts within the documented 2 s, a small busy phase drains, and so does a short trickle
-of single submissions, each started within 2 s of its submission."""
+of single submissions, each started within 2 s of its submission; two nodes with the Redis
+coordinator drain jobs that wait (``--job-ms``) with the claim lock off."""
 
 from __future__ import annotations
 
@@ -80,9 +81,12 @@ def test_two_nodes_with_the_redis_coordinator(
         ["--trickle-rate", "10", "--trickle-seconds", "2"],
         # the workers open the store from a URL that turns the claim lock off
         ["--serialize-claims", "off"],
+        # busy jobs that wait without the CPU, as jobs calling another service do
+        ["--job-ms", "300"],
         timeout=300,
     )
     assert figures["coordinator"] == "redis" and figures["busy"]["jobs"] == 30
+    assert figures["job_ms"] == 300 and figures["busy"]["seconds"] >= 0.3, figures["busy"]
     assert figures["serialize_claims"] == "off"
     trickle = figures["trickle"]
     assert trickle["jobs"] == 20
