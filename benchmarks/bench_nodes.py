@@ -6,6 +6,8 @@ Run on demand::
     uv run python benchmarks/bench_nodes.py --processes 20 --workers-per-process 5 --no-busy
     uv run python benchmarks/bench_nodes.py --processes 10 --busy-jobs 1500 --no-idle
     uv run python benchmarks/bench_nodes.py --processes 3 --pgbouncer
+    uv run python benchmarks/bench_nodes.py --processes 50 --concurrency 4 --job-ms 500 \\
+        --busy-jobs 6000 --no-idle
 
 It starts a throwaway PostgreSQL (with ``pg_stat_statements``; and, with ``--pgbouncer``, a
 throwaway PgBouncer in transaction pooling in front of it), migrates a fresh database and starts
@@ -18,7 +20,7 @@ pool, one coordinator) per process. Then:
   (``pg_stat_database``), the CPU of the whole server (the postmaster with its live and exited
   children) and of the worker processes, and how long the first job submitted takes to start.
 * **busy**: it submits ``--busy-jobs`` no-op jobs (or, with ``--job-ms``, jobs that wait that
-  long without using the CPU) at once and measures until they are done: jobs/s,
+  long without using the CPU; ``--concurrency`` sets each node's slots) at once and measures until they are done: jobs/s,
   statements and rows per job (``pg_stat_statements``, and with ``--track-planning`` the
   server's planning and executing time per job), transactions and database CPU per job,
   and the claims that came back empty while jobs still waited (every worker process records
@@ -50,6 +52,7 @@ URL_ENV = "RATCHET_BENCH_URL"
 COORDINATOR_ENV = "RATCHET_BENCH_COORDINATOR"
 CLAIMS_ENV = "RATCHET_BENCH_CLAIMS_DIR"
 MARGIN_ENV = "RATCHET_BENCH_CLAIM_MARGIN"
+CONCURRENCY_ENV = "RATCHET_BENCH_CONCURRENCY"
 
 _app: Any = None
 _start_conn: Any = None
@@ -140,7 +143,9 @@ def serve(workers: int) -> None:
     import bench_nodes
 
     app = bench_nodes.app
-    nodes = [app.worker(WorkerConfig()) for _ in range(workers)]
+    slots = os.environ.get(CONCURRENCY_ENV)
+    config = WorkerConfig() if slots is None else WorkerConfig(concurrency=int(slots))
+    nodes = [app.worker(config) for _ in range(workers)]
     stop = threading.Event()
     signal.signal(signal.SIGTERM, lambda *_: stop.set())
     for node in nodes:
@@ -265,11 +270,15 @@ class Cluster:
         env[CLAIMS_ENV] = str(self.claims_dir)
         if self.args.claim_margin is not None:
             env[MARGIN_ENV] = str(self.args.claim_margin)
+        slots: list[str] = []
+        if self.args.concurrency is not None:
+            env[CONCURRENCY_ENV] = str(self.args.concurrency)
+            slots = ["--concurrency", str(self.args.concurrency)]
         ratchet = Path(sys.executable).with_name("ratchet")
         k = self.args.workers_per_process
         for i in range(self.args.processes):
             if k == 1:
-                cmd = [str(ratchet), "worker", "bench_nodes:app", "--log-level", "WARNING"]
+                cmd = [str(ratchet), "worker", "bench_nodes:app", "--log-level", "WARNING", *slots]
             else:
                 cmd = [sys.executable, str(Path(__file__)), "serve", "--workers", str(k)]
             log = (self.directory / f"worker-{i}.log").open("wb")
@@ -601,6 +610,9 @@ def main(argv: list[str]) -> int:
     parser.add_argument("--processes", type=int, default=3)
     parser.add_argument("--workers-per-process", type=int, default=1)
     parser.add_argument(
+        "--concurrency", type=int, help="job slots of each node (default: the worker's, 64)"
+    )
+    parser.add_argument(
         "--coordinator",
         choices=("postgres", "local", "redis"),
         default="postgres",
@@ -662,6 +674,7 @@ def main(argv: list[str]) -> int:
             "claim_margin": args.claim_margin,
             "serialize_claims": args.serialize_claims,
             "job_ms": args.job_ms,
+            "concurrency": args.concurrency,
             "cpus": os.cpu_count(),
             "load_before": load_average(),
         }
