@@ -1,7 +1,10 @@
 """The completer: writes attempt outcomes in batches and reports what they did.
 
 Job tasks hand their outcomes over with :meth:`Completer.put`; one writer thread takes what has
-queued (up to ``completion_batch``) and records it in one fenced transaction. A database outage
+queued (up to ``completion_batch``) and records it in one fenced transaction. A write of fewer
+outcomes than half a claim, while other runs are in flight, first waits a window sized by how long
+the jobs run (:func:`~ratchet.domain.batching.gather_window`; none for jobs under 25 ms), so the
+runs of one claim that end close together are written together. A database outage
 is waited out with backoff (nothing is lost: the jobs stay RUNNING here until written); an
 outcome the store refuses for any other reason is isolated and its job failed with
 :class:`~ratchet.domain.errors.OutcomeNotStorable`, so one bad outcome never holds up the rest.
@@ -16,9 +19,10 @@ import queue
 import threading
 import time
 import uuid
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING, Any
 
+from ratchet.domain.batching import gather_window
 from ratchet.domain.errors import OutcomeNotStorable, StoreUnavailable
 from ratchet.domain.model import AttemptKey, Outcome, OutcomeKind, attempt_key
 from ratchet.domain.text import describe_error
@@ -38,9 +42,15 @@ log = logging.getLogger("ratchet.worker")
 class Completer:
     """The batched outcome writer of one worker."""
 
-    def __init__(self, worker: WorkerHost, batch_limit: int) -> None:
+    def __init__(
+        self,
+        worker: WorkerHost,
+        batch_limit: int,
+        sleep: Callable[[float], None] = time.sleep,
+    ) -> None:
         self.worker = worker
         self._batch_limit = batch_limit
+        self._sleep = sleep
         self._queue: queue.SimpleQueue[Outcome | None] = queue.SimpleQueue()
         self._thread: threading.Thread | None = None
         self.timeouts: dict[AttemptKey, dict[str, Any]] = {}
@@ -70,17 +80,43 @@ class Completer:
             first = self._queue.get()
             if first is None:
                 return
-            batch = [first]
-            while len(batch) < self._batch_limit:
-                try:
-                    item = self._queue.get_nowait()
-                except queue.Empty:
-                    break
-                if item is None:
-                    self._queue.put(None)
-                    break
-                batch.append(item)
-            self._write(batch, retry_forever=True)
+            self._write(self.take_batch(first), retry_forever=True)
+
+    def take_batch(self, first: Outcome) -> list[Outcome]:
+        """``first`` and what queued behind it, up to the batch limit. A batch of fewer than
+        half a claim, while other runs are in flight, waits the batching window once and takes
+        what queued meanwhile. A stop request ends the batch at once (and stays queued)."""
+        batch = [first]
+        if self._drain_into(batch):
+            return batch
+        slots = self.worker.slots
+        self._observe_run_times(batch)
+        if len(batch) < slots.wake_at and slots.in_flight():
+            window = gather_window(slots.run_times.mean)
+            if window > 0:
+                self._sleep(window)  # a batching window: runs in flight may end within it
+                self._drain_into(batch)
+        return batch
+
+    def _drain_into(self, batch: list[Outcome]) -> bool:
+        """Move queued outcomes into ``batch`` up to the limit; True at a stop request."""
+        while len(batch) < self._batch_limit:
+            try:
+                item = self._queue.get_nowait()
+            except queue.Empty:
+                return False
+            if item is None:
+                self._queue.put(None)
+                return True
+            batch.append(item)
+        return False
+
+    def _observe_run_times(self, batch: list[Outcome]) -> None:
+        """Feed the run times of (at most about eight of) ``batch`` to the slots' mean."""
+        step = max(1, len(batch) // 8)
+        self.worker.slots.run_times.observe(
+            [(o.finished_at - o.started_at).total_seconds() for o in batch[::step]]
+        )
 
     def _flush_remaining(self) -> None:
         batch = []

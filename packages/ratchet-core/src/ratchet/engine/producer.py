@@ -19,6 +19,7 @@ from collections.abc import Callable, Sequence
 from datetime import datetime
 from typing import TYPE_CHECKING, Any, cast
 
+from ratchet.domain.batching import gather_window
 from ratchet.domain.model import ClaimedJob
 from ratchet.domain.polling import AdaptivePollingStrategy, PollingConfig
 from ratchet.events import EventKind, JobEvent
@@ -30,8 +31,9 @@ if TYPE_CHECKING:
 
 
 #: How long a poll that finds fewer free slots than half a claim waits for runs in flight to
-#: end first: claiming one or two jobs at a time while a batch finishes costs a claim
-#: statement per job or two, where a few milliseconds later one claim takes many.
+#: end first, at least: claiming one or two jobs at a time while a batch finishes costs a claim
+#: statement per job or two, where a few milliseconds later one claim takes many. Jobs that run
+#: long get a longer wait (:func:`~ratchet.domain.batching.gather_window`).
 CLAIM_GATHER_SECONDS = 0.005
 
 
@@ -95,7 +97,7 @@ class Producer:
     def poll_once(self) -> list[ClaimedJob]:
         """Claim as many due jobs as there are free slots (up to the batch size); with fewer
         free than half a claim while runs are in flight, wait for them up to
-        :data:`CLAIM_GATHER_SECONDS` first."""
+        the batching window first (:data:`CLAIM_GATHER_SECONDS` at least)."""
         worker = self.worker
         self.last_wanted = 0
         free = worker.slots.free()
@@ -103,8 +105,9 @@ class Producer:
             if free <= 0:
                 worker.liveness.refill()  # keep the prefetch reservations topped up
             return []
-        if free < worker.slots.wake_at:
-            free = worker.slots.gather(CLAIM_GATHER_SECONDS)
+        slots = worker.slots
+        if free < slots.wake_at:
+            free = slots.gather(gather_window(slots.run_times.mean, CLAIM_GATHER_SECONDS))
         started = time.perf_counter()
         self.last_wanted = min(free, worker.config.batch_size)
         claimed = worker.liveness.acquire(self.last_wanted)

@@ -18,6 +18,7 @@ import time
 import uuid
 from collections.abc import Callable, Iterable
 
+from ratchet.domain.batching import RunTimes
 from ratchet.domain.model import AttemptKey, ClaimedJob
 from ratchet.engine.running import Attempt
 
@@ -46,6 +47,9 @@ class SlotTable:
         self._found_work = False
         self._progress = threading.Condition(threading.Lock())
         self._progress_count = 0
+        self.run_times = RunTimes()
+        """How long the runs here take, on average (fed by the completer, read by the
+        producer and the completer to size their batching windows)."""
 
     # ------------------------------------------------------------------ reading
     def free(self) -> int:
@@ -83,6 +87,10 @@ class SlotTable:
                 if (job_id is None or a.job.job_id == job_id)
                 and (epoch is None or a.job.epoch == epoch)
             ]
+
+    def in_flight(self) -> bool:
+        """Whether a claimed job's run has not ended yet (it may bring an outcome soon)."""
+        return bool(self._running)
 
     def busy(self) -> bool:
         """Whether any attempt is live."""

@@ -1,0 +1,54 @@
+"""Batching windows (pure): how long a worker lets a claim or an outcome write wait for more.
+
+A worker claims jobs into its free slots and writes outcomes as runs end. The runs of one claim
+that end close together, written one by one, cost a statement each, and the slots they free one
+by one make claims of a job or two; waiting a moment lets them travel together. What a moment
+is worth depends on how long the jobs run: a window that is a small share of a run delays a job
+by at most that share of its own time. :func:`gather_window` decides it from :class:`RunTimes`,
+the worker's running mean of its attempts' run times. Nothing here reads a clock.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+WINDOW_SHARE = 0.02
+"""The share of the mean run time a window lasts (jobs of 1 s: 20 ms)."""
+
+MAX_WINDOW = 0.05
+"""The longest window, however long the jobs run (seconds)."""
+
+MIN_WINDOW = 0.0005
+"""A window shorter than this is not worth a wait (seconds): jobs under 25 ms get none."""
+
+
+class RunTimes:
+    """An exponentially weighted mean of attempts' run times (seconds), fed a batch at a time."""
+
+    def __init__(self, weight: float = 0.25) -> None:
+        if not 0 < weight <= 1:
+            raise ValueError(f"weight must be in (0, 1], got {weight}")
+        self.weight = weight
+        self.mean: float | None = None
+        """None until the first batch."""
+
+    def observe(self, seconds: Sequence[float]) -> None:
+        """Fold one batch of run times into the mean (the batch's mean counts once; negative
+        times, from a clock that stepped back, count as zero)."""
+        if not seconds:
+            return
+        batch = sum(max(0.0, s) for s in seconds) / len(seconds)
+        mean = self.mean
+        self.mean = batch if mean is None else mean + self.weight * (batch - mean)
+
+
+def gather_window(mean_run: float | None, floor: float = 0.0) -> float:
+    """Seconds a claim or an outcome write may wait for the runs in flight: ``WINDOW_SHARE`` of
+    the mean run time, at most ``MAX_WINDOW``, and ``floor`` when that is longer or the window
+    would be under ``MIN_WINDOW`` (or nothing ran yet)."""
+    if mean_run is None:
+        return floor
+    window = min(MAX_WINDOW, WINDOW_SHARE * mean_run)
+    if window < MIN_WINDOW:
+        return floor
+    return max(floor, window)
