@@ -64,13 +64,13 @@ def test_the_null_free_indexes_migrate_to_partial_and_back(sqlite_url: str) -> N
         upgrade(store, revision)
     assert not any(_partial(sql) for sql in _index_sql(sqlite_url).values())
     store.migrate()
-    assert "sq01" in current_revisions(store)
+    assert "sq02" in current_revisions(store)  # a head that descends from sq01
     assert all(_partial(sql) for sql in _index_sql(sqlite_url).values())
     cfg = alembic_config(store)
     with store.engine.begin() as conn:
         cfg.attributes["connection"] = conn
         command.downgrade(cfg, "0011")
-    assert "sq01" not in current_revisions(store)
+    assert not {"sq01", "sq02"} & set(current_revisions(store))
     found = _index_sql(sqlite_url)
     assert sorted(found) == sorted(PARTIAL)
     assert not any(_partial(sql) for sql in found.values())

@@ -133,6 +133,7 @@ job_queue = Table(
     # then), and the time by which a job never started must start (T14)
     Column("affinity", SmallInteger, nullable=False, server_default="0"),
     Column("start_by", UTCMicros(), nullable=True),
+    # a unique index on the non-NULL keys on PostgreSQL (pg02) and SQLite (sq02)
     UniqueConstraint("business_key", name="uq_queue_business_key"),
     Index("idx_queue_claim", "status", "priority", "scheduled_time", "job_id"),
     Index("idx_queue_owner", "picked_by", "status"),
@@ -168,6 +169,7 @@ job_affinity = Table(
 """Migration 0013: the node tags a job requires (``required`` 1) or excludes (0). A tag is never
 both (the primary key). Rows stay after the job ends, like its tags."""
 
+# On SQLite this table and the queue table are WITHOUT ROWID (migration sq02).
 idempotency_key = Table(
     "scheduler_idempotency_key",
     metadata,
