@@ -20,8 +20,8 @@ pool, one coordinator) per process. Then:
   (``pg_stat_database``), the CPU of the whole server (the postmaster with its live and exited
   children) and of the worker processes, and how long the first job submitted takes to start.
 * **busy**: it submits ``--busy-jobs`` no-op jobs (or, with ``--job-ms``, jobs that wait that
-  long without using the CPU; ``--concurrency`` sets each node's slots) at once and measures until they are done: jobs/s,
-  statements and rows per job (``pg_stat_statements``, and with ``--track-planning`` the
+  long without using the CPU; ``--concurrency`` sets each node's slots) at once and measures
+  until they are done: jobs/s, statements and rows per job (``pg_stat_statements``, and with ``--track-planning`` the
   server's planning and executing time per job), transactions and database CPU per job,
   and the claims that came back empty while jobs still waited (every worker process records
   each claim's time and size; an empty claim before the last non-empty one found nothing while

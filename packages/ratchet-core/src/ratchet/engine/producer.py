@@ -99,13 +99,13 @@ class Producer:
         free than half a claim while runs are in flight, wait for them up to
         the batching window first (:data:`CLAIM_GATHER_SECONDS` at least)."""
         worker = self.worker
+        slots = worker.slots
         self.last_wanted = 0
-        free = worker.slots.free()
+        free = slots.free()
         if free <= 0 or worker.draining:
             if free <= 0:
                 worker.liveness.refill()  # keep the prefetch reservations topped up
             return []
-        slots = worker.slots
         if free < slots.wake_at:
             free = slots.gather(gather_window(slots.run_times.mean, CLAIM_GATHER_SECONDS))
         started = time.perf_counter()
@@ -115,7 +115,7 @@ class Producer:
             worker.meter.polled(claimed, time.perf_counter() - started)
         worker.stats.polls += 1
         worker.stats.claimed += len(claimed)
-        worker.slots.claimed(claimed)
+        slots.claimed(claimed)
         if claimed and worker.app.observed():
             for job in claimed:
                 worker.app.emit(
