@@ -246,7 +246,7 @@ def main() -> None:
 @click.argument("app_spec", metavar="MODULE:APP")
 @click.option("--concurrency", "-c", type=click.IntRange(min=1), help="Job slots (default 64).")
 @click.option(
-    "--batch-size", type=click.IntRange(min=1), help="Most jobs claimed per poll (default 100)."
+    "--batch-size", type=click.IntRange(min=1), help="Most jobs claimed per poll (default 200)."
 )
 @click.option(
     "--log-level",
@@ -288,6 +288,11 @@ def main() -> None:
     "--max-takeovers", type=click.IntRange(min=0), help="Takeovers before retry or failure."
 )
 @click.option("--prefetch", type=click.IntRange(min=0), help="Jobs reserved beyond free slots.")
+@click.option(
+    "--claim-ahead",
+    type=click.FloatRange(min=0),
+    help="Seconds jobs claimed beyond the threads may wait for one (default 0.05; 0: none).",
+)
 @click.option(
     "--log-format",
     type=click.Choice(["text", "json"]),
@@ -381,6 +386,7 @@ def worker(
         "timed_out_grace": "timed_out_grace",
         "takeover_window": "takeover_window",
         "metrics_interval": "metrics_interval",
+        "claim_ahead": "claim_ahead",
     }
     options: dict[str, Any] = {names[k]: _seconds(v) for k, v in delays.items() if v is not None}
     if soft_percent is not None:

@@ -106,8 +106,14 @@ class WorkerConfig:
     their slots. 64 by default: more slots mean larger claims and outcome batches, so fewer
     database round trips and less CPU per job (docs/performance.md); threads are started only
     as jobs need them. Set it to what may really run at once when jobs block for long."""
-    batch_size: int = 100
+    batch_size: int = 200
     """Most jobs claimed per poll (never more than the free slots)."""
+    claim_ahead: timedelta = timedelta(milliseconds=50)
+    """How long, on average, jobs claimed beyond the worker's threads may wait for one. A
+    worker whose runs end fast holds up to as many more jobs than ``concurrency`` as its
+    threads get through in this time (at most 500), so its claims and outcome writes carry
+    more jobs each; jobs that run long get none ahead. At most ``concurrency`` run at once
+    either way. Zero: never more claimed than ``concurrency`` (docs/polling.md)."""
     heartbeat_interval: timedelta = timedelta(seconds=10)
     orphan_grace: timedelta = timedelta(seconds=30)
     """A node silent this long is marked DEAD (the watcher's Dn); its jobs are taken over."""
@@ -178,6 +184,8 @@ class WorkerConfig:
             raise ConfigurationError(f"prefetch must be >= 0, got {self.prefetch}")
         if self.metrics_interval <= timedelta(0):
             raise ConfigurationError("metrics_interval must be positive")
+        if self.claim_ahead < timedelta(0):
+            raise ConfigurationError(f"claim_ahead must not be negative, got {self.claim_ahead}")
         if self.hint_spread < timedelta(0):
             raise ConfigurationError(f"hint_spread must not be negative, got {self.hint_spread}")
         if self.watcher_interval <= timedelta(0):

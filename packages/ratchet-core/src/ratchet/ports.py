@@ -1041,7 +1041,12 @@ class BreakerStates(Protocol):
 
 
 class ExecutorProvider(Protocol):
-    """Runs job attempts somewhere (threads, an event loop, processes)."""
+    """Runs job attempts somewhere (threads, an event loop, processes).
+
+    A provider is built with the worker's ``concurrency`` and runs at most that many calls at
+    once; the worker may hand it more while its runs end fast (jobs claimed ahead,
+    ``WorkerConfig.claim_ahead``), which wait in the provider's queue for a free one.
+    """
 
     name: str
 

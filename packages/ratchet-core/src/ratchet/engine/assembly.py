@@ -139,7 +139,10 @@ def assemble_worker(worker: WorkerUnderAssembly) -> None:
     config = worker.config
     worker.outages = OutageLog(worker.stats)
     worker.slots = SlotTable(
-        config.concurrency, write_ahead=config.concurrency, claim_size=config.batch_size
+        config.concurrency,
+        write_ahead=config.concurrency,
+        claim_size=config.batch_size,
+        ahead_budget=config.claim_ahead.total_seconds(),
     )
     worker.start_check = StartCheck(owned_jobs(worker))
     worker.gates = worker_gates()

@@ -243,8 +243,7 @@ class Liveness:
 
     # ------------------------------------------------------------------ heartbeats
     def _utilisation(self) -> float:
-        concurrency = self.worker.config.concurrency
-        return 1 - max(0, self.worker.free_slots()) / concurrency
+        return 1 - max(0, self.worker.free_slots()) / self.worker.slots.capacity()
 
     def _beat_loop(self) -> None:
         config = self.worker.config

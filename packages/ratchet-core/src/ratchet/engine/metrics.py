@@ -193,7 +193,7 @@ class MetricsSampler:
         stats, live = worker.stats, worker.liveness.stats
         free = worker.slots.free()
         out = [
-            Measurement(m.SLOTS, ("busy",), worker.slots.concurrency - free),
+            Measurement(m.SLOTS, ("busy",), worker.slots.capacity() - free),
             Measurement(m.SLOTS, ("free",), free),
             Measurement(m.CLAIMS, (), stats.polls),
             Measurement(m.CLAIMED_JOBS, (), stats.claimed),

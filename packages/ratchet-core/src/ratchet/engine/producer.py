@@ -101,6 +101,7 @@ class Producer:
         worker = self.worker
         slots = worker.slots
         self.last_wanted = 0
+        slots.pace(time.monotonic())
         free = slots.free()
         if free <= 0 or worker.draining:
             if free <= 0:
@@ -171,7 +172,7 @@ class Producer:
                     self.dispatch(claimed)
                 if report:
                     worker.report_claimed(report)
-                utilisation = 1 - worker.slots.free() / config.concurrency
+                utilisation = 1 - worker.slots.free() / worker.slots.capacity()
                 decision = self.strategy.on_poll(
                     worker.app.now(), len(claimed), config.batch_size, utilisation
                 )

@@ -5,7 +5,9 @@ with an outcome to write leaves the job RUNNING in the store until the completer
 it; up to ``write_ahead`` such outcomes wait without holding a slot, so the next claim overlaps
 the write of the last batch instead of following it. Past that they hold their slots again
 (back-pressure: a store that writes slowly stops the claims, and the store never sees more
-than ``concurrency + write_ahead`` of the worker's jobs RUNNING). An attempt the watchdog
+than ``capacity() + write_ahead`` of the worker's jobs RUNNING). The slots are ``concurrency``
+(the executors' threads) plus ``ahead``: jobs claimed beyond the threads while runs end fast
+enough that they wait for one only briefly (:meth:`pace`). An attempt the watchdog
 recorded as timed out keeps its slot while its call is still running (it is *expired*: a
 zombie if it ignores the interrupt). The producer, the attempt runner, the completer and the
 liveness code share this one table and change it only through its methods.
@@ -18,7 +20,7 @@ import time
 import uuid
 from collections.abc import Callable, Iterable
 
-from ratchet.domain.batching import RunTimes
+from ratchet.domain.batching import RunRate, RunTimes, claim_ahead
 from ratchet.domain.model import AttemptKey, ClaimedJob
 from ratchet.engine.running import Attempt
 
@@ -27,16 +29,32 @@ Key = AttemptKey
 
 
 class SlotTable:
-    """The ``concurrency`` slots of one worker, under one lock (``write_ahead``: finished runs
-    whose outcomes may wait to be written without holding a slot; ``claim_size``: the most jobs
-    one poll claims, which sets when a run that ends wakes the producer)."""
+    """The slots of one worker, under one lock: ``concurrency`` threads' worth, and up to
+    ``ahead_budget`` seconds of runs more (:meth:`pace`; zero: none). ``write_ahead``: finished
+    runs whose outcomes may wait to be written without holding a slot; ``claim_size``: the most
+    jobs one poll claims, which sets when a run that ends wakes the producer."""
 
-    def __init__(self, concurrency: int, *, write_ahead: int = 0, claim_size: int = 1) -> None:
+    def __init__(
+        self,
+        concurrency: int,
+        *,
+        write_ahead: int = 0,
+        claim_size: int = 1,
+        ahead_budget: float = 0.0,
+    ) -> None:
         self.concurrency = concurrency
         self.write_ahead = write_ahead
+        self.claim_size = claim_size
+        self.ahead_budget = ahead_budget
+        self.ahead = 0
+        """Slots beyond ``concurrency`` (set by :meth:`pace`)."""
         #: Free slots that make a finished run wake the producer: half a claim, so that the
         #: runs of one batch ending one by one make a few claims of many jobs, not many of one.
         self.wake_at = max(1, min(concurrency, claim_size) // 2)
+        self.run_rate = RunRate()
+        """How many runs end here per second (fed by :meth:`pace`)."""
+        self._ended = 0
+        self._paced: tuple[float, int] | None = None
         self._lock = threading.Lock()
         self._changed = threading.Condition(self._lock)
         self._waiters = 0  # threads in gather() or wait_for_runs(): changes notify only then
@@ -58,9 +76,15 @@ class SlotTable:
         with self._lock:
             return self._free()
 
+    def capacity(self) -> int:
+        """All slots: ``concurrency``, and those ahead of it while the last poll found work (an
+        idle worker has only its threads)."""
+        return self.concurrency + (self.ahead if self._found_work else 0)
+
     def _free(self) -> int:
         held = max(0, self._unwritten - self.write_ahead)
-        return max(0, self.concurrency - len(self._running) - len(self._expired) - held)
+        taken = len(self._running) + len(self._expired) + held
+        return max(0, self.concurrency + (self.ahead if self._found_work else 0) - taken)
 
     def local_job_ids(self) -> set[uuid.UUID]:
         """Jobs whose runs occupy a slot here (running or expired)."""
@@ -97,6 +121,22 @@ class SlotTable:
         return bool(self._attempts)
 
     # ------------------------------------------------------------------ changes
+    def pace(self, now: float) -> int:
+        """Measure how fast runs end here since the last call (``now``: a monotonic time in
+        seconds) and size the slots ahead of ``concurrency`` by it; returns them. A job
+        claimed ahead waits about ``ahead_budget`` for a thread (:func:`claim_ahead`)."""
+        with self._lock:
+            ended = self._ended
+        last, self._paced = self._paced, (now, ended)
+        if last is not None:
+            self.run_rate.observe(ended - last[1], now - last[0])
+        ahead = claim_ahead(self.run_rate.per_second, self.ahead_budget)
+        if ahead != self.ahead:
+            with self._lock:
+                self.ahead = ahead
+                self.wake_at = max(1, min(self.concurrency + ahead, self.claim_size) // 2)
+        return ahead
+
     def claimed(self, jobs: Iterable[ClaimedJob]) -> None:
         """A poll claimed ``jobs`` (each takes a slot). Whether it found any decides whether a
         slot that frees wakes the producer (more may be waiting) or not."""
@@ -149,6 +189,7 @@ class SlotTable:
                 self._expired.pop(job.key, None)
             if outcome:
                 self._unwritten += 1
+            self._ended += 1
             wake = found and (not outcome or before < self.wake_at <= self._free())
             if self._waiters:
                 self._changed.notify_all()

@@ -46,7 +46,8 @@ class WorkSummary:
         )
         live = worker.store.live_counts()
         waiting = live.get(JobStatus.PENDING.value, 0)
-        busy = worker.slots.concurrency - worker.slots.free()
+        capacity = worker.slots.capacity()
+        busy = capacity - worker.slots.free()
         active = any(vars(done).values()) or waiting or busy
         log.log(
             logging.INFO if active else logging.DEBUG,
@@ -59,7 +60,7 @@ class WorkSummary:
             done.rescheduled,
             ", ".join(f"{n} {status}" for status, n in sorted(live.items())) or "none",
             busy,
-            worker.slots.concurrency,
+            capacity,
         )
 
 
