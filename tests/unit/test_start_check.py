@@ -127,3 +127,14 @@ def test_discard_forgets_an_attempt_that_ended() -> None:
     check.discard(batch[1])
     assert check.confirm(batch[0])
     assert check.pending == 0
+
+
+def test_after_forget_all_a_fresh_claim_is_read_again() -> None:
+    batch = keys(3)
+    reads = Reads({batch[0]})  # the drain handed the others back
+    clock = Clock()
+    check = StartCheck(reads, max_age=0.05, monotonic=clock)
+    check.expect(batch)
+    check.forget_all()
+    assert [check.confirm(key) for key in batch] == [True, False, False]
+    assert len(reads.asked) == 3  # each reads for itself: no answer is left to share

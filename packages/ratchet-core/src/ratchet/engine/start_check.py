@@ -77,6 +77,12 @@ class StartCheck:
         if self._answers:
             self._answers.pop(key, None)  # one dict operation: atomic, no lock needed
 
+    def forget_all(self) -> None:
+        """Forget every answer: attempts that start from now on read the store first (a drain
+        that hands back jobs still waiting for a thread)."""
+        with self._lock:
+            self._answers.clear()
+
     @property
     def pending(self) -> int:
         """Jobs with an answer whose attempts have not confirmed yet."""

@@ -207,6 +207,9 @@ class Worker:
         for attempt in self.slots.attempts():
             if attempt.job.job_id in unfinished:
                 attempt.finish()  # its late result is discarded; the job is handed back
+        # Jobs claimed ahead that still wait for a thread are handed back too: one that starts
+        # after this reads the store and finds the job no longer this node's.
+        self.start_check.forget_all()
         self.completer.stop(deadline)
         if self._maintenance is not None:
             self._maintenance.join(timeout=max(1.0, deadline - time.monotonic()))
