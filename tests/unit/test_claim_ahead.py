@@ -110,3 +110,15 @@ def test_the_slots_ahead_shrink_when_the_runs_stop_ending() -> None:
     later = [slots.pace(0.1 + i) for i in range(1, 20)]  # idle seconds
     assert first == MAX_AHEAD
     assert later == sorted(later, reverse=True) and later[-1] < first // 10
+
+
+def test_a_run_with_an_outcome_counts_once_the_outcome_is_written() -> None:
+    slots = SlotTable(4, write_ahead=4, claim_size=200, ahead_budget=AHEAD_BUDGET)
+    slots.pace(0.0)
+    jobs = [claimed_job() for _ in range(400)]
+    slots.claimed(jobs)
+    for job in jobs:
+        slots.run_ended(job, outcome=True)
+    assert slots.pace(0.1) == 0  # a stalled writer: the runs ended, nothing is written
+    slots.written(400)
+    assert slots.pace(0.2) == 50  # 4,000 a second, a quarter of the way from 0

@@ -103,9 +103,10 @@ class WorkerConfig:
     """Job slots (threads of the default executor): at most this many of the worker's jobs run
     at once. As many finished runs again may wait for their outcome to be written (the jobs are
     still RUNNING in the store until then) while the next claim goes ahead; past that they hold
-    their slots. 64 by default: more slots mean larger claims and outcome batches, so fewer
-    database round trips and less CPU per job (docs/performance.md); threads are started only
-    as jobs need them. Set it to what may really run at once when jobs block for long."""
+    their slots. While runs end fast, the worker also claims ahead of its threads
+    (``claim_ahead``), so short jobs get large claims and outcome batches without more threads;
+    threads are started only as jobs need them. Set it to what may really run at once when jobs
+    block for long."""
     batch_size: int = 200
     """Most jobs claimed per poll (never more than the free slots)."""
     claim_ahead: timedelta = timedelta(milliseconds=50)

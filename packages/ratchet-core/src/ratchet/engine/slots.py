@@ -52,7 +52,7 @@ class SlotTable:
         #: runs of one batch ending one by one make a few claims of many jobs, not many of one.
         self.wake_at = max(1, min(concurrency, claim_size) // 2)
         self.run_rate = RunRate()
-        """How many runs end here per second (fed by :meth:`pace`)."""
+        """How many runs end here per second, outcomes written (fed by :meth:`pace`)."""
         self._ended = 0
         self._paced: tuple[float, int] | None = None
         self._lock = threading.Lock()
@@ -123,8 +123,10 @@ class SlotTable:
     # ------------------------------------------------------------------ changes
     def pace(self, now: float) -> int:
         """Measure how fast runs end here since the last call (``now``: a monotonic time in
-        seconds) and size the slots ahead of ``concurrency`` by it; returns them. A job
-        claimed ahead waits about ``ahead_budget`` for a thread (:func:`claim_ahead`)."""
+        seconds), counting a run with an outcome once the outcome is written, and size the
+        slots ahead of ``concurrency`` by it; returns them. A job claimed ahead waits about
+        ``ahead_budget`` for a thread (:func:`claim_ahead`); a store that writes slowly slows
+        the rate, so the back-pressure of unwritten outcomes holds."""
         with self._lock:
             ended = self._ended
         last, self._paced = self._paced, (now, ended)
@@ -189,7 +191,8 @@ class SlotTable:
                 self._expired.pop(job.key, None)
             if outcome:
                 self._unwritten += 1
-            self._ended += 1
+            else:
+                self._ended += 1
             wake = found and (not outcome or before < self.wake_at <= self._free())
             if self._waiters:
                 self._changed.notify_all()
@@ -202,6 +205,7 @@ class SlotTable:
         whether the producer should poll now (the last poll found work and a slot is free)."""
         with self._lock:
             self._unwritten -= count
+            self._ended += count
             if self._waiters:
                 self._changed.notify_all()
             wake = self._found_work and self._free() > 0
