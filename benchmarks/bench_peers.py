@@ -62,7 +62,8 @@ from typing import Any
 HERE = Path(__file__).resolve().parent
 URL_ENV = "RATCHET_BENCH_URL"
 
-#: The worker flags the performance guide recommends for short jobs on PostgreSQL.
+#: The worker flags the performance guide recommended for short jobs on PostgreSQL until workers
+#: claimed ahead of their threads; it now recommends the defaults (kept for the history's rows).
 RATCHET_BEST = ("--concurrency", "192", "--batch-size", "500")
 #: pgqueuer's best setting measured for one process (its default batch is 10).
 PGQ_BEST = ("--batch-size", "200")
