@@ -290,7 +290,9 @@ class Worker:
     def free_slots(self) -> int:
         """Slots neither running a job nor holding a finished run whose outcome waits to be
         written beyond the write-ahead allowance (``concurrency`` such runs; until its write
-        lands a job is still RUNNING in the store: back-pressure)."""
+        lands a job is still RUNNING in the store: back-pressure). While the last poll found
+        work and runs end fast, the slots ahead of the threads count too (``claim_ahead``), so
+        this may exceed ``concurrency``; an idle worker has ``concurrency`` at most."""
         return self.slots.free()
 
     def poll_once(self) -> list[ClaimedJob]:
