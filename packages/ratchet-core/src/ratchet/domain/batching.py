@@ -28,13 +28,23 @@ MIN_WINDOW = 0.0005
 """A window shorter than this is not worth a wait (seconds): jobs under 25 ms get none."""
 
 
+def _checked_weight(weight: float) -> float:
+    """``weight``, an exponentially weighted mean's share of each new value, if in (0, 1]."""
+    if not 0 < weight <= 1:
+        raise ValueError(f"weight must be in (0, 1], got {weight}")
+    return weight
+
+
+def _folded(mean: float | None, value: float, weight: float) -> float:
+    """``mean`` moved ``weight`` of the way to ``value`` (``value`` itself for the first)."""
+    return value if mean is None else mean + weight * (value - mean)
+
+
 class RunTimes:
     """An exponentially weighted mean of attempts' run times (seconds), fed a batch at a time."""
 
     def __init__(self, weight: float = 0.25) -> None:
-        if not 0 < weight <= 1:
-            raise ValueError(f"weight must be in (0, 1], got {weight}")
-        self.weight = weight
+        self.weight = _checked_weight(weight)
         self.mean: float | None = None
         """None until the first batch."""
 
@@ -44,8 +54,7 @@ class RunTimes:
         if not seconds:
             return
         batch = sum(max(0.0, s) for s in seconds) / len(seconds)
-        mean = self.mean
-        self.mean = batch if mean is None else mean + self.weight * (batch - mean)
+        self.mean = _folded(self.mean, batch, self.weight)
 
 
 def gather_window(mean_run: float | None, floor: float = 0.0) -> float:
@@ -75,11 +84,9 @@ class RunRate:
     seconds (shorter spans are pooled until they are that long)."""
 
     def __init__(self, weight: float = 0.25, span: float = RATE_SPAN) -> None:
-        if not 0 < weight <= 1:
-            raise ValueError(f"weight must be in (0, 1], got {weight}")
         if span <= 0:
             raise ValueError(f"span must be positive, got {span}")
-        self.weight = weight
+        self.weight = _checked_weight(weight)
         self.span = span
         self.per_second: float | None = None
         """None until the first full span."""
@@ -93,9 +100,7 @@ class RunRate:
         self._seconds += max(0.0, seconds)
         if self._seconds < self.span:
             return
-        rate = self._count / self._seconds
-        mean = self.per_second
-        self.per_second = rate if mean is None else mean + self.weight * (rate - mean)
+        self.per_second = _folded(self.per_second, self._count / self._seconds, self.weight)
         self._count, self._seconds = 0, 0.0
 
 

@@ -242,9 +242,6 @@ class Liveness:
             self._thread.join(timeout=5)
 
     # ------------------------------------------------------------------ heartbeats
-    def _utilisation(self) -> float:
-        return 1 - max(0, self.worker.free_slots()) / self.worker.slots.capacity()
-
     def _beat_loop(self) -> None:
         config = self.worker.config
         delay = heartbeat_delay(config.heartbeat_interval, config.orphan_grace, 1.0)
@@ -254,7 +251,7 @@ class Liveness:
             except Exception as exc:
                 self.worker.outages.failed(exc)
             delay = heartbeat_delay(
-                config.heartbeat_interval, config.orphan_grace, self._utilisation()
+                config.heartbeat_interval, config.orphan_grace, self.worker.slots.utilisation()
             )
 
     def beat(self) -> bool:

@@ -172,9 +172,8 @@ class Producer:
                     self.dispatch(claimed)
                 if report:
                     worker.report_claimed(report)
-                utilisation = 1 - worker.slots.free() / worker.slots.capacity()
                 decision = self.strategy.on_poll(
-                    worker.app.now(), len(claimed), config.batch_size, utilisation
+                    worker.app.now(), len(claimed), config.batch_size, worker.slots.utilisation()
                 )
                 delay = decision.delay.total_seconds()
                 worker.outages.succeeded()

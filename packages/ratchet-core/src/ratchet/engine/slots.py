@@ -50,7 +50,7 @@ class SlotTable:
         """Slots beyond ``concurrency`` (set by :meth:`pace`)."""
         #: Free slots that make a finished run wake the producer: half a claim, so that the
         #: runs of one batch ending one by one make a few claims of many jobs, not many of one.
-        self.wake_at = max(1, min(concurrency, claim_size) // 2)
+        self.wake_at = self._half_claim(concurrency)
         self.run_rate = RunRate()
         """How many runs end here per second, outcomes written (fed by :meth:`pace`)."""
         self._ended = 0
@@ -81,10 +81,19 @@ class SlotTable:
         idle worker has only its threads)."""
         return self.concurrency + (self.ahead if self._found_work else 0)
 
+    def utilisation(self) -> float:
+        """The share of the slots taken (0 to 1), both read at one moment."""
+        with self._lock:
+            return 1 - self._free() / self.capacity()
+
     def _free(self) -> int:
         held = max(0, self._unwritten - self.write_ahead)
         taken = len(self._running) + len(self._expired) + held
-        return max(0, self.concurrency + (self.ahead if self._found_work else 0) - taken)
+        return max(0, self.capacity() - taken)
+
+    def _half_claim(self, slots: int) -> int:
+        """:attr:`wake_at` for ``slots`` slots: half of what one claim can take, at least 1."""
+        return max(1, min(slots, self.claim_size) // 2)
 
     def local_job_ids(self) -> set[uuid.UUID]:
         """Jobs whose runs occupy a slot here (running or expired)."""
@@ -136,7 +145,7 @@ class SlotTable:
         if ahead != self.ahead:
             with self._lock:
                 self.ahead = ahead
-                self.wake_at = max(1, min(self.concurrency + ahead, self.claim_size) // 2)
+                self.wake_at = self._half_claim(self.concurrency + ahead)
         return ahead
 
     def claimed(self, jobs: Iterable[ClaimedJob]) -> None:
