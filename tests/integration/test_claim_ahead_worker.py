@@ -4,7 +4,6 @@ once than it has threads."""
 from __future__ import annotations
 
 import threading
-from collections.abc import Callable
 from datetime import timedelta
 from typing import Any
 
@@ -15,7 +14,7 @@ from ratchet import Ratchet
 JOBS = 3000
 
 
-def _watch(app: Ratchet, worker: Any) -> tuple[list[int], list[int]]:
+def _watch(worker: Any) -> tuple[list[int], list[int]]:
     """Record the size of each claim and the most attempts running at once."""
     claims: list[int] = []
     running = [0, 0]  # now, most
@@ -45,11 +44,10 @@ def _watch(app: Ratchet, worker: Any) -> tuple[list[int], list[int]]:
 def _drain(app: Ratchet, **settings: Any) -> tuple[list[int], int]:
     app.submit_many([app.enqueue(sample_jobs.noop) for _ in range(JOBS)])
     worker = app.worker(concurrency=2, **settings)
-    claims, running = _watch(app, worker)
+    claims, running = _watch(worker)
     worker.start()
-    done: Callable[[], bool] = lambda: worker.stats.succeeded >= JOBS  # noqa: E731
     try:
-        assert worker.wait_until(done, timeout=120)
+        assert worker.wait_until(lambda: worker.stats.succeeded >= JOBS, timeout=120)
     finally:
         worker.stop()
     assert app.store.count_by_status().get("SUCCEEDED") == JOBS
