@@ -13,6 +13,7 @@ from typing import Any
 import flow_jobs
 import gate_jobs
 import pytest
+from sqlalchemy import func, select
 
 from ratchet import (
     DuplicateBusinessKeyError,
@@ -21,6 +22,7 @@ from ratchet import (
     JobHandle,
     Ratchet,
 )
+from ratchet.sql import schema
 
 KEY = "invoice-2026-17"
 
@@ -113,3 +115,24 @@ def test_a_flow_that_loses_an_idempotency_key_race_returns_the_winner(
     assert (handle.id, handle.inserted) == (winner[0].id, False)
     assert len(calls) == 2
     assert [r.job_id for r in app.list_jobs(JobFilter())] == [winner[0].id]
+
+
+@pytest.mark.parametrize("size", [1, 3, 600], ids=["one", "a batch", "streamed in chunks"])
+def test_builders_submitted_again_answer_with_their_jobs(app: Ratchet, size: int) -> None:
+    """A builder names one job: submitting it again, after its job went in (alone, in a batch,
+    or in a batch large enough to be streamed in chunks), stores nothing more and answers with
+    the job it stored, whose row holds its key (no key row is written for it)."""
+    builders = [app.enqueue(gate_jobs.plain, i) for i in range(size)]
+    first = app.submit_many(builders)
+    assert all(h.inserted for h in first)
+    extra = app.enqueue(gate_jobs.plain, -1)
+    again = app.submit_many([*builders, extra])
+    assert [(h.id, h.inserted) for h in again[:-1]] == [(h.id, False) for h in first]
+    assert again[-1].inserted
+    alone = builders[0].submit()
+    assert (alone.id, alone.inserted) == (first[0].id, False)
+    assert len(app.list_jobs(JobFilter(), limit=1000)) == size + 1
+    assert app.store.find_by_idempotency_key(builders[0].idempotency_key) == first[0].id
+    with app.store.engine.connect() as conn:
+        key_rows = conn.execute(select(func.count()).select_from(schema.idempotency_key))
+        assert key_rows.scalar_one() == 0

@@ -90,7 +90,9 @@ def test_the_tables_are_rebuilt_with_their_rows_both_ways(sqlite_url: str) -> No
     assert "sq02" not in current_revisions(store) and not _key_ordered(sqlite_url)
     store.migrate()
     assert "sq02" in current_revisions(store) and _key_ordered(sqlite_url)
-    kept = app.enqueue(sample_jobs.record, 1).with_business_key("b-1").submit()
+    kept = (  # a key given, so that the key table has a row for each job
+        app.enqueue(sample_jobs.record, 1).with_business_key("b-1").with_idempotency_key("k-0")
+    ).submit()
     keyed = app.enqueue(sample_jobs.record, 2).with_idempotency_key("k-1").submit()
     cfg = alembic_config(store)
     with store.engine.begin() as conn:

@@ -93,19 +93,29 @@ def test_mariadb_1011_duplicate_business_key(mysql_store: MySQLStore, clock: Fak
         )
     assert error_code(caught.value) == 1062
     # MariaDB reports whichever unique key it checks first: the primary key of the queue table
-    # is not an idempotency key, the business key index is a business key.
+    # is a job id taken, the business key index is a business key.
     kind = mysql_store.dialect.classify(caught.value)
-    assert kind in (ErrorKind.DUPLICATE_BUSINESS_KEY, ErrorKind.OTHER)
+    assert kind in (ErrorKind.DUPLICATE_BUSINESS_KEY, ErrorKind.DUPLICATE_JOB_ID)
 
 
-def test_mariadb_1011_other_primary_key_duplicate_is_other(
-    mysql_store: MySQLStore, clock: FakeClock
-) -> None:
+def test_mariadb_1011_duplicate_job_id(mysql_store: MySQLStore, clock: FakeClock) -> None:
+    """The job table's primary key: a job keyed by its own id is stored already."""
     [job] = [new_job(clock)]
     mysql_store.insert_jobs([job], now=clock.now())
     row = MySQLStore._job_row(job)
     with pytest.raises(DBAPIError) as caught, mysql_store.engine.begin() as conn:
         conn.execute(insert(schema.job), row)
+    assert error_code(caught.value) == 1062
+    assert mysql_store.dialect.classify(caught.value) is ErrorKind.DUPLICATE_JOB_ID
+
+
+def test_mariadb_1011_other_primary_key_duplicate_is_other(
+    mysql_store: MySQLStore, clock: FakeClock
+) -> None:
+    [job] = [new_job(clock, tags=("eu",))]
+    mysql_store.insert_jobs([job], now=clock.now())
+    with pytest.raises(DBAPIError) as caught, mysql_store.engine.begin() as conn:
+        conn.execute(insert(schema.job_tag), {"job_id": job.job_id, "tag": "eu"})
     assert error_code(caught.value) == 1062
     assert mysql_store.dialect.classify(caught.value) is ErrorKind.OTHER
 

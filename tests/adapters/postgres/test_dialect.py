@@ -21,8 +21,9 @@ from ratchet.sql.pool import has_socket_check, ping_when_idle
 from ratchet.testing import wait_until
 from ratchet.testing.clock import FakeClock
 from ratchet.testing.servers import free_port
-from ratchet.testing.store_contract import new_job
+from ratchet.testing.store_contract import keyed_by_id, new_job
 from ratchet_postgres import PostgresDialect, PostgresStore, normalize_url
+from ratchet_postgres.dialect import JOB_ID_CONSTRAINTS
 from ratchet_postgres.plugin import make_postgres_coordinator
 
 pytestmark = pytest.mark.postgres
@@ -69,6 +70,19 @@ def test_duplicate_business_key_is_classified(store: PostgresStore) -> None:
     with pytest.raises(DuplicateBusinessKeyError):
         store.insert_jobs([new_job(clock), new_job(clock, business_key="bk")], now=clock.now())
     assert store.count_by_status() == {JobStatus.PENDING.value: 1}
+
+
+def test_a_stored_job_id_is_classified(store: PostgresStore) -> None:
+    """The job's and the queue's primary keys: a job keyed by its own id is stored already."""
+    clock = FakeClock()
+    job = keyed_by_id(clock)
+    store.insert_jobs([job], now=clock.now())
+    with pytest.raises(DBAPIError) as info, store.engine.begin() as conn:
+        store._insert(conn, [job], clock.now())
+    assert info.value.orig.diag.constraint_name in JOB_ID_CONSTRAINTS  # type: ignore[union-attr]
+    assert DIALECT.classify(info.value) is ErrorKind.DUPLICATE_JOB_ID
+    [again] = store.insert_jobs([job], now=clock.now())
+    assert (again.job_id, again.inserted) == (job.job_id, False)
 
 
 def test_other_unique_violations_are_not_duplicate_keys(engine: Engine) -> None:

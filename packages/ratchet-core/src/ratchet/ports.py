@@ -220,7 +220,8 @@ class Store(Protocol):
         """The job, live or terminal, or None."""
 
     def find_by_idempotency_key(self, key: str) -> uuid.UUID | None:
-        """The job that holds ``key``, or None."""
+        """The job that holds ``key``, or None: the job it was given to (its key stays after
+        the job is removed), else the stored job whose own id it is."""
 
     def list_jobs(self, job_filter: JobFilter, limit: int = 100) -> list[JobRecord]:
         """Jobs matching the filter, newest first."""

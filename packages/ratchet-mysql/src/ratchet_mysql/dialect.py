@@ -39,6 +39,8 @@ MIGRATION_LOCK_TIMEOUT = 300
 ISOLATION_LEVEL = "READ COMMITTED"
 
 IDEMPOTENCY_TABLE = "scheduler_idempotency_key"
+JOB_TABLE = "scheduler_job"
+QUEUE_TABLE = "scheduler_job_queue"
 BUSINESS_KEY_INDEX = "uq_queue_business_key"
 
 ER_DUP_ENTRY = 1062
@@ -438,7 +440,8 @@ def _classify_duplicate(exc: BaseException) -> ErrorKind:
 
     MySQL 8 names the key ``table.key``; MariaDB names only the key, and a primary key is always
     ``PRIMARY``, so a bare ``PRIMARY`` counts as the idempotency key only when the failing
-    statement inserted into the idempotency-key table.
+    statement inserted into the idempotency-key table, and as a job id only when it inserted
+    into the job table.
     """
     orig = exc.orig if isinstance(exc, DBAPIError) else exc
     message = str(getattr(orig, "args", ("", ""))[-1])
@@ -448,11 +451,20 @@ def _classify_duplicate(exc: BaseException) -> ErrorKind:
     if key == BUSINESS_KEY_INDEX:
         return ErrorKind.DUPLICATE_BUSINESS_KEY
     if key == "PRIMARY":
-        if f"{IDEMPOTENCY_TABLE}.PRIMARY" in qualified:
-            return ErrorKind.DUPLICATE_IDEMPOTENCY_KEY
         statement = getattr(exc, "statement", None) or ""
-        if "." not in qualified.removeprefix("for key '") and re.match(
-            rf"\s*INSERT\s+INTO\s+`?{IDEMPOTENCY_TABLE}`?", statement, re.IGNORECASE
-        ):
-            return ErrorKind.DUPLICATE_IDEMPOTENCY_KEY
+        bare = "." not in qualified.removeprefix("for key '")
+        for table, kind in _PRIMARY_KEYS:
+            if f"{table}.PRIMARY" in qualified or (
+                bare and re.match(rf"\s*INSERT\s+INTO\s+`?{table}`?[\s(]", statement, re.I)
+            ):
+                return kind
     return ErrorKind.OTHER
+
+
+#: The tables whose primary key is a uniqueness rule a submission can break, and what breaking it
+#: means.
+_PRIMARY_KEYS = (
+    (IDEMPOTENCY_TABLE, ErrorKind.DUPLICATE_IDEMPOTENCY_KEY),
+    (JOB_TABLE, ErrorKind.DUPLICATE_JOB_ID),
+    (QUEUE_TABLE, ErrorKind.DUPLICATE_JOB_ID),
+)

@@ -18,8 +18,10 @@ from ratchet.sql.pool import ShrinkingQueuePool, install_socket_check
 #: Key of the transaction-level advisory lock held while migrations run (ASCII "ratchetM").
 MIGRATION_LOCK_KEY = 0x7261746368657444
 
-#: Constraint names PostgreSQL reports for the two uniqueness rules of the schema.
+#: Constraint names PostgreSQL reports for the uniqueness rules a submission can break.
 IDEMPOTENCY_CONSTRAINT = "scheduler_idempotency_key_pkey"
+#: A job id taken: the job table's or the queue's primary key (whichever the insert hits first).
+JOB_ID_CONSTRAINTS = frozenset({"scheduler_job_pkey", "scheduler_job_queue_pkey"})
 BUSINESS_KEY_CONSTRAINT = "uq_queue_business_key"
 
 UNIQUE_VIOLATION = "23505"
@@ -137,6 +139,8 @@ class PostgresDialect(SqlDialect):
             constraint = getattr(diag, "constraint_name", None)
             if constraint == IDEMPOTENCY_CONSTRAINT:
                 return ErrorKind.DUPLICATE_IDEMPOTENCY_KEY
+            if constraint in JOB_ID_CONSTRAINTS:
+                return ErrorKind.DUPLICATE_JOB_ID
             if constraint == BUSINESS_KEY_CONSTRAINT:
                 return ErrorKind.DUPLICATE_BUSINESS_KEY
             return ErrorKind.OTHER

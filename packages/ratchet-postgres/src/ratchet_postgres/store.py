@@ -352,35 +352,30 @@ JOB_RECORD = (
 def insert_statement(tags: bool, affinity: bool = False, own_keys: bool = False) -> str:
     """Insert a batch of jobs in one statement (driver SQL, ``%(name)s`` parameters).
 
-    ``rows`` (one JSON array per job) is parsed once. The idempotency keys go in first, with
-    ``ON CONFLICT DO NOTHING`` unless a key is its job's own (new) id; only the jobs whose key
-    went in are inserted into the job, tag and queue tables. The statement itself is the queue
-    insert, so its row count is the number of jobs inserted and it returns no rows to process.
-    (JSON, because psycopg builds text arrays in Python, which costs more than the database's
-    JSON parser.)
+    ``rows`` (one JSON array per job) is parsed once. The keys jobs were given go in first, with
+    ``ON CONFLICT DO NOTHING``; a job keyed by its own id (the default) has no key row, its job
+    row's primary key holds the key. Only the jobs whose key is their own or went in are
+    inserted into the job, tag and queue tables. The statement itself is the queue insert, so
+    its row count is the number of jobs inserted and it returns no rows to process. (JSON,
+    because psycopg builds text arrays in Python, which costs more than the database's JSON
+    parser.)
 
-    ``own_keys``: every job's key is its own id (the default key), so none can be taken and
-    every job goes in: the statement skips the conflict check and the filter that matches the
-    jobs to their keys (13 % of the server's execution per job, measured).
+    ``own_keys``: every job is keyed by its own id, so the statement inserts no key and needs
+    no filter.
     """
     queue_values = ", ".join("0" if c in ("attempts", "epoch") else c for c in QUEUE_COLUMNS)
-    key_insert = (
-        "INSERT INTO scheduler_idempotency_key (idempotency_key, job_id, created_at)"
-        " SELECT idempotency_key, job_id, CAST(%(now)s AS BIGINT) FROM r"
-    )
     parts = [f"r AS MATERIALIZED ({_recordset('rows', JOB_RECORD)})"]
     if own_keys:
         fresh = ""
-        parts.append(f"own AS ({key_insert})")
     else:
-        fresh = " WHERE job_id IN (SELECT job_id FROM idem UNION ALL SELECT job_id FROM own)"
         own_key = "idempotency_key = CAST(job_id AS TEXT)"
+        fresh = " WHERE job_id IN (SELECT job_id FROM idem UNION ALL SELECT job_id FROM own)"
         parts += [
             # A key given (or kept from an earlier submission) may be taken already: skipped.
-            f"idem AS ({key_insert} WHERE NOT {own_key} ON CONFLICT DO NOTHING RETURNING job_id)",
-            # A job's own id as its key (the default) is new with the job: a plain insert,
-            # which costs the server less than one that checks for a conflict first.
-            f"own AS ({key_insert} WHERE {own_key} RETURNING job_id)",
+            "idem AS (INSERT INTO scheduler_idempotency_key (idempotency_key, job_id, created_at)"
+            f" SELECT idempotency_key, job_id, CAST(%(now)s AS BIGINT) FROM r WHERE NOT {own_key}"
+            " ON CONFLICT DO NOTHING RETURNING job_id)",
+            f"own AS (SELECT job_id FROM r WHERE {own_key})",
         ]
     parts.append(
         f"j AS (INSERT INTO scheduler_job ({', '.join(JOB_COLUMNS)})"

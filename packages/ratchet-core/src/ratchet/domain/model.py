@@ -61,6 +61,23 @@ class NewJob:
     takeover_policy: TakeoverPolicy | None = None
     """What a takeover of a stalled attempt does (None: resume from the last checkpoint)."""
 
+    @property
+    def keyed_by_id(self) -> bool:
+        """Whether the job's idempotency key is its own id (a builder's default key). Such a
+        key is held by the job's row itself (its primary key), so a plain submission writes no
+        key row for it, and the key lasts as long as the job."""
+        return self.idempotency_key == str(self.job_id)
+
+
+def own_id(key: str) -> uuid.UUID | None:
+    """The id of the job that ``key`` would be the own key of (:attr:`NewJob.keyed_by_id`):
+    ``key`` read as a UUID in its canonical form; None when it is not one."""
+    try:
+        job_id = uuid.UUID(key)
+    except ValueError:
+        return None
+    return job_id if str(job_id) == key else None
+
 
 #: The longest trace context a job stores (a traceparent and a full 512-character tracestate fit).
 MAX_TRACE_CONTEXT = 1024

@@ -155,7 +155,7 @@ class JobBuilder:
     # keep the garbage collector's passes over them short.
     __slots__ = (
         "__weakref__", "_affinity", "_app", "_args", "_backoff", "_backoff_delay", "_business_key", "_delay",
-        "_executor", "_flow", "_idempotency_key", "_immediate", "_kwargs", "_max_retries",
+        "_executor", "_flow", "_idempotency_key", "_immediate", "_job_id", "_kwargs", "_max_retries",
         "_params", "_principal", "_principal_set", "_priority", "_ref", "_resource", "_run_at",
         "_schedule_to_start", "_stall_timeout", "_submitted", "_tags", "_takeover_policy",
         "_timeout",
@@ -189,6 +189,7 @@ class JobBuilder:
         self._tags: tuple[str, ...] = ()
         self._params: dict[str, str] = {}
         self._idempotency_key: str | None = None  # made on first use unless set
+        self._job_id: uuid.UUID | None = None  # the id of every job built (made at the first)
         self._business_key: str | None = None
         self._immediate = False
         self._executor: str | None = None
@@ -432,7 +433,8 @@ class JobBuilder:
     @property
     def idempotency_key(self) -> str:
         """The key given, else this builder's own: a random UUID if asked for before the first
-        build, else the id of the first job built (unique, and free to make)."""
+        build, else the id of the job it builds (unique, free to make, and held by the job's
+        own row)."""
         if self._idempotency_key is None:
             self._idempotency_key = str(uuid.uuid4())
         return self._idempotency_key
@@ -477,7 +479,11 @@ class JobBuilder:
             encode_payload(self._args, self._kwargs, app.config.max_payload_bytes, enums=app.enums)
         )
         scheduled = self._run_at or (now + self._delay if self._delay else now)
-        job_id = self._app.new_id()
+        # One builder, one job: building it again (a second submit, a retry) names the same
+        # job, which the store then finds instead of inserting another.
+        job_id = self._job_id
+        if job_id is None:
+            job_id = self._job_id = self._app.new_id()
         if self._idempotency_key is None:
             self._idempotency_key = str(job_id)
         return NewJob(

@@ -46,6 +46,7 @@ class ErrorKind(enum.Enum):
     """How the store should react to a database error."""
 
     DUPLICATE_IDEMPOTENCY_KEY = "duplicate idempotency key"
+    DUPLICATE_JOB_ID = "duplicate job id (the key of a job keyed by its own id)"
     DUPLICATE_BUSINESS_KEY = "duplicate business key"
     RETRYABLE = "retryable (deadlock, serialization failure, lock timeout, busy)"
     TRANSIENT = "transient (connection lost or refused)"

@@ -607,11 +607,16 @@ def submit_rows(
 ) -> tuple[list[tuple[Any, ...]], ...]:
     """Value tuples for the key, job, queue, tag and affinity inserts of ``jobs``
     (``KEY_COLUMNS``, ``JOB_COLUMNS``, ``QUEUE_COLUMNS``, ``TAG_COLUMNS``,
-    ``AFFINITY_COLUMNS``), from :func:`job_records`."""
+    ``AFFINITY_COLUMNS``), from :func:`job_records`. A job keyed by its own id
+    (:attr:`~ratchet.domain.model.NewJob.keyed_by_id`) has no key row."""
     now_us = to_micros(now)
     records, tag_rows, aff_rows = job_records(jobs, now, db_uuid)
     width = len(JOB_COLUMNS)
-    key_rows = [(r[_IDEMPOTENCY_KEY], r[_JOB_ID], now_us) for r in records]
+    key_rows = [
+        (r[_IDEMPOTENCY_KEY], r[_JOB_ID], now_us)
+        for j, r in zip(jobs, records, strict=True)
+        if not j.keyed_by_id
+    ]
     job_rows = [r[:width] for r in records]
     queue_rows = [
         (r[_JOB_ID], r[_STATUS], r[_PRIORITY], r[_SCHEDULED], 0, 0, r[_BUSINESS_KEY],
@@ -643,7 +648,8 @@ class SubmitStatements:
         return submit_rows(jobs, now, self.uuid)
 
     def lookup(self, conn: Connection, keys: Iterable[str]) -> dict[str, uuid.UUID]:
-        """The holders of ``keys`` (those taken)."""
+        """The holders of ``keys`` (those taken) in the key table: the keys jobs were given,
+        not those that are their jobs' own ids."""
         found: dict[str, uuid.UUID] = {}
         for chunk in iter_chunks(list(keys), CHUNK):
             found.update(self.keys.fetch(conn, chunk))
@@ -656,28 +662,37 @@ def first_of_each_key(
     """The jobs of ``jobs`` that are the first of their idempotency key, recording each in
     ``first`` (key -> first job; a key already there keeps its job)."""
     seen = {} if first is None else first
-    return [j for j in jobs if seen.setdefault(j.idempotency_key, j) is j]
+    fresh: list[NewJob] = []
+    for job in jobs:
+        if job.idempotency_key not in seen:
+            seen[job.idempotency_key] = job
+            fresh.append(job)
+    return fresh
 
 
 def insert_results(
     jobs: Sequence[NewJob], first: Mapping[str, NewJob], holders: Mapping[str, uuid.UUID]
 ) -> list[InsertResult]:
     """Each job's result: the holder of a key taken before the batch, else the batch's first
-    job of the key (inserted when it is that job)."""
+    job of the key (inserted at its first place in ``jobs``)."""
     results: list[InsertResult] = []
+    answered: set[str] = set()
     for job in jobs:
-        holder = holders.get(job.idempotency_key)
+        key = job.idempotency_key
+        holder = holders.get(key)
         if holder is not None:
             results.append(InsertResult(holder, False))
         else:
-            winner = first[job.idempotency_key]
-            results.append(InsertResult(winner.job_id, winner is job))
+            winner = first[key]
+            results.append(InsertResult(winner.job_id, winner is job and key not in answered))
+            answered.add(key)
     return results
 
 
 class InsertStatements:
     """The insert of a batch of jobs whose idempotency keys are distinct: the jobs whose key is
-    free go in (key, job, queue and tag rows); a key taken already names its holder.
+    free go in (key, job, queue and tag rows; no key row for a job keyed by its own id); a key
+    taken already names its holder.
 
     A subclass renders how rows reach a table (:meth:`insert_rows`), or replaces :meth:`insert`.
     """
@@ -710,7 +725,9 @@ class InsertStatements:
         returns how many jobs went in, or None when it undid its own transaction and the store
         should take the ``Connection`` path instead. The generic work (for a dialect that names
         its :attr:`~ratchet.sql.dialect.SqlDialect.driver_begin`) is one transaction of the
-        prepared inserts, given up when a key was taken (a rare case the other path handles).
+        prepared inserts, given up when a given key was taken (a rare case the other path
+        handles). A job keyed by its own id that is there already fails the job insert (a
+        duplicate job id, which the store handles).
         It sends rows as the generic :meth:`insert_rows` does: a subclass that renders its rows
         another way overrides this too, or its dialect leaves ``driver_begin`` unset.
         """
@@ -735,14 +752,15 @@ class InsertStatements:
         def work(driver: Any) -> int | None:
             try:
                 with driver_transaction(driver, begin) as cursor:
-                    cursor.executemany(key_insert.sql, keys)
-                    if cursor.rowcount != len(keys):
-                        raise _KeyTaken
+                    if keys:
+                        cursor.executemany(key_insert.sql, keys)
+                        if cursor.rowcount != len(keys):
+                            raise _KeyTaken
                     for sql, rows in writes:
                         cursor.executemany(sql, rows)
             except _KeyTaken:
                 return None
-            return len(keys)
+            return len(fresh)
 
         return work
 
@@ -755,13 +773,16 @@ class InsertStatements:
     def holders_after(
         self, conn: Connection, fresh: Sequence[NewJob], went_in: int
     ) -> dict[str, uuid.UUID]:
-        """After inserting the keys of ``fresh`` skipping taken ones, of which ``went_in`` went
-        in: the holders of the keys that were taken already (none when all went in)."""
+        """After inserting ``fresh`` skipping the jobs whose given key was taken, of which
+        ``went_in`` went in: the holders of the keys that were taken already (none when all went
+        in). Jobs keyed by their own ids all went in (one that was there already fails the
+        insert instead)."""
         if went_in == len(fresh):
             return {}
-        found = self.prepared(conn.dialect).lookup(conn, [j.idempotency_key for j in fresh])
+        given = [j for j in fresh if not j.keyed_by_id]
+        found = self.prepared(conn.dialect).lookup(conn, [j.idempotency_key for j in given])
         holders: dict[str, uuid.UUID] = {}
-        for job in fresh:
+        for job in given:
             holder = found.get(job.idempotency_key)
             if holder is None:  # pragma: no cover - keys are never deleted
                 raise DuplicateIdempotencyKeyError(job.idempotency_key, None)
@@ -777,18 +798,22 @@ class InsertStatements:
 
         Where the dialect can skip taken keys in the insert itself, the keys go in first and
         only a shortfall in the inserted row count costs a look-up; otherwise the taken keys are
-        looked up first.
+        looked up first. Only given keys are checked here: a job keyed by its own id that is
+        there already fails the job insert with a duplicate job id, which the store handles
+        (:meth:`~ratchet.sql.store.SqlStore.insert_jobs`).
         """
         prepared = self.prepared(conn.dialect)
         if prepared.key_insert_ignoring is None:
-            holders = prepared.lookup(conn, [j.idempotency_key for j in fresh])
+            given = [j.idempotency_key for j in fresh if not j.keyed_by_id]
+            holders = prepared.lookup(conn, given) if given else {}
             if holders:
                 fresh = [j for j in fresh if j.idempotency_key not in holders]
             key_rows, job_rows, queue_rows, tag_rows, aff_rows = prepared.rows(fresh, now)
             self.insert_rows(conn, prepared.key_insert, key_rows)
         else:
             key_rows, job_rows, queue_rows, tag_rows, aff_rows = prepared.rows(fresh, now)
-            went_in = prepared.key_insert_ignoring.execute(conn, key_rows)
+            keyed_by_id = len(fresh) - len(key_rows)
+            went_in = keyed_by_id + prepared.key_insert_ignoring.execute(conn, key_rows)
             holders = self.holders_after(conn, fresh, went_in)
             if holders:
                 fresh = [j for j in fresh if j.idempotency_key not in holders]

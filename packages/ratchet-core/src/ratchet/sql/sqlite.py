@@ -16,6 +16,9 @@ from sqlalchemy.exc import DBAPIError
 
 from ratchet.sql.dialect import ErrorKind, SqlDialect
 
+#: The tables keyed by job id: SQLite names a broken primary key ``<table>.job_id``.
+JOB_ID_TABLES = ("scheduler_job", "scheduler_job_queue")
+
 BUSY_TIMEOUT_MS = 30_000
 
 
@@ -68,6 +71,8 @@ class SqliteDialect(SqlDialect):
         if isinstance(orig, sqlite3.IntegrityError):
             if "idempotency_key" in text:
                 return ErrorKind.DUPLICATE_IDEMPOTENCY_KEY
+            if any(text.endswith(f"{table}.job_id") for table in JOB_ID_TABLES):
+                return ErrorKind.DUPLICATE_JOB_ID
             if "business_key" in text:
                 return ErrorKind.DUPLICATE_BUSINESS_KEY
             return ErrorKind.OTHER

@@ -55,6 +55,7 @@ from ratchet.domain.model import (
     NodeRecord,
     Outcome,
     OutcomeWrite,
+    own_id,
 )
 from ratchet.domain.options import BackoffPolicy
 from ratchet.domain.takeover import TakeoverPolicy
@@ -459,6 +460,14 @@ class SqlStore(
                 lambda conn: self._insert(conn, jobs, now), autocommit=self.atomic_insert
             )
         except DBAPIError as exc:
+            if self._translate(exc) is not ErrorKind.DUPLICATE_JOB_ID:
+                self._raise_duplicate(exc, jobs)
+                raise
+        # A job keyed by its own id is there already (a builder submitted again, or a retry
+        # after a lost commit): rare, so only now are the ids looked up first.
+        try:
+            return self._run(lambda conn: self._insert(conn, jobs, now, check_ids=True))
+        except DBAPIError as exc:
             self._raise_duplicate(exc, jobs)
             raise
 
@@ -490,6 +499,10 @@ class SqlStore(
         one). Every submission path (plain, bulk, flows, streaming chunks, replacement) ends
         here, so each raises the same errors on every database."""
         kind = self._translate(exc)
+        if kind is ErrorKind.DUPLICATE_JOB_ID:
+            present = self._present_ids([j.job_id for j in jobs])
+            job = next((j for j in jobs if j.job_id in present), jobs[0])
+            raise DuplicateIdempotencyKeyError(job.idempotency_key, job.job_id) from exc
         if kind is ErrorKind.DUPLICATE_IDEMPOTENCY_KEY:
             keys = [j.idempotency_key for j in jobs]
             holders = self._lookup_keys(keys)
@@ -515,6 +528,22 @@ class SqlStore(
 
         return self._run(work, write=False)
 
+    def _present_ids(self, ids: Sequence[uuid.UUID]) -> set[uuid.UUID]:
+        """Those of ``ids`` that name a stored job."""
+
+        def work(conn: Connection) -> set[uuid.UUID]:
+            return self._stored_ids(conn, ids)
+
+        return self._run(work, write=False) if ids else set()
+
+    @staticmethod
+    def _stored_ids(conn: Connection, ids: Sequence[uuid.UUID]) -> set[uuid.UUID]:
+        """Those of ``ids`` that name a job stored (as ``conn`` sees it)."""
+        found: set[uuid.UUID] = set()
+        for chunk in iter_chunks(list(ids), CHUNK):
+            found.update(conn.execute(select(J.c.job_id).where(J.c.job_id.in_(chunk))).scalars())
+        return found
+
     def _business_key_holders(self, keys: Sequence[str]) -> dict[str, uuid.UUID]:
         def work(conn: Connection) -> dict[str, uuid.UUID]:
             rows = conn.execute(
@@ -529,16 +558,23 @@ class SqlStore(
         return HotPaths.generic(self.dialect)
 
     def _insert(
-        self, conn: Connection, jobs: Sequence[NewJob], now: datetime
+        self, conn: Connection, jobs: Sequence[NewJob], now: datetime, *, check_ids: bool = False
     ) -> list[InsertResult]:
         """Insert the jobs whose idempotency key is free; a taken key returns its holder, a key
-        repeated in the batch its first job."""
+        repeated in the batch its first job. ``check_ids``: first look up the jobs' ids, and
+        skip the jobs stored already (each is its own holder); without it such a job fails the
+        insert (a duplicate job id)."""
         if not jobs:
             return []
         first: dict[str, NewJob] = {}
         fresh = first_of_each_key(jobs, first)
-        holders = self.hot_paths.insert.insert(conn, fresh, now)
-        return insert_results(jobs, first, holders)
+        stored: dict[str, uuid.UUID] = {}
+        if check_ids:
+            present = self._stored_ids(conn, [j.job_id for j in fresh])
+            stored = {j.idempotency_key: j.job_id for j in fresh if j.job_id in present}
+            fresh = [j for j in fresh if j.job_id not in present]
+        holders = self.hot_paths.insert.insert(conn, fresh, now) if fresh else {}
+        return insert_results(jobs, first, {**stored, **holders})
 
     @staticmethod
     def _job_row(j: NewJob) -> dict[str, Any]:
@@ -1028,7 +1064,19 @@ class SqlStore(
         return self._run(work, write=False)
 
     def find_by_idempotency_key(self, key: str) -> uuid.UUID | None:
-        return self._lookup_keys([key]).get(key)
+        holder = self._lookup_keys([key]).get(key)
+        if holder is not None:
+            return holder
+        job_id = own_id(key)
+        if job_id is None:
+            return None
+
+        def work(conn: Connection) -> uuid.UUID | None:
+            keyed = select(J.c.job_id).where(J.c.job_id == job_id, J.c.idempotency_key == key)
+            found: uuid.UUID | None = conn.execute(keyed).scalar()
+            return found
+
+        return self._run(work, write=False)
 
     def list_jobs(self, job_filter: JobFilter, limit: int = 100) -> list[JobRecord]:
         def work(conn: Connection) -> list[JobRecord]:

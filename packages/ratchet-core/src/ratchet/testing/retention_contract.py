@@ -24,6 +24,7 @@ from ratchet.domain.lifecycle import JobStatus
 from ratchet.domain.model import ClaimedJob, NewJob, OutcomeKind
 from ratchet.domain.retention import DeadLetterFilter, PageCursor
 from ratchet.domain.text import storable_text
+from ratchet.ids import uuid7
 from ratchet.ports import JobLogStore, RetentionStore, WorkflowStore
 from ratchet.testing.clock import FakeClock
 from ratchet.testing.store_contract import BOOST, NODE, new_job, outcome
@@ -289,6 +290,20 @@ class RetentionStoreContract:
         reuse = new_job(clock, idempotency_key=ended.idempotency_key)
         [result] = store.insert_jobs([reuse], now=clock.now())
         assert result.inserted and result.job_id == reuse.job_id
+
+    def test_a_removed_job_keyed_by_its_own_id_takes_its_key_along(
+        self, store: Any, retention: RetentionStore, clock: FakeClock
+    ) -> None:
+        """A job keyed by its own id leaves no tombstone: its row holds its key."""
+        [given] = end_jobs(store, clock, 1)
+        job_id = uuid7()
+        [own] = end_jobs(store, clock, 1, job_id=job_id, idempotency_key=str(job_id))
+        assert store.find_by_idempotency_key(own.idempotency_key) == own.job_id
+        clock.advance(DAY)
+        assert self.prune(retention, clock, JobStatus.SUCCEEDED) == 2
+        assert retention.count_tombstones(clock.now()) == 1
+        assert store.find_by_idempotency_key(given.idempotency_key) == given.job_id
+        assert store.find_by_idempotency_key(own.idempotency_key) is None
 
     # ------------------------------------------------------------------ dead letters
     def test_dead_letters_list_newest_first_with_filters_and_a_cursor(

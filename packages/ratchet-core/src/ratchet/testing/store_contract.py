@@ -67,6 +67,12 @@ def new_job(clock: FakeClock, **overrides: Any) -> NewJob:
     return NewJob(**fields)
 
 
+def keyed_by_id(clock: FakeClock, **overrides: Any) -> NewJob:
+    """A valid NewJob due now whose idempotency key is its own id (a builder's default)."""
+    job_id = uuid7()
+    return new_job(clock, job_id=job_id, idempotency_key=str(job_id), **overrides)
+
+
 def trace_context(name: str, size: int = 0) -> str:
     """A stored trace context (W3C headers as JSON) unique to ``name``; ``size`` pads its
     ``tracestate`` so that the whole is exactly that many characters long."""
@@ -380,6 +386,61 @@ class StoreContract:
         [result] = store.insert_jobs([new_job(clock, idempotency_key="once")], now=clock.now())
         assert (result.inserted, result.job_id) == (False, first.job_id)
         assert store.find_by_idempotency_key("once") == first.job_id
+
+    def test_a_job_keyed_by_its_own_id_answers_with_itself_when_inserted_again(
+        self, store: Any, clock: FakeClock
+    ) -> None:
+        """A builder's default key is its job's id: inserting that job again (a builder
+        submitted twice, a retry after a lost commit), alone or in a batch, live or ended,
+        stores nothing and answers with the job itself."""
+        job = keyed_by_id(clock)
+        [first] = store.insert_jobs([job], now=clock.now())
+        assert (first.job_id, first.inserted) == (job.job_id, True)
+        fresh = keyed_by_id(clock)
+        again = store.insert_jobs([fresh, job, fresh], now=clock.now())
+        assert [(r.job_id, r.inserted) for r in again] == [
+            (fresh.job_id, True),
+            (job.job_id, False),
+            (fresh.job_id, False),
+        ]
+        assert store.find_by_idempotency_key(job.idempotency_key) == job.job_id
+        claimed = self.claim(store, clock, limit=10)
+        store.record_outcomes(
+            NODE, [outcome(c, OutcomeKind.SUCCEEDED, clock) for c in claimed], now=clock.now()
+        )
+        [ended] = store.insert_jobs([job], now=clock.now())
+        assert (ended.job_id, ended.inserted) == (job.job_id, False)
+        assert self.status(store, job.job_id) is JobStatus.SUCCEEDED
+        assert len(store.list_jobs(JobFilter(), 100)) == 2
+
+    def test_a_job_keyed_by_its_own_id_inserted_again_in_a_callers_transaction_raises(
+        self, store: Any, clock: FakeClock
+    ) -> None:
+        if not store.capabilities.transactional_submit or not hasattr(store, "connect"):
+            pytest.skip("N/A: transactional submit")
+        job = keyed_by_id(clock)
+        store.insert_jobs([job], now=clock.now())
+        with (
+            pytest.raises(DuplicateIdempotencyKeyError) as err,
+            store.connect() as conn,
+            conn.begin(),
+        ):
+            store.insert_jobs([keyed_by_id(clock), job], now=clock.now(), connection=conn)
+        assert (err.value.key, err.value.holder) == (job.idempotency_key, job.job_id)
+        assert len(store.list_jobs(JobFilter(), 100)) == 1
+
+    def test_a_given_key_is_not_a_job_id(self, store: Any, clock: FakeClock) -> None:
+        """A key given to a job is checked among the keys given, not against the ids of jobs
+        keyed by their own: a key that happens to spell another job's id is a key of its own."""
+        job = keyed_by_id(clock)
+        store.insert_jobs([job], now=clock.now())
+        spelled = new_job(clock, idempotency_key=str(job.job_id))
+        [result] = store.insert_jobs([spelled], now=clock.now())
+        assert (result.job_id, result.inserted) == (spelled.job_id, True)
+        [again] = store.insert_jobs(
+            [new_job(clock, idempotency_key=str(job.job_id))], now=clock.now()
+        )
+        assert (again.job_id, again.inserted) == (spelled.job_id, False)
 
     def test_bulk_insert_honours_keys_row_by_row(self, store: Any, clock: FakeClock) -> None:
         [old] = self.insert(store, clock, idempotency_key="k1")
