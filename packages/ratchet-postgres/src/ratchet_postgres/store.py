@@ -347,9 +347,44 @@ JOB_RECORD = (
     *((schema.job_queue, c) for c in RECORD_QUEUE_COLUMNS),
 )
 
+#: Counts every new job starts at; any other column a record may leave out is NULL.
+_ZERO_FIELDS = frozenset({"attempts", "affinity", "backoff_ms"})
+
+#: The places in a job record that a batch's records leave out when every job of the batch has
+#: the same value there (:data:`_ZERO_FIELDS` 0, any other nullable column NULL): the value of
+#: each such place, by place. The server's parse of a record costs about as much per value as
+#: per row, and most jobs leave most options unset.
+_SPARSE_FIELDS = {
+    place: 0 if name in _ZERO_FIELDS else None
+    for place, (table, name) in enumerate(JOB_RECORD)
+    if name in _ZERO_FIELDS or table.c[name].nullable
+}
+
+
+def _record_select(left_out: tuple[int, ...]) -> str:
+    """The job records' ``SELECT`` (:func:`_json_rows` of :data:`JOB_RECORD`) when each record
+    leaves out the places ``left_out`` (the others move up): those columns take their
+    common value (:data:`_SPARSE_FIELDS`), an idempotency key left out is its job's own id."""
+    values: list[str] = []
+    kept = 0
+    for place, (table, name) in enumerate(JOB_RECORD):
+        sql_type = _cast_type(table.c[name].type)
+        if place not in left_out:
+            values.append(f"CAST(e ->> {kept} AS {sql_type}) AS {name}")
+            kept += 1
+        elif place == _KEY:
+            values.append(f"CAST(CAST(e ->> 0 AS UUID) AS TEXT) AS {name}")
+        elif _SPARSE_FIELDS[place] == 0:
+            values.append(f"0 AS {name}")
+        else:
+            values.append(f"CAST(NULL AS {sql_type}) AS {name}")
+    return f"SELECT {', '.join(values)} FROM jsonb_array_elements(CAST(%(rows)s AS jsonb)) AS e"
+
 
 @cache
-def insert_statement(tags: bool, affinity: bool = False, own_keys: bool = False) -> str:
+def insert_statement(
+    tags: bool, affinity: bool = False, own_keys: bool = False, left_out: tuple[int, ...] = ()
+) -> str:
     """Insert a batch of jobs in one statement (driver SQL, ``%(name)s`` parameters).
 
     ``rows`` (one JSON array per job) is parsed once. The keys jobs were given go in first, with
@@ -361,10 +396,11 @@ def insert_statement(tags: bool, affinity: bool = False, own_keys: bool = False)
     parser.)
 
     ``own_keys``: every job is keyed by its own id, so the statement inserts no key and needs
-    no filter.
+    no filter. ``left_out``: the places of :data:`JOB_RECORD` the records leave out
+    (:func:`_record_select`).
     """
     queue_values = ", ".join("0" if c in ("attempts", "epoch") else c for c in QUEUE_COLUMNS)
-    parts = [f"r AS MATERIALIZED ({_recordset('rows', JOB_RECORD)})"]
+    parts = [f"r AS MATERIALIZED ({_record_select(left_out)})"]
     if own_keys:
         fresh = ""
     else:
@@ -430,13 +466,23 @@ def _uuid_text(value: uuid.UUID) -> str:
 def _insert_params(jobs: Sequence[NewJob], now: datetime) -> tuple[str, dict[str, Any]]:
     """The statement (:func:`insert_statement`) that inserts ``jobs``, and its parameters."""
     records, tag_rows, aff_rows = job_records(jobs, now, _uuid_text)
+    own_keys = all(r[_KEY] == _own_key(r[_ID]) for r in records)
+    columns = list(zip(*records, strict=True))  # a record holds no bool, which 0 would count
+    size = len(records)
+    left_out = tuple(
+        place for place, value in _SPARSE_FIELDS.items() if columns[place].count(value) == size
+    )
+    if own_keys:
+        left_out = tuple(sorted((*left_out, _KEY)))
+    if left_out:
+        kept = (c for place, c in enumerate(columns) if place not in left_out)
+        records = list(zip(*kept, strict=True))
     params: dict[str, Any] = {"now": to_micros(now), "rows": _json_records(records)}
     if tag_rows:
         params["tags"] = _json_records(tag_rows)
     if aff_rows:
         params["aff"] = _json_records(aff_rows)
-    own_keys = all(r[_KEY] == _own_key(r[_ID]) for r in records)
-    return insert_statement(bool(tag_rows), bool(aff_rows), own_keys), params
+    return insert_statement(bool(tag_rows), bool(aff_rows), own_keys, left_out), params
 
 
 _ID, _KEY = JOB_COLUMNS.index("job_id"), JOB_COLUMNS.index("idempotency_key")

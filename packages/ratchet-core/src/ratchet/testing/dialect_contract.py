@@ -50,6 +50,7 @@ from ratchet.testing.store_contract import (
     BOOST,
     expected_last_errors,
     failed_once,
+    keyed_by_id,
     mixed_outcomes,
     new_job,
     outcome,
@@ -354,6 +355,30 @@ class DialectEquivalenceContract:
         self.assert_same(mine, theirs)
         assert all(r.inserted for r in mine.answer)
         self.check_round_trips(store, "insert", mine.statements, theirs.statements)
+
+        # Jobs keyed by their own ids (no key rows), with every option unset but in one job
+        # each: a dialect that leaves unset values out of what it sends must still store each.
+        options: list[dict[str, Any]] = [
+            {},
+            {"timeout": timedelta(seconds=3)},
+            {"backoff_delay": timedelta(seconds=2)},
+            {"params": {"k": "v"}},
+            {"business_key": "bk-own"},
+            {"executor": "threads"},
+            {"resource_name": "api"},
+            {"stall_timeout": timedelta(seconds=9)},
+            {"caller_principal": "alice"},
+            {"schedule_to_start": timedelta(minutes=5)},
+            {"takeover_policy": TakeoverPolicy.FAIL},
+            {"trace_context": '{"traceparent":"00-' + "1" * 32 + "-" + "2" * 16 + '-01"}'},
+        ]
+        for batch in ([keyed_by_id(clock)], [keyed_by_id(clock, **o) for o in options]):
+            mine, theirs = self.both(store, lambda s, c, b=batch: s._insert(c, b, clock.now()))
+            self.assert_same(mine, theirs)
+            assert all(r.inserted for r in mine.answer)
+            keyed = {row["job_id"] for row in mine.rows["scheduler_idempotency_key"]}
+            assert not keyed & {j.job_id for j in batch}, "no key rows for own keys"
+            assert len(mine.rows["scheduler_job"]) == 1 + len(batch)
 
     def bulk_batch(self, store: Any, clock: FakeClock) -> tuple[NewJob, list[NewJob], int]:
         """A taken key and three chunks of the store's insert (and a bit): keys repeated across
