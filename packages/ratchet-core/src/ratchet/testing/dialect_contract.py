@@ -373,7 +373,11 @@ class DialectEquivalenceContract:
             {"trace_context": '{"traceparent":"00-' + "1" * 32 + "-" + "2" * 16 + '-01"}'},
         ]
         for batch in ([keyed_by_id(clock)], [keyed_by_id(clock, **o) for o in options]):
-            mine, theirs = self.both(store, lambda s, c, b=batch: s._insert(c, b, clock.now()))
+
+            def insert(s: Any, c: Connection, batch: list[NewJob] = batch) -> Any:
+                return s._insert(c, batch, clock.now())
+
+            mine, theirs = self.both(store, insert)
             self.assert_same(mine, theirs)
             assert all(r.inserted for r in mine.answer)
             keyed = {row["job_id"] for row in mine.rows["scheduler_idempotency_key"]}
