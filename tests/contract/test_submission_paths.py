@@ -136,3 +136,16 @@ def test_builders_submitted_again_answer_with_their_jobs(app: Ratchet, size: int
     with app.store.engine.connect() as conn:
         key_rows = conn.execute(select(func.count()).select_from(schema.idempotency_key))
         assert key_rows.scalar_one() == 0
+
+
+def test_a_flow_submitted_again_answers_with_its_head(app: Ratchet) -> None:
+    """A flow's head keyed by its own id is held by its row (no key row for it): the same
+    builder submitted again stores nothing and answers with the head."""
+    flow = app.enqueue(gate_jobs.plain, 1).then(gate_jobs.plain, 2)
+    first = flow.submit()
+    again = flow.submit()
+    assert (again.id, again.inserted) == (first.id, False)
+    assert len(app.list_jobs(JobFilter())) == 2
+    with app.store.engine.connect() as conn:
+        keyed = set(conn.execute(select(schema.idempotency_key.c.job_id)).scalars())
+    assert first.id not in keyed and len(keyed) == 1, "a key row for the step only"

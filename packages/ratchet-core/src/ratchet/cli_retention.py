@@ -315,24 +315,40 @@ def tombstones() -> None:
 @click.option(
     "--older-than-days",
     type=click.IntRange(0, None),
-    required=True,
     help="Purge keys created more than this many days ago.",
+)
+@click.option(
+    "--own-ids",
+    is_flag=True,
+    help="Purge, whatever their age, the key rows whose key is their job's own id (written"
+    " before a job's own id held its key; run once every node runs this version).",
 )
 @click.option("--dry-run", is_flag=True, help="Count what would go; delete nothing.")
 @_json_option
 def tombstones_purge(
-    url: str | None, app_spec: str | None, older_than_days: int, dry_run: bool, as_json: bool
+    url: str | None,
+    app_spec: str | None,
+    older_than_days: int | None,
+    own_ids: bool,
+    dry_run: bool,
+    as_json: bool,
 ) -> None:
-    """Delete old idempotency keys of jobs that are no longer live (the keys become free)."""
+    """Delete old idempotency keys of jobs that are no longer live (the keys become free), or
+    with --own-ids the rows of keys that are their jobs' own ids."""
+    if (older_than_days is None) == (not own_ids):
+        raise click.UsageError("give either --older-than-days N or --own-ids")
     app = _app(url, app_spec)
-    count = app.retention.purge_tombstones(older_than_days, dry_run=dry_run)
+    if own_ids:
+        count = app.retention.purge_own_id_keys(dry_run=dry_run)
+        what = "idempotency key row(s) of jobs keyed by their own ids"
+    else:
+        assert older_than_days is not None
+        count = app.retention.purge_tombstones(older_than_days, dry_run=dry_run)
+        what = f"idempotency key(s) older than {older_than_days} days"
     if as_json:
         _echo_json({"purged": count, "dry_run": dry_run})
     else:
-        click.echo(
-            f"{'would purge' if dry_run else 'purged'} {count} idempotency key(s) older than "
-            f"{older_than_days} days"
-        )
+        click.echo(f"{'would purge' if dry_run else 'purged'} {count} {what}")
 
 
 def register(group: click.Group) -> None:

@@ -448,6 +448,14 @@ class RetentionStore(Protocol):
     def count_tombstones(self, before: datetime) -> int:
         """How many keys :meth:`purge_tombstones` would delete."""
 
+    def purge_own_id_keys(
+        self, after: str | None, *, limit: int, dry_run: bool = False
+    ) -> tuple[int, str | None]:
+        """Among the next ``limit`` key rows in key order after the key ``after`` (None: from
+        the first), delete those whose key is their job's own id (rows a submission wrote
+        before a job's own id held its key: they guard nothing); return how many (dry: would
+        be), and the last key read (None once no row is left to read)."""
+
     def list_dead_letters(
         self, flt: DeadLetterFilter, *, limit: int, after: PageCursor | None = None
     ) -> list[JobRecord]:

@@ -192,6 +192,23 @@ class RetentionApi:
             log.info("purged %d idempotency key(s) older than %d days", removed, older_than_days)
         return removed
 
+    def purge_own_id_keys(self, *, dry_run: bool = False) -> int:
+        """Delete the idempotency-key rows whose key is their job's own id, whatever their age
+        (rows written before a job's own id held its key: they guard nothing, since only the
+        builder that made such a key could send it again, and it names the same job); return
+        how many (or, dry, would). Reads the whole key table in batches of the retention
+        ``batch_size``. Run it once every node runs a version whose builders keep their job's
+        id: an older node's builder submitted twice looks its key up in these rows."""
+        store = retention_store(self._app)
+        size = self.settings.batch_size
+        found, after = store.purge_own_id_keys(None, limit=size, dry_run=dry_run)
+        while after is not None:
+            more, after = store.purge_own_id_keys(after, limit=size, dry_run=dry_run)
+            found += more
+        if found and not dry_run:
+            log.info("purged %d idempotency key row(s) of jobs keyed by their own ids", found)
+        return found
+
     def archived_job(self, job_id: uuid.UUID) -> dict[str, Any] | None:
         """The archive row of a removed job (None: not archived)."""
         return retention_store(self._app).archived_job(job_id)

@@ -288,6 +288,25 @@ class RetentionStoreMixin:
 
         return self._run(work)
 
+    def purge_own_id_keys(
+        self, after: str | None, *, limit: int, dry_run: bool = False
+    ) -> tuple[int, str | None]:
+        def work(conn: Connection) -> tuple[int, str | None]:
+            page = select(IDEM.c.idempotency_key, IDEM.c.job_id)
+            if after is not None:
+                page = page.where(IDEM.c.idempotency_key > after)
+            rows = conn.execute(page.order_by(IDEM.c.idempotency_key).limit(limit)).all()
+            if not rows:
+                return 0, None
+            own = [r.idempotency_key for r in rows if r.idempotency_key == str(r.job_id)]
+            if own and not dry_run:
+                conn.execute(
+                    delete(IDEM).where(self.dialect.in_values(IDEM.c.idempotency_key, own))
+                )
+            return len(own), rows[-1].idempotency_key
+
+        return self._run(work, write=not dry_run)
+
     def count_tombstones(self, before: datetime) -> int:
         def work(conn: Connection) -> int:
             stmt = select(func.count()).select_from(IDEM).where(*self._tombstones(before))

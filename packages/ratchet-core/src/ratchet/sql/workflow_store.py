@@ -178,8 +178,10 @@ class WorkflowStoreMixin:
     ) -> InsertResult:
         """Insert a flow (head first) in one transaction: its jobs, branch conditions and batch.
 
-        Only the head's idempotency key is checked: if another job holds it, nothing is inserted
-        and that job's id is returned (``inserted`` False); the other jobs get fresh keys.
+        Only the head's idempotency key is checked: if another job holds it (for a head keyed
+        by its own id: if the head is stored already), nothing is inserted and that job's id is
+        returned (``inserted`` False); the other jobs get fresh keys. A job keyed by its own id
+        gets no key row.
 
         :raises DuplicateBusinessKeyError: a live job holds the business key of a job of the
             flow; nothing is inserted.
@@ -192,9 +194,13 @@ class WorkflowStoreMixin:
 
         def work(conn: Connection) -> InsertResult:
             head = jobs[0].job
-            holder = conn.execute(
-                select(IDEM.c.job_id).where(IDEM.c.idempotency_key == head.idempotency_key)
-            ).scalar()
+            if head.keyed_by_id:  # its own row holds its key
+                holding = select(J.c.job_id).where(J.c.job_id == head.job_id)
+            else:
+                holding = select(IDEM.c.job_id).where(
+                    IDEM.c.idempotency_key == head.idempotency_key
+                )
+            holder = conn.execute(holding).scalar()
             if holder is not None:
                 return InsertResult(holder, False)
             if batch is not None:
@@ -249,17 +255,17 @@ class WorkflowStoreMixin:
             if hidden and fj.job.status is not JobStatus.WAITING:
                 raise InvalidJobOptions("a hidden step or signal wait must be WAITING")
         for chunk in iter_chunks(list(jobs), CHUNK):
-            conn.execute(
-                insert(IDEM),
-                [
-                    {
-                        "idempotency_key": fj.job.idempotency_key,
-                        "job_id": fj.job.job_id,
-                        "created_at": now,
-                    }
-                    for fj in chunk
-                ],
-            )
+            keys = [
+                {
+                    "idempotency_key": fj.job.idempotency_key,
+                    "job_id": fj.job.job_id,
+                    "created_at": now,
+                }
+                for fj in chunk
+                if not fj.job.keyed_by_id  # held by the job's own row
+            ]
+            if keys:
+                conn.execute(insert(IDEM), keys)
             conn.execute(insert(J), [self._flow_job_row(fj) for fj in chunk])
             conn.execute(
                 insert(Q),

@@ -27,7 +27,7 @@ from ratchet.domain.text import storable_text
 from ratchet.ids import uuid7
 from ratchet.ports import JobLogStore, RetentionStore, WorkflowStore
 from ratchet.testing.clock import FakeClock
-from ratchet.testing.store_contract import BOOST, NODE, new_job, outcome
+from ratchet.testing.store_contract import BOOST, NODE, keyed_by_id, new_job, outcome
 from ratchet.testing.workflow_contract import WorkflowStoreContract
 
 T0 = datetime(2026, 1, 5, 12, 0, 0, tzinfo=UTC)
@@ -304,6 +304,26 @@ class RetentionStoreContract:
         assert retention.count_tombstones(clock.now()) == 1
         assert store.find_by_idempotency_key(given.idempotency_key) == given.job_id
         assert store.find_by_idempotency_key(own.idempotency_key) is None
+
+    def test_the_own_id_purge_pages_through_the_keys_and_keeps_given_ones(
+        self, store: Any, retention: RetentionStore, clock: FakeClock
+    ) -> None:
+        """``purge_own_id_keys`` reads the key rows page by page in key order and deletes only
+        rows whose key is their job's own id; a key given to a job is never one of them."""
+        given = [new_job(clock, idempotency_key=f"order-{i}") for i in range(5)]
+        spelled = new_job(clock, idempotency_key=str(uuid7()))  # a UUID, not its own id
+        store.insert_jobs([*given, spelled, keyed_by_id(clock)], now=clock.now())
+        seen: list[str] = []
+        after: str | None = None
+        while True:
+            found, after = retention.purge_own_id_keys(after, limit=2)
+            assert found == 0
+            if after is None:
+                break
+            seen.append(after)
+        assert seen == sorted(seen) and len(seen) == 3, "three pages of two, in key order"
+        for job in [*given, spelled]:
+            assert store.find_by_idempotency_key(job.idempotency_key) == job.job_id
 
     # ------------------------------------------------------------------ dead letters
     def test_dead_letters_list_newest_first_with_filters_and_a_cursor(
