@@ -6,6 +6,7 @@ tests drive the public API, whose builders put the keys where a user puts them.
 
 from __future__ import annotations
 
+import threading
 from collections.abc import Callable, Iterator
 from datetime import timedelta
 from typing import Any
@@ -149,3 +150,23 @@ def test_a_flow_submitted_again_answers_with_its_head(app: Ratchet) -> None:
     with app.store.engine.connect() as conn:
         keyed = set(conn.execute(select(schema.idempotency_key.c.job_id)).scalars())
     assert first.id not in keyed and len(keyed) == 1, "a key row for the step only"
+
+
+def test_one_builder_submitted_from_several_threads_at_once_stores_one_job(app: Ratchet) -> None:
+    builder = app.enqueue(gate_jobs.plain, 1)
+    start = threading.Barrier(4)
+    handles: list[JobHandle] = []
+
+    def submit() -> None:
+        start.wait(timeout=30)
+        handles.append(builder.submit())
+
+    threads = [threading.Thread(target=submit) for _ in range(4)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join(timeout=60)
+    assert len(handles) == 4
+    assert len({h.id for h in handles}) == 1
+    assert sum(h.inserted for h in handles) == 1
+    assert [r.job_id for r in app.list_jobs(JobFilter())] == [handles[0].id]

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import math
+import threading
 import time
 import uuid
 import warnings
@@ -146,6 +147,10 @@ class JobHandle:
         if rec is None:
             return None
         return decode_result(self.app.protection.open_result(rec.result), self.app.enums)
+
+
+#: Held while a builder gets its job's id (only at its first build).
+_FIRST_BUILD = threading.Lock()
 
 
 class JobBuilder:
@@ -470,6 +475,17 @@ class JobBuilder:
         self._principal_set = True
         return self
 
+    def _first_id(self) -> uuid.UUID:
+        """Give this builder its job's id (and, unless one is set, the id as its key), once
+        even when threads build it at the same time: two ids would make two jobs."""
+        with _FIRST_BUILD:
+            job_id = self._job_id
+            if job_id is None:
+                job_id = self._job_id = self._app.new_id()
+                if self._idempotency_key is None:
+                    self._idempotency_key = str(job_id)
+            return job_id
+
     def _new_job(self, now: datetime, trace_context: str | None = None) -> Any:
         app = self._app
         principal = self._principal if self._principal_set else current_principal()
@@ -483,9 +499,7 @@ class JobBuilder:
         # job, which the store then finds instead of inserting another.
         job_id = self._job_id
         if job_id is None:
-            job_id = self._job_id = self._app.new_id()
-        if self._idempotency_key is None:
-            self._idempotency_key = str(job_id)
+            job_id = self._first_id()
         return NewJob(
             job_id=job_id,
             target=target,
