@@ -5,7 +5,9 @@ Its results and rows are compared with the generic insert's by the dialect equiv
 
 from __future__ import annotations
 
+import json
 from collections.abc import Iterator
+from datetime import timedelta
 from typing import Any
 
 import psycopg
@@ -17,9 +19,9 @@ from pg_fixtures import libpq_url
 from ratchet import DuplicateBusinessKeyError, StoreUnavailable
 from ratchet.ports import InsertResult
 from ratchet.testing.clock import FakeClock
-from ratchet.testing.store_contract import new_job
+from ratchet.testing.store_contract import keyed_by_id, new_job
 from ratchet_postgres import PostgresStore
-from ratchet_postgres.store import INSERT_CHUNK, _Replay
+from ratchet_postgres.store import INSERT_CHUNK, JOB_RECORD, SPARSE_FROM, _insert_params, _Replay
 
 pytestmark = pytest.mark.postgres
 
@@ -207,3 +209,35 @@ def test_a_small_batch_to_an_unreachable_server_is_unavailable() -> None:
             store.insert_jobs([new_job(clock)], now=clock.now())
     finally:
         store.close()
+
+
+def test_batches_leave_out_shared_unset_values_and_small_ones_send_every_value(
+    store: PostgresStore,
+) -> None:
+    """A batch of at least ``SPARSE_FROM`` jobs sends only what its jobs set (and no key for
+    jobs keyed by their own ids), and its jobs read back whole; a smaller one sends all 29
+    values, so single submissions need only a handful of statements whatever their options."""
+    clock = FakeClock()
+    plain = [keyed_by_id(clock) for _ in range(SPARSE_FROM)]
+    timed = [keyed_by_id(clock, timeout=timedelta(seconds=i + 1)) for i in range(SPARSE_FROM)]
+    for batch in (plain, timed):
+        statement, params = _insert_params(batch, clock.now())
+        width = len(json.loads(params["rows"])[0])
+        assert width < len(JOB_RECORD) - 15, "the unset values are left out"
+        assert statement.count("%(rows)s") == 1
+    small = [keyed_by_id(clock, executor="threads"), keyed_by_id(clock, resource_name="api")]
+    statements = {_insert_params([job], clock.now())[0] for job in small}
+    assert len(statements) == 1, "one statement for single jobs with different options"
+    assert all(
+        len(json.loads(_insert_params([j], clock.now())[1]["rows"])[0]) == len(JOB_RECORD)
+        for j in small
+    )
+    store.insert_jobs([*plain, *timed, *small], now=clock.now())
+    for job in timed:
+        record = store.get_job(job.job_id)
+        assert record is not None and record.timeout == job.timeout
+    for job in small:
+        record = store.get_job(job.job_id)
+        assert record is not None
+        assert (record.executor, record.resource_name) == (job.executor, job.resource_name)
+        assert store.find_by_idempotency_key(str(job.job_id)) == job.job_id
