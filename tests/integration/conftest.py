@@ -1,4 +1,4 @@
-"""Fixtures shared by the end-to-end tests on SQLite."""
+"""Fixtures shared by the end-to-end tests: on SQLite, and on SQLite then PostgreSQL."""
 
 from __future__ import annotations
 
@@ -16,3 +16,16 @@ def app(sqlite_url: str) -> Iterator[Ratchet]:
     app = Ratchet(sqlite_url, allowed_modules=["sample_jobs"])
     yield app
     app.close()
+
+
+@pytest.fixture(
+    params=[
+        pytest.param("sqlite", id="sqlite"),
+        pytest.param("postgres", id="postgres15", marks=pytest.mark.postgres),
+    ]
+)
+def sqlite_or_postgres_url(request: pytest.FixtureRequest, sqlite_url: str) -> str:
+    """A fresh database on SQLite, then on the test PostgreSQL server (one test each)."""
+    if request.param == "sqlite":
+        return sqlite_url
+    return str(request.getfixturevalue("postgres_store_url"))

@@ -7,7 +7,6 @@ from __future__ import annotations
 import json
 from typing import Any
 
-import pytest
 import retention_jobs
 from click.testing import CliRunner
 from sqlalchemy import func, insert, select
@@ -17,18 +16,6 @@ from ratchet.cli import main
 from ratchet.sql import schema
 
 IDEM = schema.idempotency_key
-
-
-@pytest.fixture(
-    params=[
-        pytest.param("sqlite", id="sqlite"),
-        pytest.param("postgres", id="postgres15", marks=pytest.mark.postgres),
-    ]
-)
-def url(request: pytest.FixtureRequest, sqlite_url: str) -> str:
-    if request.param == "sqlite":
-        return sqlite_url
-    return str(request.getfixturevalue("postgres_store_url"))
 
 
 def key_rows(app: Ratchet) -> set[str]:
@@ -43,7 +30,10 @@ def purge(url: str, *flags: str) -> dict[str, Any]:
     return found
 
 
-def test_rows_of_own_id_keys_go_and_given_keys_stay(url: str, support_path: Any) -> None:
+def test_rows_of_own_id_keys_go_and_given_keys_stay(
+    sqlite_or_postgres_url: str, support_path: Any
+) -> None:
+    url = sqlite_or_postgres_url
     app = Ratchet(url, allowed_modules=["retention_jobs"], auto_migrate=True)
     try:
         builders = [app.enqueue(retention_jobs.chatty, i) for i in range(7)]

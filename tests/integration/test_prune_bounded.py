@@ -7,7 +7,6 @@ from __future__ import annotations
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
-import pytest
 import retention_jobs
 from sqlalchemy import func, select
 
@@ -19,24 +18,15 @@ from ratchet.testing.retention_contract import seed_ended_jobs
 OLD = 20_000
 
 
-@pytest.fixture(
-    params=[
-        pytest.param("sqlite", id="sqlite"),
-        pytest.param("postgres", id="postgres15", marks=pytest.mark.postgres),
-    ]
-)
-def url(request: pytest.FixtureRequest, sqlite_url: str) -> str:
-    if request.param == "sqlite":
-        return sqlite_url
-    return str(request.getfixturevalue("postgres_store_url"))
-
-
 def count(app: Ratchet, table: Any, *where: Any) -> int:
     with app.store.engine.connect() as conn:  # type: ignore[attr-defined]
         return int(conn.execute(select(func.count()).select_from(table).where(*where)).scalar_one())
 
 
-def test_pruning_twenty_thousand_jobs_while_a_worker_runs(url: str, support_path: Any) -> None:
+def test_pruning_twenty_thousand_jobs_while_a_worker_runs(
+    sqlite_or_postgres_url: str, support_path: Any
+) -> None:
+    url = sqlite_or_postgres_url
     settings = RetentionSettings(batch_size=500, pause_between_batches=timedelta(0))
     app = Ratchet(url, allowed_modules=["retention_jobs"], auto_migrate=True, retention=settings)
     now = datetime.now(UTC)
