@@ -66,7 +66,12 @@ class NewJob:
         """Whether the job's idempotency key is its own id (a builder's default key). Such a
         key is held by the job's row itself (its primary key), so a plain submission writes no
         key row for it, and the key lasts as long as the job."""
-        return self.idempotency_key == str(self.job_id)
+        return is_own_id_key(self.idempotency_key, self.job_id)
+
+
+def is_own_id_key(key: str, job_id: uuid.UUID) -> bool:
+    """Whether ``key`` is the own key of the job ``job_id``: its id as ``str()`` writes it."""
+    return key == str(job_id)
 
 
 def own_id(key: str) -> uuid.UUID | None:
@@ -76,7 +81,7 @@ def own_id(key: str) -> uuid.UUID | None:
         job_id = uuid.UUID(key)
     except ValueError:
         return None
-    return job_id if str(job_id) == key else None
+    return job_id if is_own_id_key(key, job_id) else None
 
 
 #: The longest trace context a job stores (a traceparent and a full 512-character tracestate fit).

@@ -21,7 +21,7 @@ from sqlalchemy.engine import Connection, Row
 
 from ratchet.domain.joblog import JobLogLine, LogLevel
 from ratchet.domain.lifecycle import JobStatus
-from ratchet.domain.model import JobRecord
+from ratchet.domain.model import JobRecord, is_own_id_key
 from ratchet.domain.retention import DeadLetterFilter, PageCursor, check_replay_limit
 from ratchet.domain.text import storable_text
 from ratchet.domain.workflow import JobType
@@ -298,7 +298,7 @@ class RetentionStoreMixin:
             rows = conn.execute(page.order_by(IDEM.c.idempotency_key).limit(limit)).all()
             if not rows:
                 return 0, None
-            own = [r.idempotency_key for r in rows if r.idempotency_key == str(r.job_id)]
+            own = [r.idempotency_key for r in rows if is_own_id_key(r.idempotency_key, r.job_id)]
             if own and not dry_run:
                 conn.execute(
                     delete(IDEM).where(self.dialect.in_values(IDEM.c.idempotency_key, own))
