@@ -38,7 +38,7 @@ def pages(url: str) -> dict[str, str]:
     with engine.connect() as conn:
         failed = conn.execute(
             text(
-                "SELECT job_id FROM scheduler_job WHERE terminal_status = 'FAILED'"
+                "SELECT job_id FROM scheduler_job_end WHERE terminal_status = 'FAILED'"
                 " ORDER BY job_id DESC LIMIT 1"
             )
         ).scalar_one()

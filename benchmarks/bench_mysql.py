@@ -175,9 +175,9 @@ def fill_queue(server: Server, url: str, n: int) -> None:
     job_id = "UNHEX(CONCAT('0190', LPAD(HEX(seq), 28, '0')))"
     server.sql(
         "INSERT INTO scheduler_job (job_id, target, payload, priority, max_retries,"
-        " backoff_policy, backoff_ms, idempotency_key, created_at, attempts)"
+        " backoff_policy, backoff_ms, idempotency_key, created_at)"
         f" SELECT {job_id}, 'bench_jobs:noop', '{{\"args\":[0],\"kwargs\":{{}}}}', seq % 5,"
-        f" 0, 'NONE', 0, CONCAT('k', seq), {now_us}, 0 FROM {seq}",
+        f" 0, 'NONE', 0, CONCAT('k', seq), {now_us} FROM {seq}",
         db,
     )
     server.sql(
@@ -311,9 +311,7 @@ def soak(server: Server, jobs: int, workers: int) -> None:
     enqueued = time.perf_counter() - start
     deadline = time.monotonic() + 3600
     while time.monotonic() < deadline:
-        (done,) = server.sql(
-            "SELECT COUNT(*) FROM scheduler_job WHERE terminal_status IS NOT NULL", db
-        )[0]
+        (done,) = server.sql("SELECT COUNT(*) FROM scheduler_job_end", db)[0]
         if done >= len(expected_runs) + (jobs // 1000 - rejected_keys):
             break
         if any(p.poll() is not None for p in procs):
@@ -325,7 +323,9 @@ def soak(server: Server, jobs: int, workers: int) -> None:
     codes = [p.wait(120) for p in procs]
     app.close()
     runs = dict(server.sql("SELECT job_no, COUNT(*) FROM side_effect GROUP BY job_no", db))
-    status = dict(server.sql("SELECT terminal_status, COUNT(*) FROM scheduler_job GROUP BY 1", db))
+    status = dict(
+        server.sql("SELECT terminal_status, COUNT(*) FROM scheduler_job_end GROUP BY 1", db)
+    )
     live = server.sql("SELECT COUNT(*) FROM scheduler_job_queue", db)[0][0]
     lost = [n for n in expected_runs if n not in runs]
     wrong = [n for n, want in expected_runs.items() if n in runs and runs[n] != want]

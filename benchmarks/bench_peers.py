@@ -487,11 +487,13 @@ def ratchet_process(server: Server, n: int, flags: tuple[str, ...]) -> float:
             DB.stop(n)
         finally:
             stop(proc)
-        done = scalar(url, "SELECT count(*) FROM scheduler_job WHERE terminal_status = 'SUCCEEDED'")
+        done = scalar(
+            url, "SELECT count(*) FROM scheduler_job_end WHERE terminal_status = 'SUCCEEDED'"
+        )
         assert done == n, f"{done} of {n} jobs succeeded"
         span_us = scalar(
             url,
-            "SELECT (SELECT max(terminated_at) FROM scheduler_job)"
+            "SELECT (SELECT max(terminated_at) FROM scheduler_job_end)"
             " - (SELECT min(started_at) FROM scheduler_job_execution)",
         )
     return n / (span_us / 1e6)

@@ -272,10 +272,10 @@ def _drain(url: str, procs: list[Any], n: int) -> float:
         time.sleep(0.2)
     span = scalar(
         url,
-        "SELECT (SELECT max(terminated_at) FROM scheduler_job)"
+        "SELECT (SELECT max(terminated_at) FROM scheduler_job_end)"
         " - (SELECT min(started_at) FROM scheduler_job_execution)",
     )
-    done = scalar(url, "SELECT count(*) FROM scheduler_job WHERE terminal_status = 'SUCCEEDED'")
+    done = scalar(url, "SELECT count(*) FROM scheduler_job_end WHERE terminal_status = 'SUCCEEDED'")
     assert done == n, f"{done} of {n} succeeded"
     return n / (span / 1e6)
 
@@ -419,9 +419,9 @@ def claim_cost(bench: Bench, waiting: int, rounds: int = 12, batch: int = 50) ->
             conn.execute(
                 text(
                     "INSERT INTO scheduler_job (job_id, target, payload, priority, max_retries,"
-                    " backoff_policy, backoff_ms, idempotency_key, created_at, attempts)"
+                    " backoff_policy, backoff_ms, idempotency_key, created_at)"
                     " SELECT gen_random_uuid(), 'bench_postgres:noop', '{}', g % 5, 0, 'NONE', 0,"
-                    " 'k' || g, 0, 0 FROM generate_series(1, :n) g"
+                    " 'k' || g, 0 FROM generate_series(1, :n) g"
                 ),
                 {"n": waiting},
             )

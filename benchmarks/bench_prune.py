@@ -75,16 +75,20 @@ def seed(url: str, ended: int, pending: int) -> None:
     with psycopg.connect(_libpq(url), autocommit=True) as conn:
         conn.execute(
             "INSERT INTO scheduler_job (job_id, target, payload, priority, max_retries,"
-            " backoff_policy, backoff_ms, tags, idempotency_key, created_at, attempts,"
-            " terminal_status, terminated_at)"
+            " backoff_policy, backoff_ms, tags, idempotency_key, created_at)"
             " SELECT gen_random_uuid(), 'bench_jobs:noop', '{\"args\":[],\"kwargs\":{}}', 2, 0,"
-            " 'NONE', 0, '[\"bench\"]', 'e' || g, %(t)s - 5000000, 0, 'SUCCEEDED', %(t)s + g"
+            " 'NONE', 0, '[\"bench\"]', 'e' || g, %(t)s - 5000000"
             " FROM generate_series(1, %(n)s) g",
             {"n": ended, "t": ended_at},
         )
         conn.execute(
+            "INSERT INTO scheduler_job_end (job_id, terminal_status, terminated_at, attempts)"
+            " SELECT job_id, 'SUCCEEDED', created_at + 5000000"
+            " + CAST(substr(idempotency_key, 2) AS BIGINT), 0 FROM scheduler_job"
+        )
+        conn.execute(
             "INSERT INTO scheduler_job_tag (job_id, tag) SELECT job_id, 'bench' FROM"
-            " scheduler_job WHERE terminal_status = 'SUCCEEDED'"
+            " scheduler_job_end WHERE terminal_status = 'SUCCEEDED'"
         )
         conn.execute(
             "INSERT INTO scheduler_idempotency_key (idempotency_key, job_id, created_at)"
@@ -92,20 +96,21 @@ def seed(url: str, ended: int, pending: int) -> None:
         )
         conn.execute(
             "INSERT INTO scheduler_job_execution (job_id, attempt_no, epoch, node_id,"
-            " started_at, finished_at, outcome) SELECT job_id, 1, 1, 'seed', created_at,"
-            " terminated_at, 'SUCCEEDED' FROM scheduler_job"
+            " started_at, finished_at, outcome) SELECT j.job_id, 1, 1, 'seed', j.created_at,"
+            " e.terminated_at, 'SUCCEEDED' FROM scheduler_job j JOIN scheduler_job_end e"
+            " ON e.job_id = j.job_id"
         )
         conn.execute(
             "INSERT INTO scheduler_job (job_id, target, payload, priority, max_retries,"
-            " backoff_policy, backoff_ms, idempotency_key, created_at, attempts)"
+            " backoff_policy, backoff_ms, idempotency_key, created_at)"
             " SELECT gen_random_uuid(), 'bench_jobs:noop', '{\"args\":[],\"kwargs\":{}}', 2, 0,"
-            " 'NONE', 0, 'p' || g, %(t)s, 0 FROM generate_series(1, %(n)s) g",
+            " 'NONE', 0, 'p' || g, %(t)s FROM generate_series(1, %(n)s) g",
             {"n": pending, "t": due},
         )
         conn.execute(
             "INSERT INTO scheduler_job_queue (job_id, status, priority, scheduled_time,"
             " attempts, epoch) SELECT job_id, 'PENDING', 2, created_at + row_number() OVER (),"
-            " 0, 0 FROM scheduler_job WHERE terminal_status IS NULL"
+            " 0, 0 FROM scheduler_job WHERE idempotency_key LIKE 'p%%'"
         )
         conn.execute("VACUUM ANALYZE")
 

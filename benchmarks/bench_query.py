@@ -45,22 +45,34 @@ def build(url: str, n: int) -> None:
             text(
                 """
                 INSERT INTO scheduler_job (job_id, target, payload, priority, max_retries,
-                    backoff_policy, backoff_ms, idempotency_key, created_at, attempts,
-                    terminal_status, terminal_error, terminated_at, result)
+                    backoff_policy, backoff_ms, idempotency_key, created_at)
                 SELECT (lpad(to_hex(:t0 + g), 12, '0') || '7' || substr(md5(g::text), 1, 3)
                         || '8' || substr(md5(g::text), 4, 15))::uuid,
                        'bench.jobs:task_' || (g % 20), '{"args":[],"kwargs":{}}', g % 5, 3,
-                       'NONE', 0, 'k' || g, (:t0 + g)::bigint * 1000,
-                       CASE WHEN g % 100 < 85 THEN 1 ELSE 0 END,
-                       CASE WHEN g % 100 < 80 THEN 'SUCCEEDED' WHEN g % 100 < 85 THEN 'FAILED'
-                            WHEN g % 100 < 88 THEN 'CANCELED' END,
-                       CASE WHEN g % 100 BETWEEN 80 AND 84 THEN 'RuntimeError: boom' END,
-                       CASE WHEN g % 100 < 88 THEN (:t0 + g + 500)::bigint * 1000 END,
-                       CASE WHEN g % 100 < 80 THEN 'null' END
+                       'NONE', 0, 'k' || g, (:t0 + g)::bigint * 1000
                 FROM generate_series(1, :n) g
                 """
             ),
             {"n": n, "t0": t0_ms},
+        )
+        # 80 % SUCCEEDED, 5 % FAILED, 3 % CANCELED, the rest live (below)
+        conn.execute(
+            text(
+                """
+                INSERT INTO scheduler_job_end (job_id, attempts, terminal_status,
+                    terminal_error, terminated_at, result)
+                SELECT job_id,
+                       CASE WHEN g % 100 < 85 THEN 1 ELSE 0 END,
+                       CASE WHEN g % 100 < 80 THEN 'SUCCEEDED' WHEN g % 100 < 85 THEN 'FAILED'
+                            ELSE 'CANCELED' END,
+                       CASE WHEN g % 100 BETWEEN 80 AND 84 THEN 'RuntimeError: boom' END,
+                       created_at + 500000,
+                       CASE WHEN g % 100 < 80 THEN 'null' END
+                FROM (SELECT job_id, created_at, CAST(substr(idempotency_key, 2) AS BIGINT) AS g
+                      FROM scheduler_job) j
+                WHERE g % 100 < 88
+                """
+            )
         )
         conn.execute(
             text(
@@ -75,7 +87,8 @@ def build(url: str, n: int) -> None:
                        CASE WHEN ord % 12 < 10 THEN NULL ELSE 'node-' || (ord % 4) END,
                        CASE WHEN ord % 12 < 10 THEN NULL ELSE created_at END
                 FROM (SELECT job_id, priority, created_at, row_number() OVER () AS ord
-                      FROM scheduler_job WHERE terminal_status IS NULL) live
+                      FROM scheduler_job j WHERE NOT EXISTS
+                          (SELECT 1 FROM scheduler_job_end e WHERE e.job_id = j.job_id)) live
                 """
             )
         )
@@ -149,7 +162,7 @@ def measure(url: str, n: int, repeat: int) -> dict[str, tuple[float, float]]:
         ).scalar_one()
         failed_after = conn.execute(
             text(
-                "SELECT job_id FROM scheduler_job WHERE terminal_status = 'FAILED'"
+                "SELECT job_id FROM scheduler_job_end WHERE terminal_status = 'FAILED'"
                 " ORDER BY job_id DESC OFFSET :o LIMIT 1"
             ),
             {"o": int(n * 0.05 * 0.9)},

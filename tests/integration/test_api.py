@@ -376,7 +376,7 @@ def test_reading_a_result_that_names_a_refused_enum_class_imports_nothing(
     assert handle.result() is sample_jobs.Color.BLUE
     tampered = f'{{"__ratchet__":"enum","t":"{tripwire.enum_ref}","v":"red"}}'
     with app.store.connect() as conn, conn.begin():
-        conn.execute(text("UPDATE scheduler_job SET result = :r"), {"r": tampered})
+        conn.execute(text("UPDATE scheduler_job_end SET result = :r"), {"r": tampered})
     with pytest.raises(ClassPolicyViolation, match="was not imported"):
         handle.result()
     assert not tripwire.imported, "the refused module's top-level code ran"

@@ -30,7 +30,7 @@ def test_a_fresh_process_creating_the_schema_logs_one_line(tmp_path: Path) -> No
     lines = done.stderr.splitlines()
     assert len(lines) == 1, lines  # not Alembic's plugins, context or migration docstrings
     assert lines[0].startswith(f"ratchet.migrate|created the Ratchet schema in {url} at revisions")
-    assert lines[0].endswith("0014, sq02")
+    assert lines[0].endswith("0014, 0016, sq02")
 
 
 def test_upgrading_logs_from_and_to_and_a_current_schema_logs_nothing(

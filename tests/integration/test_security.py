@@ -33,6 +33,7 @@ from ratchet.encryption import StaticKeyProvider, generate_key
 from ratchet.engine.worker import Worker
 from ratchet.events import EventKind, JobEvent
 from ratchet.sql.schema import job as J
+from ratchet.sql.schema import job_end as END
 from ratchet.testing import FakeClock
 
 K1, K2 = generate_key(), generate_key()
@@ -56,12 +57,14 @@ def run_all(app: Ratchet) -> Worker:
 
 
 def raw_row(url: str, job_id: Any, *columns: str) -> Any:
-    """Columns of a job's row as stored (no app, no decryption)."""
+    """Columns of a job's row, or of its end, as stored (no app, no decryption)."""
     engine = create_engine(url)
     try:
         with engine.connect() as conn:
             return conn.execute(
-                select(*(J.c[c] for c in columns)).where(J.c.job_id == job_id)
+                select(*(END.c[c] if c in END.c else J.c[c] for c in columns))
+                .select_from(J.outerjoin(END, END.c.job_id == J.c.job_id))
+                .where(J.c.job_id == job_id)
             ).one()
     finally:
         engine.dispose()

@@ -17,7 +17,6 @@ PARTIAL = {
     "idx_queue_waiting_for": ("scheduler_job_queue", "waiting_for = ?"),
     "idx_queue_signal_key": ("scheduler_job_queue", "signal_key = ? AND status = 'WAITING'"),
     "idx_queue_signal_deadline": ("scheduler_job_queue", "signal_deadline <= ?"),
-    "idx_job_terminal": ("scheduler_job", "terminal_status = ? AND terminated_at < 5"),
     "idx_job_recurring_master": ("scheduler_job", "recurring_master_id = ?"),
     "idx_job_batch": ("scheduler_job", "batch_id = ?"),
     "idx_job_encryption_key_id": ("scheduler_job", "encryption_key_id = ?"),

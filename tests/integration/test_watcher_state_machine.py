@@ -206,10 +206,11 @@ def make_machine(app: Ratchet, clock: FakeClock) -> type[RuleBasedStateMachine]:
             last_epoch = (
                 select(func.max(EXE.c.epoch)).where(EXE.c.job_id == J.c.job_id).scalar_subquery()
             )
+            END = schema.job_end
             stmt = select(
                 J.c.job_id,
-                J.c.terminal_status,
-                J.c.attempts.label("j_attempts"),
+                END.c.terminal_status,
+                END.c.attempts.label("j_attempts"),
                 J.c.stall_timeout_ms,
                 J.c.checkpoint_step,
                 J.c.checkpoint_epoch,
@@ -222,7 +223,7 @@ def make_machine(app: Ratchet, clock: FakeClock) -> type[RuleBasedStateMachine]:
                 Q.c.takeovers,
                 Q.c.attempts,
                 last_epoch.label("last_epoch"),
-            ).select_from(J.outerjoin(Q, Q.c.job_id == J.c.job_id))
+            ).select_from(schema.job_with_state)
             rows: dict[uuid.UUID, Row] = {}
             with store.read_engine.connect() as conn:
                 for r in conn.execute(stmt):

@@ -129,7 +129,7 @@ def run_cluster(
         while time.monotonic() < deadline:
             done = _scalar(
                 template,
-                "SELECT COUNT(*) FROM scheduler_job WHERE terminal_status IS NOT NULL",
+                "SELECT COUNT(*) FROM scheduler_job_end",
                 db,
             )
             if done >= jobs or procs.dead():
@@ -145,7 +145,7 @@ def run_cluster(
 
     ended = dict(
         template.execute(
-            "SELECT terminal_status, COUNT(*) FROM scheduler_job GROUP BY terminal_status", db
+            "SELECT terminal_status, COUNT(*) FROM scheduler_job_end GROUP BY terminal_status", db
         )
     )
     assert ended == {"SUCCEEDED": jobs}

@@ -60,9 +60,9 @@ def fill(
     conn.execute(
         text(
             "INSERT INTO scheduler_job (job_id, target, payload, priority, max_retries,"
-            " backoff_policy, backoff_ms, idempotency_key, created_at, attempts)"
+            " backoff_policy, backoff_ms, idempotency_key, created_at)"
             " SELECT gen_random_uuid(), 'bench:noop', '{\"args\":[],\"kwargs\":{}}', g % 5, 0,"
-            " 'NONE', 0, 'k' || g, :t0, 0 FROM generate_series(1, :n) g"
+            " 'NONE', 0, 'k' || g, :t0 FROM generate_series(1, :n) g"
         ),
         {"t0": t0, "n": total},
     )

@@ -83,7 +83,7 @@ def wait_until(
 
 def succeeded(conn: psycopg.Connection[Any]) -> int:
     return int(
-        _scalar(conn, "SELECT count(*) FROM scheduler_job WHERE terminal_status = 'SUCCEEDED'")
+        _scalar(conn, "SELECT count(*) FROM scheduler_job_end WHERE terminal_status = 'SUCCEEDED'")
     )
 
 

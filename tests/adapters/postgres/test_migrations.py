@@ -186,7 +186,6 @@ PARTIAL = {
     "idx_queue_waiting_for": ("scheduler_job_queue", "waiting_for = $1::uuid"),
     "idx_queue_signal_key": ("scheduler_job_queue", "signal_key = $1 AND status = 'WAITING'"),
     "idx_queue_signal_deadline": ("scheduler_job_queue", "signal_deadline <= $1::bigint"),
-    "idx_job_terminal": ("scheduler_job", "terminal_status = $1 AND terminated_at < 5"),
     "idx_job_recurring_master": ("scheduler_job", "recurring_master_id = $1::uuid"),
     "idx_job_batch": ("scheduler_job", "batch_id = $1::uuid"),
 }
@@ -348,7 +347,6 @@ def test_partial_indexes_serve_their_queries(postgres_store_url: str, plan: str)
             if index in (
                 "idx_queue_owner",
                 "idx_queue_signal_key",
-                "idx_job_terminal",
                 "idx_job_encryption_key_id",
                 "uq_queue_business_key",
             ):

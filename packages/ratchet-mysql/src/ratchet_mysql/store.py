@@ -287,8 +287,8 @@ class MySQLOutcomes(OutcomeStatements):
         node = literal(node_id)
         # One statement per job and table, in the generic order: deletes by primary key (with
         # an IN list MySQL/MariaDB may scan the table and wait on, then deadlock with, other
-        # workers' rows), the jobs' ends, the returns to PENDING; then one insert of the ended
-        # attempts' rows.
+        # workers' rows), the returns to PENDING; then one insert of the jobs' ends and one of
+        # the ended attempts' rows.
         deletes: list[str] = []
         ends: list[str] = []
         backs: list[str] = []
@@ -302,11 +302,8 @@ class MySQLOutcomes(OutcomeStatements):
             if planned.terminal_status is not None:
                 deletes.append(f"DELETE FROM {Q.name} WHERE job_id = {job}")
                 ends.append(
-                    f"UPDATE {schema.job.name} SET"
-                    f" terminal_status = {_STATUS_LITERALS[planned.terminal_status]},"
-                    f" terminal_error = {error}, result = {literal(o.result)},"
-                    f" terminated_at = {to_micros(o.finished_at)}, attempts = {attempts}"
-                    f" WHERE job_id = {job}"
+                    f"({job},{_STATUS_LITERALS[planned.terminal_status]},{error},"
+                    f"{literal(o.result)},{to_micros(o.finished_at)},{attempts})"
                 )
             else:
                 backs.append(
@@ -320,7 +317,12 @@ class MySQLOutcomes(OutcomeStatements):
                 f"{to_micros(o.finished_at)},{_KIND_LITERALS[o.kind]},{error},"
                 f"{literal(o.traceback)})"
             )
-        statements = deletes + ends + backs
+        statements = deletes + backs
+        for rows in in_batches(ends, 1):
+            statements.append(
+                f"INSERT INTO {schema.job_end.name} (job_id, terminal_status, terminal_error,"
+                " result, terminated_at, attempts) VALUES " + ",".join(rows)
+            )
         for rows in in_batches(attempts_ended, 1):
             statements.append(
                 f"INSERT INTO {schema.job_execution.name} (job_id, attempt_no, epoch, node_id,"

@@ -348,7 +348,7 @@ JOB_RECORD = (
 )
 
 #: Counts every new job starts at; any other column a record may leave out is NULL.
-_ZERO_FIELDS = frozenset({"attempts", "affinity", "backoff_ms"})
+_ZERO_FIELDS = frozenset({"affinity", "backoff_ms"})
 
 #: The places in a job record that a batch's records leave out when every job of the batch has
 #: the same value there (:data:`_ZERO_FIELDS` 0, any other nullable column NULL): the value of
@@ -547,7 +547,7 @@ def record_statement() -> TextClause:
     An outcome applies only while its job is still RUNNING (or TIMED_OUT) under this node and
     its epoch (the fence). ``gone``: the terminal ones, whose queue rows are deleted under the
     fence in the same step (the delete returns what the rest needs, so their rows are not
-    locked first in a pass of their own); their jobs end. ``owned``: the others, locked under
+    locked first in a pass of their own); their jobs end (a row each in ``scheduler_job_end``). ``owned``: the others, locked under
     the fence, which go back to PENDING with their error (if any) as the job's last error.
     Every accepted attempt's row is written, ended, with the start its live row kept. What
     each writes (terminal status, attempts added, due time) comes planned with it. The ids
@@ -575,11 +575,10 @@ WITH o AS (
     WHERE o.terminal_status IS NULL AND {fence}
     FOR UPDATE OF q
 ), ended AS (
-    UPDATE scheduler_job j
-    SET terminal_status = w.terminal_status, terminal_error = w.error, result = w.result,
-        terminated_at = w.finished_at, attempts = w.attempts + w.added
-    FROM gone w
-    WHERE j.job_id = w.job_id
+    INSERT INTO scheduler_job_end
+        (job_id, terminal_status, terminal_error, result, terminated_at, attempts)
+    SELECT job_id, terminal_status, error, result, finished_at, attempts + added
+    FROM gone
 ), back AS (
     UPDATE scheduler_job_queue q
     SET status = '{pending}', scheduled_time = w.pending_at, attempts = w.attempts + w.added,

@@ -74,6 +74,7 @@ from ratchet.sql.watcher_store import CHUNK, OWNED, poll_probe
 
 Q = schema.job_queue
 J = schema.job
+END = schema.job_end
 IDEM = schema.idempotency_key
 EXE = schema.job_execution
 TAGS = schema.job_tag
@@ -153,10 +154,10 @@ def _owned_rows(ids: Any) -> Any:
 
 OWNED_ROWS = _owned_rows(_ids())
 _DELETE_LIVE = PreparedStatement(delete(Q).where(Q.c.job_id == bindparam("b_id")))
+#: A job's end: its row in ``scheduler_job_end`` (its live row deleted under the fence before).
 _END_JOB = PreparedStatement(
-    update(J)
-    .where(J.c.job_id == bindparam("b_id"))
-    .values(
+    insert(END).values(
+        job_id=bindparam("b_id"),
         terminal_status=bindparam("b_status"),
         terminal_error=bindparam("b_error"),
         result=bindparam("b_result"),
@@ -510,7 +511,7 @@ KEY_COLUMNS = ("idempotency_key", "job_id", "created_at")
 JOB_COLUMNS = (
     "job_id", "target", "payload", "priority", "max_retries", "backoff_policy", "backoff_ms",
     "timeout_ms", "params", "tags", "idempotency_key", "business_key", "executor",
-    "created_at", "attempts", "resource_name", "recurring_master_id", "stall_timeout_ms",
+    "created_at", "resource_name", "recurring_master_id", "stall_timeout_ms",
     "caller_principal", "encryption_key_id",
     "require_tags", "exclude_tags", "schedule_to_start_ms", "takeover_policy",
     "trace_context",
@@ -579,7 +580,6 @@ def job_records(
                 j.business_key,
                 j.executor,
                 created,
-                0,
                 j.resource_name,
                 None if j.recurring_master_id is None else db_uuid(j.recurring_master_id),
                 None if j.stall_timeout is None else _ms(j.stall_timeout),

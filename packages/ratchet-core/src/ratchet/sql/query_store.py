@@ -2,7 +2,7 @@
 
 Every listing is a keyset scan in job id order (newest first) driven by one index that ends
 with ``job_id`` (migration 0011): a status filter reads ``(status, job_id)`` of the queue table
-for live statuses and ``(terminal_status, job_id)`` of the job table for ended ones, one short
+for live statuses and ``(terminal_status, job_id)`` of the end table for ended ones, one short
 query per status, merged here; a tag reads ``(tag, job_id)``; otherwise the job table's primary
 key, with the other filters as predicates (each has its own ``(column, job_id)`` index the
 planner may prefer). No query uses OFFSET, so page 10,000 costs what page 1 does.
@@ -33,6 +33,8 @@ T = TypeVar("T")
 
 Q = schema.job_queue
 J = schema.job
+END = schema.job_end
+JOB_WITH_STATE = schema.job_with_state
 TAGS = schema.job_tag
 WC = schema.workflow_condition
 
@@ -158,13 +160,13 @@ class QueryStoreMixin:
             for status in (JobStatus.SUCCEEDED, JobStatus.FAILED, JobStatus.CANCELED):
                 ended[status] = conn.execute(
                     select(func.count()).where(
-                        J.c.terminal_status == status.value,
-                        J.c.terminated_at >= since,
-                        J.c.terminated_at <= now,
+                        END.c.terminal_status == status.value,
+                        END.c.terminated_at >= since,
+                        END.c.terminated_at <= now,
                     )
                 ).scalar_one()
             failed = conn.execute(
-                select(func.count()).where(J.c.terminal_status == JobStatus.FAILED.value)
+                select(func.count()).where(END.c.terminal_status == JobStatus.FAILED.value)
             ).scalar_one()
             by_node: dict[str, int] = dict(
                 conn.execute(
@@ -209,8 +211,8 @@ class QueryStoreMixin:
 
 
 def _joined(store: QueryStoreMixin) -> Select[Any]:
-    """The record columns over the job table with its queue row, if it has one."""
-    return select(*store._record_cols()).select_from(J.outerjoin(Q, Q.c.job_id == J.c.job_id))
+    """The record columns over the job table with its queue row or its end, if it has one."""
+    return select(*store._record_cols()).select_from(JOB_WITH_STATE)
 
 
 def _page(
@@ -227,23 +229,35 @@ def _page(
         key = Q.c.job_id
         stmt = (
             select(*store._record_cols())
-            .select_from(Q.join(J, J.c.job_id == Q.c.job_id))
+            .select_from(
+                Q.join(J, J.c.job_id == Q.c.job_id).outerjoin(END, END.c.job_id == J.c.job_id)
+            )
             .where(Q.c.status == status.value)
         )
-    elif query.tag is not None and status is None:
+    elif status is not None:
+        # Ended: the end row carries the status; its (terminal_status, job_id) index drives it.
+        key = END.c.job_id
+        stmt = (
+            select(*store._record_cols())
+            .select_from(
+                END.join(J, J.c.job_id == END.c.job_id).outerjoin(Q, Q.c.job_id == J.c.job_id)
+            )
+            .where(END.c.terminal_status == status.value)
+        )
+    elif query.tag is not None:
         key = TAGS.c.job_id
         stmt = (
             select(*store._record_cols())
             .select_from(
-                TAGS.join(J, J.c.job_id == TAGS.c.job_id).outerjoin(Q, Q.c.job_id == J.c.job_id)
+                TAGS.join(J, J.c.job_id == TAGS.c.job_id)
+                .outerjoin(Q, Q.c.job_id == J.c.job_id)
+                .outerjoin(END, END.c.job_id == J.c.job_id)
             )
             .where(TAGS.c.tag == query.tag)
         )
     else:
         key = J.c.job_id
         stmt = _joined(store)
-        if status is not None:
-            stmt = stmt.where(J.c.terminal_status == status.value, Q.c.job_id.is_(None))
     if query.tag is not None and key is not TAGS.c.job_id:
         stmt = stmt.where(J.c.job_id.in_(select(TAGS.c.job_id).where(TAGS.c.tag == query.tag)))
     stmt = stmt.where(*_predicates(query))
@@ -264,9 +278,9 @@ def _predicates(query: JobQuery) -> list[Any]:
     if query.created_before is not None:
         conditions.append(J.c.created_at < query.created_before)
     if query.finished_after is not None:
-        conditions.append(J.c.terminated_at >= query.finished_after)
+        conditions.append(END.c.terminated_at >= query.finished_after)
     if query.finished_before is not None:
-        conditions.append(J.c.terminated_at < query.finished_before)
+        conditions.append(END.c.terminated_at < query.finished_before)
     if query.recurring_master_id is not None:
         conditions.append(J.c.recurring_master_id == query.recurring_master_id)
     if query.batch_id is not None:

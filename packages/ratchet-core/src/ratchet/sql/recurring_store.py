@@ -215,7 +215,7 @@ class RecurringStoreMixin:
     def recurring_fires(self, recurring_id: uuid.UUID, limit: int = 1000) -> list[JobRecord]:
         stmt = (
             select(*self._record_cols())
-            .select_from(J.outerjoin(Q, Q.c.job_id == J.c.job_id))
+            .select_from(schema.job_with_state)
             .where(J.c.recurring_master_id == recurring_id)
             .order_by(J.c.job_id)
             .limit(limit)

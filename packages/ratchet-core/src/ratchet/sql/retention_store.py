@@ -2,7 +2,7 @@
 (:class:`~ratchet.ports.RetentionStore`, :class:`~ratchet.ports.JobLogStore`).
 
 Each removal is one short transaction: it picks at most ``limit`` ended jobs through
-``idx_job_terminal`` with a skip-locked select (rows another transaction holds are left for the
+``idx_job_end_time`` (their ends' status and time) with a skip-locked select (rows another transaction holds are left for the
 next batch, so a removal never waits and never makes anybody wait on a live job's rows), copies
 them to the archive when asked, then deletes them with everything that belongs to them. The
 lease (``try_lock``) comes from :class:`~ratchet.sql.recurring_store.RecurringStoreMixin`.
@@ -36,6 +36,11 @@ if TYPE_CHECKING:
 T = TypeVar("T")
 
 J = schema.job
+END = schema.job_end
+#: The ended jobs with their ends.
+ENDED = END.join(J, J.c.job_id == END.c.job_id)
+END_COLUMNS = (END.c.terminal_status, END.c.terminated_at, END.c.terminal_error, END.c.result,
+               END.c.attempts)  # fmt: skip
 Q = schema.job_queue
 TAGS = schema.job_tag
 AFFINITY = schema.job_affinity
@@ -78,17 +83,17 @@ def _no_living_lineage() -> Any:
 
 
 def _dead_letter_conditions(flt: DeadLetterFilter) -> list[Any]:
-    conds: list[Any] = [J.c.terminal_status == FAILED]
+    conds: list[Any] = [END.c.terminal_status == FAILED]
     if flt.target is not None:
         conds.append(J.c.target == flt.target)
     if flt.tag is not None:
         conds.append(J.c.job_id.in_(select(TAGS.c.job_id).where(TAGS.c.tag == flt.tag.lower())))
     if flt.failed_before is not None:
-        conds.append(J.c.terminated_at < flt.failed_before)
+        conds.append(END.c.terminated_at < flt.failed_before)
     if flt.failed_after is not None:
-        conds.append(J.c.terminated_at >= flt.failed_after)
+        conds.append(END.c.terminated_at >= flt.failed_after)
     if flt.error_contains is not None:
-        conds.append(J.c.terminal_error.contains(flt.error_contains, autoescape=True))
+        conds.append(END.c.terminal_error.contains(flt.error_contains, autoescape=True))
     return conds
 
 
@@ -128,8 +133,9 @@ class RetentionStoreMixin:
     def _removable(self, conditions: Sequence[Any], limit: int) -> Select[Any]:
         stmt = (
             select(J.c.job_id, J.c.job_type, J.c.has_dependents)
+            .select_from(ENDED)
             .where(*conditions, _no_living_lineage())
-            .order_by(J.c.terminated_at, J.c.job_id)
+            .order_by(END.c.terminated_at, END.c.job_id)
             .limit(limit)
         )
         return self.dialect.lock_for_claim(stmt)
@@ -160,9 +166,13 @@ class RetentionStoreMixin:
             batches = [r.job_id for r in chunk if r.job_type == JobType.BATCH_PARENT.value]
             if batches:
                 conn.execute(delete(BATCH).where(among(BATCH.c.batch_id, batches)))
+            ended = select(END.c.job_id).where(
+                END.c.job_id == J.c.job_id, END.c.terminal_status == status
+            )
             removed += conn.execute(
-                delete(J).where(among(J.c.job_id, ids), J.c.terminal_status == status)
+                delete(J).where(among(J.c.job_id, ids), ended.exists())
             ).rowcount
+            conn.execute(delete(END).where(among(END.c.job_id, ids)))
         return removed
 
     def _archive(
@@ -212,7 +222,9 @@ class RetentionStoreMixin:
                 "archived_by": storable_text(node_id)[:128],
                 "attempt_history": json.dumps(history[r.job_id]),
             }
-            for r in conn.execute(select(J).where(among(J.c.job_id, ids)))
+            for r in conn.execute(
+                select(J, *END_COLUMNS).select_from(ENDED).where(among(J.c.job_id, ids))
+            )
         ]
         if rows:
             # A job archived before (then restored by hand) is replaced by its newer end.
@@ -233,7 +245,7 @@ class RetentionStoreMixin:
     ) -> int:
         if status not in (JobStatus.SUCCEEDED, JobStatus.CANCELED, JobStatus.FAILED):
             raise ValueError(f"only ended jobs are removed, not {status.value} ones")
-        conditions = [J.c.terminal_status == status.value, J.c.terminated_at < before]
+        conditions = [END.c.terminal_status == status.value, END.c.terminated_at < before]
 
         def work(conn: Connection) -> int:
             rows = conn.execute(self._removable(conditions, limit)).all()
@@ -248,10 +260,10 @@ class RetentionStoreMixin:
             return int(
                 conn.execute(
                     select(func.count())
-                    .select_from(J)
+                    .select_from(ENDED)
                     .where(
-                        J.c.terminal_status == status.value,
-                        J.c.terminated_at < before,
+                        END.c.terminal_status == status.value,
+                        END.c.terminated_at < before,
                         _no_living_lineage(),
                     )
                 ).scalar_one()
@@ -322,17 +334,17 @@ class RetentionStoreMixin:
         if after is not None:
             conds.append(
                 or_(
-                    J.c.terminated_at < after.ended_at,
-                    and_(J.c.terminated_at == after.ended_at, J.c.job_id < after.job_id),
+                    END.c.terminated_at < after.ended_at,
+                    and_(END.c.terminated_at == after.ended_at, END.c.job_id < after.job_id),
                 )
             )
 
         def work(conn: Connection) -> list[JobRecord]:
             rows = conn.execute(
                 select(*self._record_cols())
-                .select_from(J.outerjoin(Q, Q.c.job_id == J.c.job_id))
+                .select_from(ENDED.outerjoin(Q, Q.c.job_id == J.c.job_id))
                 .where(*conds)
-                .order_by(J.c.terminated_at.desc(), J.c.job_id.desc())
+                .order_by(END.c.terminated_at.desc(), END.c.job_id.desc())
                 .limit(limit)
             )
             return [self._to_record(r) for r in rows]
@@ -341,7 +353,7 @@ class RetentionStoreMixin:
 
     def count_dead_letters(self, flt: DeadLetterFilter) -> int:
         def work(conn: Connection) -> int:
-            stmt = select(func.count()).select_from(J).where(*_dead_letter_conditions(flt))
+            stmt = select(func.count()).select_from(ENDED).where(*_dead_letter_conditions(flt))
             return int(conn.execute(stmt).scalar_one())
 
         return self._run(work, write=False)
@@ -353,8 +365,9 @@ class RetentionStoreMixin:
         def work(conn: Connection) -> int:
             stmt = (
                 select(J.c.job_id)
+                .select_from(ENDED)
                 .where(*_dead_letter_conditions(flt))
-                .order_by(J.c.terminated_at, J.c.job_id)
+                .order_by(END.c.terminated_at, END.c.job_id)
                 .limit(limit)
             )
             ids = list(conn.execute(stmt).scalars())

@@ -1,7 +1,8 @@
 """The tables (docs/lifecycle.md, "Hot and cold storage"). Migrations in ``ratchet/sql/migrations`` create them.
 
 A hot/cold split: ``scheduler_job_queue`` holds only live jobs and is what the claim reads;
-``scheduler_job`` keeps every job's definition and, once it ends, its terminal outcome.
+``scheduler_job`` keeps every job's definition, written once at submission; ``scheduler_job_end``
+holds the end of each job that ended (its terminal status, time, error, result and attempts).
 Business keys are unique in the queue table, which only holds live jobs, so "unique among live
 jobs" needs no partial index on any database.
 """
@@ -55,11 +56,6 @@ job = Table(
     Column("business_key", String(255), nullable=True),
     Column("executor", String(64), nullable=True),
     Column("created_at", UTCMicros(), nullable=False),
-    Column("attempts", Integer, nullable=False, default=0),
-    Column("terminal_status", String(16), nullable=True),
-    Column("terminal_error", Text, nullable=True),
-    Column("result", Text, nullable=True),
-    Column("terminated_at", UTCMicros(), nullable=True),
     Column("superseded_by", UUIDType(), nullable=True),
     Column("resource_name", String(100), nullable=True),  # migration 0004 (permits)
     Column("recurring_master_id", UUIDType(), nullable=True),  # migration 0006 (recurring)
@@ -89,14 +85,12 @@ job = Table(
     Column("schedule_to_start_ms", BigInteger, nullable=True),
     Column("takeover_policy", String(16), nullable=True),
     Column("trace_context", String(1024), nullable=True),  # migration 0014 (tracing)
-    Index("idx_job_terminal", "terminal_status", "terminated_at"),
     Index("idx_job_recurring_master", "recurring_master_id"),
     Index("idx_job_batch", "batch_id"),
     Index("idx_job_encryption_key_id", "encryption_key_id"),
     Index("idx_job_depends_on", "depends_on"),  # migration 0011 (retention)
     # migration 0012 (query): keyset pages per filter; partial where most rows are NULL
     # (the master and batch pages are not made on MySQL, whose indexes end with the key)
-    Index("idx_job_status_page", "terminal_status", "job_id", **_not_null("terminal_status")),
     Index("idx_job_target_page", "target", "job_id"),
     Index("idx_job_business_key_page", "business_key", "job_id", **_not_null("business_key")),
     Index(
@@ -104,6 +98,24 @@ job = Table(
     ),
     Index("idx_job_batch_page", "batch_id", "job_id", **_not_null("batch_id")),
     Index("idx_job_chain", "chain_id", **_not_null("chain_id")),
+)
+
+#: The end of a job: one row for each job that reached a terminal status, inserted by the
+#: statement that ends it (migration 0016). The job's own row is never updated when it ends, so
+#: ending a job writes this narrow row and its three index entries instead of a new version of
+#: the wide job row and an entry in each of its indexes. ``attempts``: the attempts it made.
+job_end = Table(
+    "scheduler_job_end",
+    metadata,
+    Column("job_id", UUIDType(), primary_key=True),
+    Column("terminal_status", String(16), nullable=False),
+    Column("terminated_at", UTCMicros(), nullable=False),
+    Column("attempts", Integer, nullable=False),
+    Column("terminal_error", Text, nullable=True),
+    Column("result", Text, nullable=True),
+    # retention and the counts: a status and a time range; the query API: pages in id order
+    Index("idx_job_end_time", "terminal_status", "terminated_at"),
+    Index("idx_job_end_page", "terminal_status", "job_id"),
 )
 
 job_queue = Table(
@@ -149,6 +161,12 @@ job_queue = Table(
         postgresql_where=text("start_by IS NOT NULL"),
         sqlite_where=text("start_by IS NOT NULL"),
     ),
+)
+
+#: Every job with its live row (while it lives) and its end (once it ended): a job has at most
+#: one of the two.
+job_with_state = job.outerjoin(job_queue, job_queue.c.job_id == job.c.job_id).outerjoin(
+    job_end, job_end.c.job_id == job.c.job_id
 )
 
 job_tag = Table(

@@ -20,7 +20,6 @@ from typing import Any, TypeVar
 
 from sqlalchemy import (
     Select,
-    bindparam,
     create_engine,
     delete,
     func,
@@ -91,6 +90,8 @@ T = TypeVar("T")
 
 Q = schema.job_queue
 J = schema.job
+END = schema.job_end
+JOB_WITH_STATE = schema.job_with_state
 TAGS = schema.job_tag
 IDEM = schema.idempotency_key
 EXE = schema.job_execution
@@ -803,17 +804,22 @@ class SqlStore(
             attempt_history.end_attempts(conn, running, status.value, now)
             conn.execute(delete(Q).where(Q.c.job_id.in_(chunk)))
             conn.execute(
-                update(J)
-                .where(J.c.job_id == bindparam("b_id"))
-                .values(
-                    terminal_status=status.value,
-                    terminated_at=now,
-                    terminal_error=error,
-                    superseded_by=superseded_by,
-                    attempts=bindparam("b_attempts"),
-                ),
-                [{"b_id": jid, "b_attempts": attempts.get(jid, 0)} for jid in chunk],
+                insert(END),
+                [
+                    {
+                        "job_id": jid,
+                        "terminal_status": status.value,
+                        "terminated_at": now,
+                        "terminal_error": error,
+                        "attempts": attempts.get(jid, 0),
+                    }
+                    for jid in chunk
+                ],
             )
+            if superseded_by is not None:
+                conn.execute(
+                    update(J).where(J.c.job_id.in_(chunk)).values(superseded_by=superseded_by)
+                )
 
     def cancel_job(
         self, job_id: uuid.UUID, *, now: datetime, resolve: FlowResolver | None = None
@@ -873,8 +879,10 @@ class SqlStore(
     def _requeue_failed(self, conn: Connection, ids: Sequence[uuid.UUID], now: datetime) -> int:
         count = 0
         for chunk in iter_chunks(list(ids), CHUNK):
-            stmt = select(J.c.job_id, J.c.priority, J.c.business_key).where(
-                J.c.job_id.in_(chunk), J.c.terminal_status == JobStatus.FAILED.value
+            stmt = (
+                select(J.c.job_id, J.c.priority, J.c.business_key)
+                .join(END, END.c.job_id == J.c.job_id)
+                .where(J.c.job_id.in_(chunk), END.c.terminal_status == JobStatus.FAILED.value)
             )
             rows = conn.execute(self.dialect.lock_rows(stmt)).all()
             if not rows:
@@ -887,11 +895,7 @@ class SqlStore(
                     .group_by(EXE.c.job_id)
                 ).all()
             )
-            conn.execute(
-                update(J)
-                .where(J.c.job_id.in_(found))
-                .values(terminal_status=None, terminal_error=None, terminated_at=None, attempts=0)
-            )
+            conn.execute(delete(END).where(END.c.job_id.in_(found)))
             conn.execute(
                 insert(Q),
                 [
@@ -966,11 +970,11 @@ class SqlStore(
 
     # ------------------------------------------------------------------ reading
     def _status_expr(self) -> Any:
-        return func.coalesce(Q.c.status, J.c.terminal_status)
+        return func.coalesce(Q.c.status, END.c.terminal_status)
 
     def _filter_select(self, job_filter: JobFilter, limit: int, *cols: Any) -> Select[Any]:
         status = self._status_expr()
-        stmt = select(*cols).select_from(J.outerjoin(Q, Q.c.job_id == J.c.job_id))
+        stmt = select(*cols).select_from(JOB_WITH_STATE)
         if job_filter.statuses:
             stmt = stmt.where(status.in_([s.value for s in job_filter.statuses]))
         if job_filter.tag:
@@ -996,6 +1000,11 @@ class SqlStore(
             Q.c.picked_at,
             Q.c.paused_from_status,
             Q.c.last_error,
+            END.c.terminal_status,
+            END.c.terminated_at,
+            END.c.terminal_error,
+            END.c.result,
+            END.c.attempts,
         ]
 
     def _to_record(self, r: Row[Any], last_epoch: int | None = None) -> JobRecord:
@@ -1050,9 +1059,7 @@ class SqlStore(
     def get_job(self, job_id: uuid.UUID) -> JobRecord | None:
         def work(conn: Connection) -> JobRecord | None:
             row = conn.execute(
-                select(*self._record_cols())
-                .select_from(J.outerjoin(Q, Q.c.job_id == J.c.job_id))
-                .where(J.c.job_id == job_id)
+                select(*self._record_cols()).select_from(JOB_WITH_STATE).where(J.c.job_id == job_id)
             ).first()
             if row is None:
                 return None
@@ -1101,9 +1108,7 @@ class SqlStore(
             for status, n in conn.execute(select(Q.c.status, func.count()).group_by(Q.c.status)):
                 counts[status] = n
             for status, n in conn.execute(
-                select(J.c.terminal_status, func.count())
-                .where(J.c.terminal_status.is_not(None))
-                .group_by(J.c.terminal_status)
+                select(END.c.terminal_status, func.count()).group_by(END.c.terminal_status)
             ):
                 counts[status] = n
             return counts

@@ -73,6 +73,7 @@ T = TypeVar("T")
 
 Q = schema.job_queue
 J = schema.job
+END = schema.job_end
 B = schema.batch
 WC = schema.workflow_condition
 IDEM = schema.idempotency_key
@@ -522,9 +523,8 @@ class WorkflowStoreMixin:
                     check_transition(JobStatus.WAITING, JobStatus.FAILED)
                     conn.execute(delete(Q).where(Q.c.job_id == r.job_id))
                     conn.execute(
-                        update(J)
-                        .where(J.c.job_id == r.job_id)
-                        .values(
+                        insert(END).values(
+                            job_id=r.job_id,
                             terminal_status=JobStatus.FAILED.value,
                             terminal_error=error,
                             terminated_at=now,
@@ -861,9 +861,13 @@ class WorkflowStoreMixin:
         result = json.dumps(ctx.to_dict())
         conn.execute(delete(Q).where(Q.c.job_id == parent))
         conn.execute(
-            update(J)
-            .where(J.c.job_id == parent)
-            .values(terminal_status=JobStatus.SUCCEEDED.value, result=result, terminated_at=now)
+            insert(END).values(
+                job_id=parent,
+                terminal_status=JobStatus.SUCCEEDED.value,
+                result=result,
+                terminated_at=now,
+                attempts=0,
+            )
         )
         effects.append(FlowEffect(EffectKind.BATCH_COMPLETED, parent, source, batch=ctx))
         self._jobs_ended(

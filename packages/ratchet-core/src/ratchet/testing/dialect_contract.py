@@ -476,20 +476,22 @@ class DialectEquivalenceContract:
         queue = {r["job_id"]: r for r in mine.rows["scheduler_job_queue"]}
         expected = expected_last_errors(outcomes, expected_fenced)
         assert {job_id: queue[job_id]["last_error"] for job_id in expected} == expected
-        jobs = {r["job_id"]: r for r in mine.rows["scheduler_job"]}
+        ends = {r["job_id"]: r for r in mine.rows["scheduler_job_end"]}
         for o in outcomes:
             if o.job_id in expected_fenced:
                 continue
             if o.kind in (OutcomeKind.SUCCEEDED, OutcomeKind.DEAD):
                 assert o.job_id not in queue
                 assert (
-                    jobs[o.job_id]["terminal_status"]
+                    ends[o.job_id]["terminal_status"]
                     == (
                         JobStatus.SUCCEEDED if o.kind is OutcomeKind.SUCCEEDED else JobStatus.FAILED
                     ).value
                 )
-                assert jobs[o.job_id]["attempts"] == (1 if o.kind is OutcomeKind.SUCCEEDED else 2)
+                assert ends[o.job_id]["attempts"] == (1 if o.kind is OutcomeKind.SUCCEEDED else 2)
+                assert ends[o.job_id]["terminated_at"] == o.finished_at
             else:
+                assert o.job_id not in ends
                 assert queue[o.job_id]["status"] == JobStatus.PENDING.value
                 assert queue[o.job_id]["attempts"] == (2 if o.kind is OutcomeKind.RETRY else 1)
         self.check_round_trips(store, "record", mine.statements, theirs.statements)

@@ -484,10 +484,19 @@ def seed_ended_jobs(
                         "tags": '["seeded"]',
                         "idempotency_key": j.hex,
                         "created_at": created,
-                        "attempts": 0,
+                    }
+                    for j in batch
+                ],
+            )
+            conn.execute(
+                insert(schema.job_end),
+                [
+                    {
+                        "job_id": j,
                         "terminal_status": status.value,
                         "terminal_error": None if status is JobStatus.SUCCEEDED else "seeded",
                         "terminated_at": ended_at,
+                        "attempts": 0,
                     }
                     for j in batch
                 ],
