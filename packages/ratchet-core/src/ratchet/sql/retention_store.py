@@ -2,10 +2,11 @@
 (:class:`~ratchet.ports.RetentionStore`, :class:`~ratchet.ports.JobLogStore`).
 
 Each removal is one short transaction: it picks at most ``limit`` ended jobs through
-``idx_job_end_time`` (their ends' status and time) with a skip-locked select (rows another transaction holds are left for the
-next batch, so a removal never waits and never makes anybody wait on a live job's rows), copies
-them to the archive when asked, then deletes them with everything that belongs to them. The
-lease (``try_lock``) comes from :class:`~ratchet.sql.recurring_store.RecurringStoreMixin`.
+``idx_job_end_time`` (their ends' status and time) with a skip-locked select (rows another
+transaction holds are left for the next batch, so a removal never waits and never makes anybody
+wait on a live job's rows), copies them to the archive when asked, then deletes them with
+everything that belongs to them, their ends last. The lease (``try_lock``) comes from
+:class:`~ratchet.sql.recurring_store.RecurringStoreMixin`.
 """
 
 from __future__ import annotations
@@ -172,7 +173,9 @@ class RetentionStoreMixin:
             removed += conn.execute(
                 delete(J).where(among(J.c.job_id, ids), ended.exists())
             ).rowcount
-            conn.execute(delete(END).where(among(END.c.job_id, ids)))
+            conn.execute(
+                delete(END).where(among(END.c.job_id, ids), END.c.terminal_status == status)
+            )
         return removed
 
     def _archive(
