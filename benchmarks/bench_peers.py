@@ -11,7 +11,7 @@ What it measures (no-op jobs throughout; the median of ``--rounds`` rounds, min-
 
 - **processing** of ``--jobs`` prefilled jobs by one worker process, at each system's defaults
   and at its best settings: ``ratchet worker bench_peers:app`` (plus :data:`RATCHET_BEST` for the
-  best) against pgqueuer's worker on :func:`pgq_factory` as ``pgq run`` runs it (batch 200 for
+  best: none, the defaults are Ratchet's best) against pgqueuer's worker on :func:`pgq_factory` as ``pgq run`` runs it (batch 200 for
   the best), timed from the first claim to the last completion by the database's own
   timestamps;
 - on SQLite, a default ``app.worker()`` against huey's thread consumer (one worker, then
@@ -62,9 +62,12 @@ from typing import Any
 HERE = Path(__file__).resolve().parent
 URL_ENV = "RATCHET_BENCH_URL"
 
-#: The worker flags the performance guide recommended for short jobs on PostgreSQL until workers
-#: claimed ahead of their threads; it now recommends the defaults (kept for the history's rows).
-RATCHET_BEST = ("--concurrency", "192", "--batch-size", "500")
+#: The worker flags the performance guide recommends for short jobs on PostgreSQL: none. Since
+#: workers claim ahead of their threads the defaults are the best measured (concurrency 8 to 64,
+#: claims of 200 to 500: all within each other's spread), and the flags it recommended before,
+#: ``--concurrency 192 --batch-size 500``, run no-op jobs at about 0.6x the defaults (192
+#: threads contend for the interpreter: 76 against 37 µs of worker CPU per job).
+RATCHET_BEST: tuple[str, ...] = ()
 #: pgqueuer's best setting measured for one process (its default batch is 10).
 PGQ_BEST = ("--batch-size", "200")
 #: Ratchet's best SQLite worker settings (the guide: 64 slots are enough on SQLite).

@@ -470,8 +470,11 @@ class DialectEquivalenceContract:
 
     def test_outcome_write_agrees_on_a_mixed_batch(self, store: Any, clock: FakeClock) -> None:
         outcomes, expected_fenced = self.mixed_batch(store, clock)
+        before = run_rolled_back(store, lambda conn: None).rows["scheduler_job"]
         mine, theirs = self.record_both(store, outcomes, clock.now())
         self.assert_same(mine, theirs)
+        # a job's end is a row of its own: the job rows are written once, at submission
+        assert mine.rows["scheduler_job"] == before
         assert list(mine.answer.fenced) == expected_fenced
         queue = {r["job_id"]: r for r in mine.rows["scheduler_job_queue"]}
         expected = expected_last_errors(outcomes, expected_fenced)
