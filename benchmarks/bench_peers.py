@@ -65,8 +65,9 @@ URL_ENV = "RATCHET_BENCH_URL"
 #: The worker flags the performance guide recommends for short jobs on PostgreSQL: none. Since
 #: workers claim ahead of their threads the defaults are the best measured (concurrency 8 to 64,
 #: claims of 200 to 500: all within each other's spread), and the flags it recommended before,
-#: ``--concurrency 192 --batch-size 500``, run no-op jobs at about 0.6x the defaults (192
-#: threads contend for the interpreter: 76 against 37 µs of worker CPU per job).
+#: ``--concurrency 192 --batch-size 500``, ran no-op jobs at 0.6x to 1.1x the defaults on
+#: 4 December 2026 (at worst 192 threads contending for the interpreter: 76 against 37 µs of
+#: worker CPU per job).
 RATCHET_BEST: tuple[str, ...] = ()
 #: pgqueuer's best setting measured for one process (its default batch is 10).
 PGQ_BEST = ("--batch-size", "200")
