@@ -210,9 +210,15 @@ class QueryStoreMixin:
         return self._run(work, write=False)
 
 
+def _records(store: QueryStoreMixin, joined: Any) -> Select[Any]:
+    """The record columns over ``joined``: the job table with its queue row and its end,
+    joined in the order that lets the filter's index drive the scan."""
+    return select(*store._record_cols()).select_from(joined)
+
+
 def _joined(store: QueryStoreMixin) -> Select[Any]:
     """The record columns over the job table with its queue row or its end, if it has one."""
-    return select(*store._record_cols()).select_from(JOB_WITH_STATE)
+    return _records(store, JOB_WITH_STATE)
 
 
 def _page(
@@ -227,34 +233,21 @@ def _page(
     if status is not None and status not in TERMINAL_STATUSES:
         # Live: the queue row carries the status; its (status, job_id) index drives the page.
         key = Q.c.job_id
-        stmt = (
-            select(*store._record_cols())
-            .select_from(
-                Q.join(J, J.c.job_id == Q.c.job_id).outerjoin(END, END.c.job_id == J.c.job_id)
-            )
-            .where(Q.c.status == status.value)
-        )
+        live = Q.join(J, J.c.job_id == Q.c.job_id).outerjoin(END, END.c.job_id == J.c.job_id)
+        stmt = _records(store, live).where(Q.c.status == status.value)
     elif status is not None:
         # Ended: the end row carries the status; its (terminal_status, job_id) index drives it.
         key = END.c.job_id
-        stmt = (
-            select(*store._record_cols())
-            .select_from(
-                END.join(J, J.c.job_id == END.c.job_id).outerjoin(Q, Q.c.job_id == J.c.job_id)
-            )
-            .where(END.c.terminal_status == status.value)
-        )
+        ended = schema.ended_job.outerjoin(Q, Q.c.job_id == J.c.job_id)
+        stmt = _records(store, ended).where(END.c.terminal_status == status.value)
     elif query.tag is not None:
         key = TAGS.c.job_id
-        stmt = (
-            select(*store._record_cols())
-            .select_from(
-                TAGS.join(J, J.c.job_id == TAGS.c.job_id)
-                .outerjoin(Q, Q.c.job_id == J.c.job_id)
-                .outerjoin(END, END.c.job_id == J.c.job_id)
-            )
-            .where(TAGS.c.tag == query.tag)
+        tagged = (
+            TAGS.join(J, J.c.job_id == TAGS.c.job_id)
+            .outerjoin(Q, Q.c.job_id == J.c.job_id)
+            .outerjoin(END, END.c.job_id == J.c.job_id)
         )
+        stmt = _records(store, tagged).where(TAGS.c.tag == query.tag)
     else:
         key = J.c.job_id
         stmt = _joined(store)

@@ -38,10 +38,7 @@ T = TypeVar("T")
 
 J = schema.job
 END = schema.job_end
-#: The ended jobs with their ends.
-ENDED = END.join(J, J.c.job_id == END.c.job_id)
-END_COLUMNS = (END.c.terminal_status, END.c.terminated_at, END.c.terminal_error, END.c.result,
-               END.c.attempts)  # fmt: skip
+ENDED = schema.ended_job
 Q = schema.job_queue
 TAGS = schema.job_tag
 AFFINITY = schema.job_affinity
@@ -226,7 +223,7 @@ class RetentionStoreMixin:
                 "attempt_history": json.dumps(history[r.job_id]),
             }
             for r in conn.execute(
-                select(J, *END_COLUMNS).select_from(ENDED).where(among(J.c.job_id, ids))
+                select(J, *schema.job_end_state).select_from(ENDED).where(among(J.c.job_id, ids))
             )
         ]
         if rows:

@@ -168,6 +168,10 @@ job_queue = Table(
 job_with_state = job.outerjoin(job_queue, job_queue.c.job_id == job.c.job_id).outerjoin(
     job_end, job_end.c.job_id == job.c.job_id
 )
+#: The jobs that ended, each with its end.
+ended_job = job_end.join(job, job.c.job_id == job_end.c.job_id)
+#: What an end says of its job: every column of ``job_end`` but the key.
+job_end_state = tuple(c for c in job_end.c if c is not job_end.c.job_id)
 
 job_tag = Table(
     "scheduler_job_tag",

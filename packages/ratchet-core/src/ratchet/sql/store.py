@@ -881,7 +881,7 @@ class SqlStore(
         for chunk in iter_chunks(list(ids), CHUNK):
             stmt = (
                 select(J.c.job_id, J.c.priority, J.c.business_key)
-                .join(END, END.c.job_id == J.c.job_id)
+                .select_from(schema.ended_job)
                 .where(J.c.job_id.in_(chunk), END.c.terminal_status == JobStatus.FAILED.value)
             )
             rows = conn.execute(self.dialect.lock_rows(stmt)).all()
@@ -1000,11 +1000,7 @@ class SqlStore(
             Q.c.picked_at,
             Q.c.paused_from_status,
             Q.c.last_error,
-            END.c.terminal_status,
-            END.c.terminated_at,
-            END.c.terminal_error,
-            END.c.result,
-            END.c.attempts,
+            *schema.job_end_state,
         ]
 
     def _to_record(self, r: Row[Any], last_epoch: int | None = None) -> JobRecord:
