@@ -103,7 +103,7 @@ job = Table(
 #: The end of a job: one row for each job that reached a terminal status, inserted by the
 #: statement that ends it (migration 0016). The job's own row is never updated when it ends, so
 #: ending a job writes this narrow row and its three index entries instead of a new version of
-#: the wide job row and an entry in each of its indexes. ``attempts``: the attempts it made.
+#: the wide job row and an entry in each of its indexes. ``attempts``: its failed attempts.
 job_end = Table(
     "scheduler_job_end",
     metadata,
