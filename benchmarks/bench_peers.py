@@ -17,7 +17,8 @@ What it measures (no-op jobs throughout; the median of ``--rounds`` rounds, min-
 - on SQLite, a default ``app.worker()`` against huey's thread consumer (one worker, then
   ``--huey-workers``), in this process, start-up included: from starting the consumer until the
   last job has finished;
-- **batch enqueue**, 1,000 jobs per call (building the jobs included), and **single enqueue**,
+- **batch enqueue**, 1,000 jobs per call (building the jobs included; builders through
+  ``submit_many``, and argument tuples through ``enqueue_many``), and **single enqueue**,
   one transaction per job;
 - two references without a peer: the **bare psycopg loop** (claim 100 with ``SKIP LOCKED``,
   complete them in one statement: what the server can do) and the **PostgresStore alone**
@@ -503,8 +504,9 @@ def ratchet_process(server: Server, n: int, flags: tuple[str, ...]) -> float:
     return n / (span_us / 1e6)
 
 
-def ratchet_batch_enqueue(server: Server, n: int) -> float:
-    """Jobs/s of ``submit_many`` by 1,000, building the jobs included."""
+def ratchet_batch_enqueue(server: Server, n: int, bulk: bool = False) -> float:
+    """Jobs/s of ``submit_many`` by 1,000 (``bulk``: ``enqueue_many`` by 1,000), building the
+    jobs (or the argument tuples) included."""
     from ratchet import Ratchet
 
     with server.database() as url:
@@ -514,7 +516,11 @@ def ratchet_batch_enqueue(server: Server, n: int) -> float:
         DB.start()
         started = time.perf_counter()
         for chunk in range(0, n, 1000):
-            app.submit_many([app.enqueue(job, i) for i in range(chunk, min(n, chunk + 1000))])
+            stop = min(n, chunk + 1000)
+            if bulk:
+                app.enqueue_many(job, [(i,) for i in range(chunk, stop)])
+            else:
+                app.submit_many([app.enqueue(job, i) for i in range(chunk, stop)])
         elapsed = time.perf_counter() - started
         DB.stop(n)
         app.close()
@@ -940,6 +946,8 @@ def main(argv: list[str] | None = None) -> int:
         plan += [
             ("PG batch enqueue (1,000 per call)", "pgqueuer",
              lambda: ratchet_batch_enqueue(pg, n), lambda: pgq_batch_enqueue(pg, n)),
+            ("PG batch enqueue, enqueue_many (1,000 per call)", "pgqueuer",
+             lambda: ratchet_batch_enqueue(pg, n, bulk=True), lambda: pgq_batch_enqueue(pg, n)),
             ("PG single enqueue (1 per transaction)", "pgqueuer",
              lambda: ratchet_single_enqueue(pg, single), lambda: pgq_single_enqueue(pg, single)),
         ]  # fmt: skip

@@ -20,6 +20,7 @@ LABELS = [
     "PG processing, defaults",
     "PG processing, best settings",
     "PG batch enqueue (1,000 per call)",
+    "PG batch enqueue, enqueue_many (1,000 per call)",
     "PG single enqueue (1 per transaction)",
     "SQLite processing, defaults",
     "SQLite processing, best settings",

@@ -22,13 +22,14 @@ from ratchet.domain.errors import (
 )
 from ratchet.domain.lifecycle import JobPriority
 from ratchet.domain.masking import MaskingPolicy
-from ratchet.domain.model import AttemptRecord, FlowWrite, JobFilter, JobRecord
+from ratchet.domain.model import AttemptRecord, FlowWrite, JobFilter, JobRecord, NewJob
 from ratchet.domain.options import JobOptions, validate_option_text
 from ratchet.domain.retry import RetryPolicy
 from ratchet.domain.workflow import BatchContext, FlowResolver
 from ratchet.engine.assembly import assemble_app
 from ratchet.engine.batches import BatchBuilder, StreamingBatchBuilder
 from ratchet.engine.builder import JobBuilder, JobHandle
+from ratchet.engine.bulk import Call, CallJobs
 from ratchet.engine.collector import paused_for
 from ratchet.engine.jobs_api import Jobs
 from ratchet.engine.limits_api import LimitsApi
@@ -275,8 +276,55 @@ class Ratchet(LimitsApi, RecurringMixin, RetentionMixin):
     def submit_many(
         self, builders: Sequence[JobBuilder], connection: Any = None
     ) -> list[JobHandle]:
-        """Submit several builders in one transaction (bulk insert)."""
+        """Submit several builders in one transaction (bulk insert). Many calls of one function
+        with the same options are cheaper through :meth:`enqueue_many`."""
         return self._submit(builders, connection=connection)
+
+    def enqueue_many(
+        self,
+        fn: Callable[..., Any],
+        calls: Sequence[Call],
+        options: JobOptions | None = None,
+        *,
+        delay: timedelta | None = None,
+        connection: Any = None,
+    ) -> list[JobHandle]:
+        """Submit one job of ``fn`` for each of ``calls`` in one transaction, all with
+        ``options`` (default: a builder's defaults), due ``delay`` from now (None: at once).
+
+        Each call is a tuple or list of positional arguments, or a dict of keyword ones. Each
+        job gets its own id and its id as its idempotency key; the handles come back in the
+        order of ``calls``. With ``connection`` the jobs commit or roll back with the caller's
+        transaction. Nothing is stored when a call is refused.
+
+        :raises InvalidJobArguments: a call does not fit ``fn``'s signature (its place named).
+        :raises UnserializableArgument: an argument is not storable.
+        :raises PayloadTooLargeError: a call's arguments are larger than the payload cap.
+        :raises ClassPolicyViolation: the class policy refuses ``fn``.
+        """
+        source = CallJobs(self, fn, calls, options or JobOptions(), delay)
+        count = len(calls)
+        if count == 0:
+            return []
+        with paused_for(count, self.config.pause_gc_in_bulk):
+            caller = self._caller_transactions(connection)
+            if self.tracer is None:
+                return self._store_jobs(
+                    count, source.build, lambda _: source.wants_wakeup, connection, caller, None
+                )
+            attributes: dict[str, SpanValue] = {
+                "ratchet.job.count": count,
+                "ratchet.job.target": source.target,
+            }
+            with submission(self.tracer, "submit_many", attributes) as span:
+                return self._store_jobs(
+                    count,
+                    source.build,
+                    lambda _: source.wants_wakeup,
+                    connection,
+                    caller,
+                    span.trace_context,
+                )
 
     def _submit(self, builders: Sequence[JobBuilder], connection: Any = None) -> list[JobHandle]:
         for b in builders:
@@ -286,48 +334,61 @@ class Ratchet(LimitsApi, RecurringMixin, RetentionMixin):
 
     def _submit_traced(self, builders: Sequence[JobBuilder], connection: Any) -> list[JobHandle]:
         caller = self._caller_transactions(connection)
+
+        def build(start: int, stop: int, now: datetime, trace: str | None) -> list[NewJob]:
+            return [b.build(now, trace) for b in builders[start:stop]]
+
+        def wants_wakeup(place: int) -> bool:
+            return builders[place].wants_wakeup
+
+        count = len(builders)
         if self.tracer is None:
-            return self._store_jobs(builders, connection, caller, None)
-        one = len(builders) == 1
-        attributes: dict[str, SpanValue] = {"ratchet.job.count": len(builders)}
+            return self._store_jobs(count, build, wants_wakeup, connection, caller, None)
+        one = count == 1
+        attributes: dict[str, SpanValue] = {"ratchet.job.count": count}
         if one:
             attributes["ratchet.job.target"] = str(builders[0]._ref)
         with submission(
             self.tracer, builders[0].operation if one else "submit_many", attributes
         ) as span:
-            handles = self._store_jobs(builders, connection, caller, span.trace_context)
+            handles = self._store_jobs(
+                count, build, wants_wakeup, connection, caller, span.trace_context
+            )
             if one:
                 span.note("ratchet.job.id", str(handles[0].id))
             return handles
 
     def _store_jobs(
         self,
-        builders: Sequence[JobBuilder],
+        count: int,
+        build: Callable[[int, int, datetime, str | None], list[NewJob]],
+        wants_wakeup: Callable[[int], bool],
         connection: Any,
         caller: TransactionalStore | None,
         trace_context: str | None,
     ) -> list[JobHandle]:
-        """Insert the jobs of ``builders`` (in the trace ``trace_context``); events and the
-        wakeup after commit."""
+        """Insert the ``count`` jobs that ``build(start, stop, now, trace_context)`` makes, in
+        order (in the trace ``trace_context``); events and the wakeup (for the jobs whose place
+        ``wants_wakeup``) after commit."""
         now = self.now()
         streaming = self._streaming_store() if connection is None else None
-        if streaming is not None and len(builders) > streaming.insert_chunk_size:
-            jobs: list[Any] = []
+        if streaming is not None and count > streaming.insert_chunk_size:
+            jobs: list[NewJob] = []
             size = streaming.insert_chunk_size
 
-            def chunks() -> Iterator[list[Any]]:
-                for start in range(0, len(builders), size):
-                    chunk = [b.build(now, trace_context) for b in builders[start : start + size]]
+            def chunks() -> Iterator[list[NewJob]]:
+                for start in range(0, count, size):
+                    chunk = build(start, min(count, start + size), now, trace_context)
                     jobs.extend(chunk)
                     yield chunk
 
             try:
                 results = streaming.insert_job_chunks(chunks(), now=now)
             except DuplicateIdempotencyKeyError:
-                jobs.extend(b.build(now, trace_context) for b in builders[len(jobs) :])
+                jobs.extend(build(len(jobs), count, now, trace_context))
                 results = self.store.insert_jobs(jobs, now=now)
         else:
-            jobs = [b.build(now, trace_context) for b in builders]
+            jobs = build(0, count, now, trace_context)
             try:
                 results = self.store.insert_jobs(jobs, now=now, connection=connection)
             except DuplicateIdempotencyKeyError:
@@ -336,10 +397,14 @@ class Ratchet(LimitsApi, RecurringMixin, RetentionMixin):
                 # A racing submitter won; a fresh transaction now sees its job and returns it.
                 results = self.store.insert_jobs(jobs, now=now)
         handles = [JobHandle(r.job_id, self, r.inserted) for r in results]
-        inserted = [(b, j) for b, j, r in zip(builders, jobs, results, strict=True) if r.inserted]
+        inserted = [
+            (p, j) for p, (j, r) in enumerate(zip(jobs, results, strict=True)) if r.inserted
+        ]
 
         def after_commit() -> None:
-            self._after_submit(inserted, now)
+            self._after_submit(
+                [j for _, j in inserted], [j for p, j in inserted if wants_wakeup(p)], now
+            )
 
         if caller is None:
             after_commit()
@@ -370,13 +435,16 @@ class Ratchet(LimitsApi, RecurringMixin, RetentionMixin):
             self._streaming: StreamingInsertStore | None = found
             return found
 
-    def _after_submit(self, inserted: Sequence[tuple[JobBuilder, Any]], now: datetime) -> None:
-        wake = [j for b, j in inserted if b.wants_wakeup]
-        if wake:
-            top = max(j.priority for j in wake)
+    def _after_submit(
+        self, inserted: Sequence[NewJob], woken: Sequence[NewJob], now: datetime
+    ) -> None:
+        """After the jobs ``inserted`` committed: one wakeup for those of them in ``woken``
+        (at the highest priority among them), and a SUBMITTED event for each."""
+        if woken:
+            top = max(j.priority for j in woken)
             try:
                 self.coordinator.notify_new_work(
-                    WakeupHint(JobPriority(top), self.node_name, jobs=len(wake))
+                    WakeupHint(JobPriority(top), self.node_name, jobs=len(woken))
                 )
             except Exception:
                 log.warning(
@@ -384,7 +452,7 @@ class Ratchet(LimitsApi, RecurringMixin, RetentionMixin):
                 )
         if not inserted or not self.observed():
             return  # nobody would see the events: do not build one per job
-        for _, job in inserted:
+        for job in inserted:
             self.emit(JobEvent(EventKind.SUBMITTED, job.job_id, now, data={"target": job.target}))
 
     def replace(
@@ -436,7 +504,7 @@ class Ratchet(LimitsApi, RecurringMixin, RetentionMixin):
             JobEvent(EventKind.REPLACED, job_id, now, data={"superseded_by": str(new_job.job_id)})
         )
         apply_effects(self, replaced.effects, None)
-        self._after_submit([(builder, new_job)], now)
+        self._after_submit([new_job], [new_job] if builder.wants_wakeup else [], now)
         return JobHandle(new_job.job_id, self)
 
     def _operator(self, kind: EventKind, ok: bool, job_id: uuid.UUID) -> bool:

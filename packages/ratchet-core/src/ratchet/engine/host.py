@@ -101,7 +101,9 @@ class AppHost(Protocol):
 
     def _caller_transactions(self, connection: Any) -> TransactionalStore | None: ...
 
-    def _after_submit(self, inserted: Sequence[tuple[Any, Any]], now: datetime) -> None: ...
+    def _after_submit(
+        self, inserted: Sequence[Any], woken: Sequence[Any], now: datetime
+    ) -> None: ...
 
 
 class Gate(Protocol):

@@ -280,7 +280,7 @@ def submit_flow(app: AppHost, builder: FlowHead, parts: FlowParts, connection: A
         return result
 
     def after_commit() -> None:
-        app._after_submit([(builder, head)], now)
+        app._after_submit([head], [head] if builder.wants_wakeup else [], now)
         if parts.chain:
             app.emit(
                 JobEvent(
