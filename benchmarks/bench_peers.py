@@ -26,6 +26,8 @@ What it measures (no-op jobs throughout; the median of ``--rounds`` rounds, min-
 - for every PostgreSQL row, the **database's CPU per job** while it ran (:class:`DatabaseMeter`:
   all of the server's processes), beside the peer's: how much of a difference is the server's
   work rather than the client's;
+- for every row whose client runs in the benchmark's process (the enqueues, the store alone,
+  the bare loop), the **client's CPU per job** beside the peer's;
 - for every processing row, the **worker process's CPU per job** (:class:`WorkerMeter`), from
   its first claim to the drained queue, beside the peer's, and Ratchet's split by thread (its
   job threads, the poller, the writer and the rest, told apart by the names Ratchet's threads
@@ -423,9 +425,32 @@ class WorkerMeter:
         return value
 
 
+class ClientMeter:
+    """The CPU time of this process per job, for the rows whose client runs in it (the
+    enqueues, the store alone, the bare loop): with the database's, the whole cost of a job."""
+
+    def __init__(self) -> None:
+        self._started: float | None = None
+        self._last: float | None = None
+
+    def start(self) -> None:
+        self._started = time.process_time()
+
+    def stop(self, jobs: int) -> None:
+        if self._started is not None:
+            self._last = (time.process_time() - self._started) / jobs * 1e6
+        self._started = None
+
+    def take(self) -> float | None:
+        """The last measurement in µs per job (None: none), forgotten once read."""
+        value, self._last = self._last, None
+        return value
+
+
 DB = DatabaseMeter()
 WAL = WriteMeter()
 WORKER = WorkerMeter()
+CLIENT = ClientMeter()
 
 
 class Server:
@@ -514,6 +539,7 @@ def ratchet_batch_enqueue(server: Server, n: int, bulk: bool = False) -> float:
         job = fn("noop")
         app.submit_many([app.enqueue(job, -1)])  # connect and warm up outside the timing
         DB.start()
+        CLIENT.start()
         started = time.perf_counter()
         for chunk in range(0, n, 1000):
             stop = min(n, chunk + 1000)
@@ -522,6 +548,7 @@ def ratchet_batch_enqueue(server: Server, n: int, bulk: bool = False) -> float:
             else:
                 app.submit_many([app.enqueue(job, i) for i in range(chunk, stop)])
         elapsed = time.perf_counter() - started
+        CLIENT.stop(n)
         DB.stop(n)
         app.close()
     return n / elapsed
@@ -537,10 +564,12 @@ def ratchet_single_enqueue(server: Server, n: int) -> float:
         for i in range(20):
             app.enqueue(job, -i).submit()
         DB.start()
+        CLIENT.start()
         started = time.perf_counter()
         for i in range(n):
             app.enqueue(job, i).submit()
         elapsed = time.perf_counter() - started
+        CLIENT.stop(n)
         DB.stop(n)
         app.close()
     return n / elapsed
@@ -570,9 +599,11 @@ def store_alone(server: Server, n: int) -> float:
         store = PostgresStore(url)
         try:
             DB.start()
+            CLIENT.start()
             started = time.perf_counter()
             done = _store_loop(store, 100)
             elapsed = time.perf_counter() - started
+            CLIENT.stop(n)
             DB.stop(n)  # before its backend exits: see DatabaseMeter
         finally:
             store.close()
@@ -611,6 +642,7 @@ def bare_loop(server: Server, n: int) -> float:
         conn.autocommit = True
         done = 0
         DB.start()
+        CLIENT.start()
         started = time.perf_counter()
         while True:
             ids = [row[0] for row in conn.execute(RAW_CLAIM, (100,)).fetchall()]
@@ -619,6 +651,7 @@ def bare_loop(server: Server, n: int) -> float:
             conn.execute(RAW_COMPLETE, (ids,))
             done += len(ids)
         elapsed = time.perf_counter() - started
+        CLIENT.stop(n)
         DB.stop(n)
     assert done == n
     return n / elapsed
@@ -699,9 +732,11 @@ def pgq_batch_enqueue(server: Server, n: int) -> float:
         async def run(queries: Any) -> float:
             await _pgq_batches(queries, -1000, 1000)  # warm up outside the timing
             DB.start()
+            CLIENT.start()
             started = time.perf_counter()
             await _pgq_batches(queries, 0, n)
             elapsed = time.perf_counter() - started
+            CLIENT.stop(n)
             DB.stop(n)
             return elapsed
 
@@ -716,10 +751,12 @@ def pgq_single_enqueue(server: Server, n: int) -> float:
             for i in range(20):
                 await queries.enqueue("noop", str(-i).encode())
             DB.start()
+            CLIENT.start()
             started = time.perf_counter()
             for i in range(n):
                 await queries.enqueue("noop", str(i).encode())
             elapsed = time.perf_counter() - started
+            CLIENT.stop(n)
             DB.stop(n)
             return elapsed
 
@@ -827,6 +864,8 @@ class Row:
     ratchet_worker: list[float] = field(default_factory=list)
     peer_worker: list[float] = field(default_factory=list)
     ratchet_threads: list[dict[str, float]] = field(default_factory=list)
+    ratchet_client: list[float] = field(default_factory=list)
+    peer_client: list[float] = field(default_factory=list)
 
 
 def fmt(values: list[float], digits: int = 0) -> str:
@@ -996,6 +1035,10 @@ def main(argv: list[str] | None = None) -> int:
                     db_cpu = DB.take()
                     if db_cpu is not None:
                         db_values.append(db_cpu)
+                    client_cpu = CLIENT.take()
+                    if client_cpu is not None:
+                        mine_ran = values is row.ratchet
+                        (row.ratchet_client if mine_ran else row.peer_client).append(client_cpu)
                     wrote = WAL.take()
                     if wrote is not None:
                         writes.append(wrote)
@@ -1025,6 +1068,8 @@ def main(argv: list[str] | None = None) -> int:
                  lambda r: r.ratchet_db, lambda r: r.peer_db, cpu)  # fmt: skip
     print_beside(rows, "the worker process's CPU per job (µs, median (min-max))", "---:",
                  lambda r: r.ratchet_worker, lambda r: r.peer_worker, cpu)  # fmt: skip
+    print_beside(rows, "the client's CPU per job, in this process (µs, median (min-max))",
+                 "---:", lambda r: r.ratchet_client, lambda r: r.peer_client, cpu)  # fmt: skip
     print_beside(rows, "what the database wrote per job (median)", "---",
                  lambda r: r.ratchet_writes, lambda r: r.peer_writes, fmt_writes)  # fmt: skip
     print_threads(rows)

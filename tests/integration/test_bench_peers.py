@@ -60,7 +60,7 @@ def test_the_ratchet_side_of_a_quick_run_measures_every_row(
     argv = ["--quick", "--ratchet-only", "--url", postgres_server.url()]
     assert bench_peers.main([*argv, "--data-dir", str(postgres_server.data_dir)]) == 0
     out = capsys.readouterr().out
-    rates, database_cpu, worker_cpu, writes, _ = _tables(out)
+    rates, database_cpu, worker_cpu, client_cpu, writes, _ = _tables(out)
     processing = {label for label in LABELS if label.startswith("PG processing")}
     assert processing and set(worker_cpu) == processing
     for label in processing:
@@ -74,6 +74,16 @@ def test_the_ratchet_side_of_a_quick_run_measures_every_row(
         assert jobs > 0 and poller > 0 and writer > 0, row
     for label in LABELS:
         assert float(rates[label].replace(",", "")) > 0, f"{label}: {rates.get(label)}"
+    # The rows whose client runs in the benchmark's process: its CPU per job, which a client
+    # that does anything at all spends.
+    in_process = {
+        label
+        for label in LABELS
+        if label.startswith(("PG batch", "PG single", "reference:", "PG PostgresStore"))
+    }
+    assert set(client_cpu) == in_process
+    for label in in_process:
+        assert float(client_cpu[label].replace(",", "")) > 0, f"{label}: {client_cpu[label]}"
     metered = {label for label in LABELS if not label.startswith("SQLite")}
     assert set(database_cpu) == metered
     for label in metered:
