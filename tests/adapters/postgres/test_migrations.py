@@ -271,7 +271,7 @@ def test_pg02_drops_the_job_foreign_keys_and_the_null_index_entries_and_back(
     assert _tables_referring_to_jobs(empty_store) == REFERRING
     assert _index_predicates(empty_store, PG02_PARTIAL) == dict.fromkeys(PG02_PARTIAL)
     empty_store.migrate()
-    assert "pg03" in current_revisions(empty_store)  # the head, past pg02
+    assert "pg04" in current_revisions(empty_store)  # the head, past pg02
     assert _tables_referring_to_jobs(empty_store) == set()
     assert _index_predicates(empty_store, PG02_PARTIAL) == {
         name: f"({condition.split(' ')[0]} IS NOT NULL)"
@@ -307,7 +307,7 @@ def test_pg03_drops_the_watch_index_and_back(empty_store: PostgresStore) -> None
     before = _queue_indexes(empty_store)
     assert {"idx_queue_watch", "idx_queue_status_page", "idx_queue_owner"} <= before
     empty_store.migrate()
-    assert "pg03" in current_revisions(empty_store)
+    assert "pg04" in current_revisions(empty_store)  # the head, past pg03
     after = _queue_indexes(empty_store)
     assert "idx_queue_watch" not in after
     assert {"idx_queue_status_page", "idx_queue_owner"} <= after
@@ -317,6 +317,71 @@ def test_pg03_drops_the_watch_index_and_back(empty_store: PostgresStore) -> None
         command.downgrade(cfg, "pg02")
     assert "pg03" not in current_revisions(empty_store)
     assert "idx_queue_watch" in _queue_indexes(empty_store)
+
+
+def test_pg04_leaves_pending_and_running_rows_out_of_the_status_page_index_and_back(
+    empty_store: PostgresStore,
+) -> None:
+    """At ``pg03`` the status page index holds every queue row; ``migrate()`` leaves out the
+    PENDING and RUNNING rows; the downgrade makes it whole again."""
+    from alembic import command
+
+    from ratchet.sql.migrate import alembic_config, upgrade
+
+    upgrade(empty_store, "pg03")
+    page = ["idx_queue_status_page"]
+    assert _index_predicates(empty_store, page) == {"idx_queue_status_page": None}
+    empty_store.migrate()
+    assert "pg04" in current_revisions(empty_store)
+    assert _index_predicates(empty_store, page) == {
+        "idx_queue_status_page": (
+            "((status)::text <> ALL ((ARRAY['PENDING'::character varying, "
+            "'RUNNING'::character varying])::text[]))"
+        )
+    }
+    cfg = alembic_config(empty_store)
+    with empty_store.engine.begin() as conn:
+        cfg.attributes["connection"] = conn
+        command.downgrade(cfg, "pg03")
+    assert "pg04" not in current_revisions(empty_store)
+    assert _index_predicates(empty_store, page) == {"idx_queue_status_page": None}
+
+
+def test_a_page_of_a_rare_status_reads_the_partial_status_index(
+    postgres_store_url: str,
+) -> None:
+    """With 2,000 PENDING jobs and 5 PAUSED ones, the query API's page of PAUSED jobs reads
+    ``idx_queue_status_page`` (its status implies the index's predicate), and a page of
+    PENDING jobs, which the index no longer holds, still lists them newest first."""
+    from ratchet import JobStatus, Ratchet
+    from ratchet.domain.query import JobQuery
+
+    app = Ratchet(postgres_store_url, allowed_modules=["sample_jobs"])
+    try:
+        import sample_jobs
+
+        handles = app.enqueue_many(sample_jobs.record, [(i,) for i in range(2000)])
+        paused = [h.id for h in handles[:5]]
+        for job_id in paused:
+            assert app.pause_job(job_id)
+        store = app.store
+        with store.engine.begin() as conn:
+            conn.execute(text("ANALYZE scheduler_job_queue"))
+        pending_page = store.query_jobs(
+            JobQuery(statuses=(JobStatus.PENDING,)), after=None, limit=50
+        )
+        assert [r.job_id for r in pending_page] == [h.id for h in handles[::-1][:50]]
+        paused_page = store.query_jobs(JobQuery(statuses=(JobStatus.PAUSED,)), after=None, limit=50)
+        assert [r.job_id for r in paused_page] == paused[::-1]
+        from ratchet.sql import query_store
+
+        stmt = query_store._page(store, JobQuery(), None, 50, JobStatus.PAUSED)
+        compiled = stmt.compile(store.engine, compile_kwargs={"literal_binds": True})
+        with store.engine.connect() as conn:
+            plan = "\n".join(conn.execute(text(f"EXPLAIN {compiled}")).scalars())
+        assert "idx_queue_status_page" in plan, plan
+    finally:
+        app.close()
 
 
 @pytest.mark.parametrize("plan", ["force_custom_plan", "force_generic_plan"])

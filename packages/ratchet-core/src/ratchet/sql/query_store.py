@@ -2,8 +2,10 @@
 
 Every listing is a keyset scan in job id order (newest first) driven by one index that ends
 with ``job_id`` (migration 0011): a status filter reads ``(status, job_id)`` of the queue table
-for live statuses and ``(terminal_status, job_id)`` of the end table for ended ones, one short
-query per status, merged here; a tag reads ``(tag, job_id)``; otherwise the job table's primary
+for live statuses (on PostgreSQL only the statuses other than PENDING and RUNNING, whose pages
+walk the queue's primary key or read the claim or owner index, migration pg04) and
+``(terminal_status, job_id)`` of the end table for ended ones, one short query per status,
+merged here; a tag reads ``(tag, job_id)``; otherwise the job table's primary
 key, with the other filters as predicates (each has its own ``(column, job_id)`` index the
 planner may prefer). No query uses OFFSET, so page 10,000 costs what page 1 does.
 """
