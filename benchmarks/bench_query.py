@@ -181,12 +181,12 @@ def measure(url: str, n: int, repeat: int) -> dict[str, tuple[float, float]]:
     def offset_page() -> None:
         with store.read_engine.connect() as conn:
             cols = store._record_cols()
-            J, Q = schema.job, schema.job_queue
+            J = schema.job
             from sqlalchemy import select
 
             stmt = (
                 select(*cols)
-                .select_from(J.outerjoin(Q, Q.c.job_id == J.c.job_id))
+                .select_from(schema.job_with_state)  # the job, its queue row and its end
                 .order_by(J.c.job_id.desc())
                 .offset(deep_offset)
                 .limit(PAGE + 1)
