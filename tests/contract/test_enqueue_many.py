@@ -117,6 +117,12 @@ def test_each_call_becomes_a_job_with_the_options_in_order(
     assert submitted == [h.id for h in handles]
 
 
+def test_calls_may_come_from_a_generator(app: Ratchet) -> None:
+    handles = app.enqueue_many(gate_jobs.plain, ((i,) for i in range(3)))
+    payloads = [app.get_job(h.id).payload for h in handles]  # type: ignore[union-attr]
+    assert [json.loads(p)["args"] for p in payloads] == [[0], [1], [2]]
+
+
 def test_keyword_calls_a_delay_and_no_wakeup_for_jobs_due_later(
     app: Ratchet, plugin: RecordingPlugin
 ) -> None:

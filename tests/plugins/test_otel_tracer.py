@@ -269,6 +269,26 @@ def test_jobs_of_one_submission_share_one_parsed_parent(
     assert len({run.context.span_id for run in runs}) == 3, "each attempt has its own span"
 
 
+def test_an_enqueue_many_is_one_submission_span_that_its_jobs_runs_follow(
+    tracer: OpenTelemetryTracer, exporter: InMemorySpanExporter, sqlite_url: str
+) -> None:
+    app = Ratchet(sqlite_url, allowed_modules=["sample_jobs"])
+    app.enable_tracing(tracer)
+    try:
+        app.enqueue_many(sample_jobs.record, [(i,) for i in range(3)])
+        worker = app.worker()
+        worker.record([worker.execute(job) for job in worker.poll_once()])
+    finally:
+        app.close()
+    [submit] = spans(exporter, "ratchet submit_many")
+    assert submit.attributes is not None
+    assert submit.attributes["ratchet.job.count"] == 3
+    assert submit.attributes["ratchet.job.target"] == "sample_jobs:record"
+    runs = spans(exporter, "ratchet run")
+    assert len(runs) == 3
+    assert {run.parent.span_id for run in runs if run.parent} == {submit.context.span_id}
+
+
 BLOCK_OTEL = textwrap.dedent(
     """
     import sys, tempfile

@@ -5,7 +5,7 @@ from __future__ import annotations
 import logging
 import threading
 import uuid
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from contextlib import AbstractContextManager
 from datetime import datetime, timedelta
 from typing import Any
@@ -283,7 +283,7 @@ class Ratchet(LimitsApi, RecurringMixin, RetentionMixin):
     def enqueue_many(
         self,
         fn: Callable[..., Any],
-        calls: Sequence[Call],
+        calls: Iterable[Call],
         options: JobOptions | None = None,
         *,
         delay: timedelta | None = None,
@@ -292,38 +292,38 @@ class Ratchet(LimitsApi, RecurringMixin, RetentionMixin):
         """Submit one job of ``fn`` for each of ``calls`` in one transaction, all with
         ``options`` (default: a builder's defaults), due ``delay`` from now (None: at once).
 
-        Each call is a tuple or list of positional arguments, or a dict of keyword ones. Each
-        job gets its own id and its id as its idempotency key; the handles come back in the
-        order of ``calls``. With ``connection`` the jobs commit or roll back with the caller's
-        transaction. Nothing is stored when a call is refused.
+        Each call (``calls`` may be any iterable) is a tuple or list of positional arguments,
+        or a dict of keyword ones. Each job gets its own id and its id as its idempotency key;
+        the handles come back in the order of ``calls``. With ``connection`` the jobs commit
+        or roll back with the caller's transaction. Nothing is stored when a call is refused.
 
         :raises InvalidJobArguments: a call does not fit ``fn``'s signature (its place named).
         :raises UnserializableArgument: an argument is not storable.
         :raises PayloadTooLargeError: a call's arguments are larger than the payload cap.
         :raises ClassPolicyViolation: the class policy refuses ``fn``.
         """
+        if not isinstance(calls, Sequence):
+            calls = list(calls)
         source = CallJobs(self, fn, calls, options or JobOptions(), delay)
         count = len(calls)
         if count == 0:
             return []
+
+        def wants_wakeup(_: int) -> bool:
+            return source.wants_wakeup
+
         with paused_for(count, self.config.pause_gc_in_bulk):
             caller = self._caller_transactions(connection)
             if self.tracer is None:
-                return self._store_jobs(
-                    count, source.build, lambda _: source.wants_wakeup, connection, caller, None
-                )
+                return self._store_jobs(count, source.build, wants_wakeup, connection, caller, None)
             attributes: dict[str, SpanValue] = {
                 "ratchet.job.count": count,
                 "ratchet.job.target": source.target,
             }
             with submission(self.tracer, "submit_many", attributes) as span:
+                trace = span.trace_context
                 return self._store_jobs(
-                    count,
-                    source.build,
-                    lambda _: source.wants_wakeup,
-                    connection,
-                    caller,
-                    span.trace_context,
+                    count, source.build, wants_wakeup, connection, caller, trace
                 )
 
     def _submit(self, builders: Sequence[JobBuilder], connection: Any = None) -> list[JobHandle]:
