@@ -144,7 +144,11 @@ def test_keyword_calls_a_delay_and_no_wakeup_for_jobs_due_later(
     [
         ((1, 2, 3), InvalidJobArguments, "call 450 of enqueue_many: signature_jobs:two cannot"),
         ({"a": 1, "c": 2}, InvalidJobArguments, "call 450 of enqueue_many: signature_jobs:two"),
-        (7, InvalidJobArguments, "call 450 of enqueue_many is a int; give each job's arguments"),
+        (
+            7,
+            InvalidJobArguments,
+            "call 450 of enqueue_many has type int; give each job's arguments",
+        ),
         ((1, object()), UnserializableArgument, "call 450 of enqueue_many: "),
         ((1, "x" * 300), PayloadTooLargeError, "call 450 of enqueue_many: job arguments are"),
     ],

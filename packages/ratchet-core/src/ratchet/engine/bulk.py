@@ -50,7 +50,7 @@ def call_arguments(call: object, place: int) -> tuple[tuple[Any, ...], dict[str,
     if isinstance(call, Mapping):
         return (), dict(call)
     raise InvalidJobArguments(
-        f"call {place} of enqueue_many is a {type(call).__name__}; give each job's arguments as "
+        f"call {place} of enqueue_many has type {type(call).__name__}; give each job's arguments as "
         "a tuple (positional), e.g. (42,), or a dict (keyword), e.g. {'user_id': 42}"
     )
 
