@@ -7,13 +7,14 @@ too: a refused call in a later chunk must leave nothing stored there either.
 from __future__ import annotations
 
 import json
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from datetime import timedelta
 from typing import Any
 
 import gate_jobs
 import pytest
 import signature_jobs as sj
+from recording_coordinator import RecordingPlugin
 
 from ratchet import (
     ClassPolicyViolation,
@@ -26,36 +27,11 @@ from ratchet import (
     PayloadTooLargeError,
     Ratchet,
     UnserializableArgument,
-    hookimpl,
 )
 from ratchet.events import EventKind, JobEvent
 from ratchet.plugins import Plugins, make_plugin_manager
-from ratchet.ports import WakeupHint
 
 COUNT = 600
-
-
-class RecordingCoordinator:
-    def __init__(self) -> None:
-        self.sent: list[WakeupHint] = []
-
-    def notify_new_work(self, hint: WakeupHint) -> None:
-        self.sent.append(hint)
-
-    def add_listener(self, listener: Callable[[WakeupHint], None]) -> None:
-        return None
-
-    def close(self) -> None:
-        return None
-
-
-class RecordingPlugin:
-    def __init__(self) -> None:
-        self.coordinator = RecordingCoordinator()
-
-    @hookimpl
-    def ratchet_register_coordinators(self, registry: Any) -> None:
-        registry.add("recording", lambda spec, context=None: self.coordinator)
 
 
 @pytest.fixture

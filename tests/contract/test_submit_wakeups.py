@@ -12,36 +12,10 @@ from typing import Any
 
 import gate_jobs
 import pytest
+from recording_coordinator import RecordingCoordinator, RecordingPlugin
 
-from ratchet import JobPriority, Ratchet, UnserializableArgument, hookimpl
+from ratchet import JobPriority, Ratchet, UnserializableArgument
 from ratchet.plugins import Plugins, make_plugin_manager
-from ratchet.ports import WakeupHint
-
-
-class RecordingCoordinator:
-    """Records every hint it is asked to publish."""
-
-    def __init__(self) -> None:
-        self.sent: list[WakeupHint] = []
-        self.closed = False
-
-    def notify_new_work(self, hint: WakeupHint) -> None:
-        self.sent.append(hint)
-
-    def add_listener(self, listener: Callable[[WakeupHint], None]) -> None:
-        return None
-
-    def close(self) -> None:
-        self.closed = True
-
-
-class RecordingPlugin:
-    def __init__(self) -> None:
-        self.coordinator = RecordingCoordinator()
-
-    @hookimpl
-    def ratchet_register_coordinators(self, registry: Any) -> None:
-        registry.add("recording", lambda spec, context=None: self.coordinator)
 
 
 @pytest.fixture
