@@ -149,6 +149,12 @@ class JobHandle:
         return decode_result(self.app.protection.open_result(rec.result), self.app.enums)
 
 
+def wakes_workers(immediate: bool, priority: JobPriority, due_later: bool) -> bool:
+    """Whether a stored job wakes the workers at once: asked to (``immediate``), CRITICAL, or
+    due now (not ``due_later``); the others wait for the next poll."""
+    return immediate or priority is JobPriority.CRITICAL or not due_later
+
+
 #: Held while a builder gets its job's id (only at its first build).
 _FIRST_BUILD = threading.Lock()
 
@@ -446,9 +452,9 @@ class JobBuilder:
 
     @property
     def wants_wakeup(self) -> bool:
-        """Immediate, CRITICAL, or zero delay: such a submission wakes the workers at once."""
-        zero_delay = self._run_at is None and not self._delay
-        return self._immediate or self._priority is JobPriority.CRITICAL or zero_delay
+        """Whether this job wakes the workers at once when it is stored (:func:`wakes_workers`)."""
+        due_later = self._run_at is not None or bool(self._delay)
+        return wakes_workers(self._immediate, self._priority, due_later)
 
     def build(self, now: datetime, trace_context: str | None = None) -> Any:
         """The :class:`~ratchet.domain.model.NewJob` this builder describes, at ``now``, in

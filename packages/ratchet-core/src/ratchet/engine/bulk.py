@@ -24,9 +24,9 @@ from ratchet.domain.errors import (
     PayloadTooLargeError,
     UnserializableArgument,
 )
-from ratchet.domain.lifecycle import JobPriority
 from ratchet.domain.model import NewJob
 from ratchet.domain.options import JobOptions
+from ratchet.engine.builder import wakes_workers
 from ratchet.engine.security import current_principal
 from ratchet.serialization import encode_payload
 from ratchet.targets import check_arguments
@@ -91,10 +91,8 @@ class CallJobs:
         self._fitting: set[int] = set()
         """Counts of positional arguments (and no keyword ones) that ``fn`` accepts: such a
         call fits whatever the values are, so each count is checked once."""
-        self.wants_wakeup = (
-            options.immediate or options.priority is JobPriority.CRITICAL or not delay
-        )
-        """As :attr:`JobBuilder.wants_wakeup`: the same for every job here."""
+        self.wants_wakeup = wakes_workers(options.immediate, options.priority, bool(delay))
+        """Whether the jobs wake the workers once stored: the same for every job here."""
 
     def build(
         self, start: int, stop: int, now: datetime, trace_context: str | None
