@@ -134,6 +134,7 @@ def make_machine(template: Path, workdir: Path) -> type[RuleBasedStateMachine]:
                 allowed_modules=["sample_jobs"],
                 clock=self.clock,
                 auto_migrate=False,
+                store_options={"background_checkpoints": False},
             )
             ws = self.app.store.capability(WatcherStore)
             assert ws is not None

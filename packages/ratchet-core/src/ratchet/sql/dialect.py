@@ -82,6 +82,10 @@ class SqlDialect:
     def configure_engine(self, engine: Engine, *, write: bool) -> None:
         """Install event listeners on a freshly created engine."""
 
+    def close(self) -> None:
+        """Release what :meth:`configure_engine` started (the store is closing; its engines
+        are disposed of already)."""
+
     def set_autocommit(self, dbapi_connection: Any, on: bool) -> None:
         """Switch a driver connection, idle outside a transaction, to autocommit or back,
         without a round trip (only called when :attr:`switches_autocommit`)."""

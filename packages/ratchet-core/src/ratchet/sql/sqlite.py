@@ -2,6 +2,8 @@
 
 SQLite has one writer at a time per file, so the claim needs no row locks: the write lock taken
 by ``BEGIN IMMEDIATE`` makes claims from several worker processes on one machine exclusive.
+A database in a file gets its write-ahead log checkpointed on a thread of its own
+(:mod:`ratchet.sql.sqlite_checkpoint`) once the store first writes.
 """
 
 from __future__ import annotations
@@ -15,6 +17,7 @@ from sqlalchemy.engine import Engine
 from sqlalchemy.exc import DBAPIError
 
 from ratchet.sql.dialect import ErrorKind, SqlDialect
+from ratchet.sql.sqlite_checkpoint import BACKSTOP_PAGES, WalCheckpointer
 
 #: The tables keyed by job id: SQLite names a broken primary key ``<table>.job_id``.
 JOB_ID_TABLES = ("scheduler_job", "scheduler_job_queue")
@@ -29,6 +32,14 @@ class SqliteDialect(SqlDialect):
     migration_locations = (str(Path(__file__).resolve().parent / "sqlite_migrations"),)
     driver_begin = "BEGIN IMMEDIATE"
 
+    def __init__(self, *, background_checkpoints: bool = True) -> None:
+        self.background_checkpoints = background_checkpoints
+        """Whether a database in a file gets a :class:`WalCheckpointer` (False: commits
+        checkpoint the log past SQLite's default 1,000 pages, and no thread starts)."""
+        self.checkpointer: WalCheckpointer | None = None
+        """Checkpoints the log of a database in a file, from the write engine's first
+        connection on (None before it, for a database in memory, or when turned off)."""
+
     def engine_kwargs(self, url: str) -> dict[str, Any]:
         return {"connect_args": {"timeout": BUSY_TIMEOUT_MS / 1000, "check_same_thread": False}}
 
@@ -40,9 +51,11 @@ class SqliteDialect(SqlDialect):
         def _on_connect(dbapi_conn: Any, record: Any) -> None:
             dbapi_conn.isolation_level = None  # we emit BEGIN ourselves
             cur = dbapi_conn.cursor()
-            cur.execute("PRAGMA journal_mode=WAL")
+            (mode,) = cur.execute("PRAGMA journal_mode=WAL").fetchone()
             cur.execute(f"PRAGMA busy_timeout={BUSY_TIMEOUT_MS}")
             cur.execute("PRAGMA synchronous=NORMAL")
+            if write and self.background_checkpoints and str(mode).lower() == "wal":
+                self._checkpoint_in_background(cur)
             cur.close()
 
         begin = self.driver_begin if write else "BEGIN"
@@ -57,6 +70,23 @@ class SqliteDialect(SqlDialect):
                 raise DBAPIError.instance(
                     begin, (), exc, sqlite3.Error, dialect=conn.dialect
                 ) from exc
+
+    def _checkpoint_in_background(self, cursor: Any) -> None:
+        """Leave the log's checkpoints to the checkpointer (started here, for a database in a
+        file), commits checkpointing only past :data:`BACKSTOP_PAGES`."""
+        if self.checkpointer is None:
+            path = next(
+                (row[2] for row in cursor.execute("PRAGMA database_list") if row[1] == "main"), ""
+            )
+            if not path:
+                return  # in memory, or a temporary database: no log to checkpoint
+            self.checkpointer = WalCheckpointer(path)
+        cursor.execute(f"PRAGMA wal_autocheckpoint={BACKSTOP_PAGES}")
+        self.checkpointer.ensure_running()
+
+    def close(self) -> None:
+        if self.checkpointer is not None:
+            self.checkpointer.stop()
 
     def skip_duplicate_keys_clause(self, dialect_name: str) -> str | None:
         """``ON CONFLICT DO NOTHING`` (SQLite 3.24+): the key look-up of a submission is then

@@ -423,6 +423,7 @@ class SqlStore(
         self.engine.dispose()
         if self.read_engine is not self.engine:
             self.read_engine.dispose()
+        self.dialect.close()
 
     def database_time(self) -> datetime:
         from ratchet.sql.types import from_micros
