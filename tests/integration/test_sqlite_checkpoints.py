@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import logging
 import os
+import signal
 import sqlite3
 import threading
 from pathlib import Path
@@ -176,3 +177,34 @@ def test_the_thread_starts_once_and_not_after_stop(tmp_path: Path) -> None:
     assert _checkpoint_threads() == []
     checkpointer.ensure_running()
     assert _checkpoint_threads() == []
+
+
+@pytest.mark.skipif(not hasattr(os, "fork"), reason="needs fork")
+def test_a_forked_child_runs_a_checkpointer_of_its_own(tmp_path: Path) -> None:
+    path = tmp_path / "t.db"
+    db = _wal_database(path)
+    checkpointer = WalCheckpointer(str(path), interval=0.001)
+    checkpointer.ensure_running()
+    try:
+        with checkpointer._lock:  # held by another thread at the moment of the fork
+            pid = os.fork()
+            if pid == 0:  # the child: report through the exit status only
+                code = 1
+                signal.alarm(30)  # a child stuck on the parent's lock dies instead of hanging
+                try:
+                    child_db = sqlite3.connect(path, isolation_level=None)
+                    child_db.execute("PRAGMA wal_autocheckpoint=0")
+                    before = checkpointer.checkpoints
+                    checkpointer.ensure_running()
+                    child_db.execute("INSERT INTO t VALUES (1, 'child')")
+                    if checkpointer.wait_for_checkpoints(before + 1, timeout=30):
+                        code = 0 if len(_checkpoint_threads()) == 1 else 2
+                    checkpointer.stop()
+                finally:
+                    os._exit(code)
+        _, status = os.waitpid(pid, 0)
+        assert os.waitstatus_to_exitcode(status) == 0
+        assert len(_checkpoint_threads()) == 1  # the parent's still runs
+    finally:
+        checkpointer.stop()
+        db.close()

@@ -75,14 +75,17 @@ class WalCheckpointer:
         """Start the thread unless it runs in this process already (cheap when it does)."""
         if self._pid == os.getpid() or self._stopping.is_set():
             return
+        if self._pid:
+            # A forked child: the parent's thread is gone (its locks may have been held at the
+            # fork), and the parent's connection must not be used or closed here.
+            self._lock = threading.Lock()
+            self._ran = threading.Condition()
+            self._connection = None
+            self._seen = None
+            self._pid = 0
         with self._lock:
             if self._pid == os.getpid() or self._stopping.is_set():
                 return
-            if self._pid:
-                # A forked child: the parent's thread is gone, and its connection must not be
-                # used (or closed) here.
-                self._connection = None
-                self._seen = None
             self._pid = os.getpid()
             self._thread = NamedThread(target=self._loop, name="ratchet-checkpoint")
             self._thread.start()
