@@ -3,8 +3,8 @@
 In WAL mode a commit appends the pages it changed to the log (the ``-wal`` file); a
 *checkpoint* copies them back into the database file and, under ``synchronous=NORMAL``, flushes
 both to disk. By default SQLite runs one inside whichever commit finds the log past 1,000
-pages, so that commit waits for the copy and the flushes: a submission in a steady stream pays
-for a few hundred others every few dozen.
+pages, so that commit waits for the copy and the flushes: in a steady stream of single
+submissions (about seven pages each), one in about a hundred and forty pays for the others.
 
 A store's :class:`WalCheckpointer` runs them instead on a thread of its own, soon after the log
 grows, with ``PRAGMA wal_checkpoint(PASSIVE)``: it waits for no reader and no writer, and
