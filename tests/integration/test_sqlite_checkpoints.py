@@ -21,8 +21,20 @@ from ratchet.sql.sqlite_checkpoint import BACKSTOP_PAGES, WalCheckpointer
 SQLITE_DEFAULT_AUTOCHECKPOINT = 1000
 
 
+@pytest.fixture(autouse=True)
+def _earlier_threads() -> None:
+    """Apps of other tests in this process that were never closed keep their checkpointers:
+    the tests here count only the threads started since they began."""
+    _BEFORE.clear()
+    _BEFORE.update(threading.enumerate())
+
+
+_BEFORE: set[threading.Thread] = set()
+
+
 def _checkpoint_threads() -> list[threading.Thread]:
-    return [t for t in threading.enumerate() if t.name == "ratchet-checkpoint"]
+    """The checkpoint threads started since the test began that still run."""
+    return [t for t in threading.enumerate() if t.name == "ratchet-checkpoint" and t not in _BEFORE]
 
 
 def _write_connection_setting(app: Ratchet, pragma: str) -> int:
