@@ -308,7 +308,8 @@ def test_bad_options_are_refused(app: Ratchet, configure: Any, message: str) -> 
 
 
 def test_negative_delay_is_refused(app: Ratchet) -> None:
-    with pytest.raises(InvalidJobOptions, match="negative"):
+    # The same rule, and the same words, as enqueue_many's delay.
+    with pytest.raises(InvalidJobOptions, match="delay must be a non-negative timedelta, got"):
         app.schedule(timedelta(seconds=-1), sample_jobs.noop)
     with pytest.raises(InvalidJobOptions, match="timezone-aware"):
         app.schedule(datetime(2030, 1, 1), sample_jobs.noop)

@@ -149,6 +149,15 @@ class JobHandle:
         return decode_result(self.app.protection.open_result(rec.result), self.app.enums)
 
 
+def check_delay(delay: object) -> None:
+    """Refuse a submission's ``delay`` unless it is a ``timedelta`` of zero or more.
+
+    :raises InvalidJobOptions: it is not.
+    """
+    if not isinstance(delay, timedelta) or delay < timedelta(0):
+        raise InvalidJobOptions(f"delay must be a non-negative timedelta, got {delay!r}")
+
+
 def wakes_workers(immediate: bool, priority: JobPriority, due_later: bool) -> bool:
     """Whether a stored job wakes the workers at once: asked to (``immediate``), CRITICAL, or
     due now (not ``due_later``); the others wait for the next poll."""
@@ -182,8 +191,8 @@ class JobBuilder:
         delay: timedelta | None = None,
         run_at: datetime | None = None,
     ) -> None:
-        if delay is not None and delay < timedelta(0):
-            raise InvalidJobOptions(f"delay must not be negative, got {delay}")
+        if delay is not None:
+            check_delay(delay)
         if run_at is not None and run_at.tzinfo is None:
             raise InvalidJobOptions("run_at must be a timezone-aware datetime")
         self._app = app

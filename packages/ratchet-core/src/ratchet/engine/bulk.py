@@ -20,13 +20,12 @@ from typing import TYPE_CHECKING, Any
 
 from ratchet.domain.errors import (
     InvalidJobArguments,
-    InvalidJobOptions,
     PayloadTooLargeError,
     UnserializableArgument,
 )
 from ratchet.domain.model import NewJob
 from ratchet.domain.options import JobOptions
-from ratchet.engine.builder import wakes_workers
+from ratchet.engine.builder import check_delay, wakes_workers
 from ratchet.engine.security import current_principal
 from ratchet.serialization import encode_payload
 from ratchet.targets import check_arguments
@@ -76,8 +75,8 @@ class CallJobs:
         options: JobOptions,
         delay: timedelta | None,
     ) -> None:
-        if delay is not None and (not isinstance(delay, timedelta) or delay < timedelta(0)):
-            raise InvalidJobOptions(f"delay must be a non-negative timedelta, got {delay!r}")
+        if delay is not None:
+            check_delay(delay)
         self._app = app
         self._fn = fn
         self._ref = app.check_target(fn)
