@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import gc
 import logging
 import os
 import signal
@@ -220,3 +221,13 @@ def test_a_forked_child_runs_a_checkpointer_of_its_own(tmp_path: Path) -> None:
     finally:
         checkpointer.stop()
         db.close()
+
+
+def test_a_store_dropped_without_close_stops_its_thread_once_collected(tmp_path: Path) -> None:
+    app = Ratchet(f"sqlite:///{tmp_path}/jobs.db", allowed_modules=["sample_jobs"])
+    app.enqueue(record, 1).submit()
+    (thread,) = _checkpoint_threads()
+    del app
+    gc.collect()
+    thread.join(timeout=30)
+    assert not thread.is_alive()

@@ -89,7 +89,8 @@ def test_freezing_the_startup_heap_moves_the_live_objects_out_of_the_scans() -> 
     kept = [object() for _ in range(10)], {"a": []}
     try:
         frozen = freeze_startup_heap()
-        assert frozen == gc.get_freeze_count() > 0
+        # Other threads may free frozen objects meanwhile; nothing new is frozen.
+        assert 0 < gc.get_freeze_count() <= frozen
         assert not any(kept[1] is o for o in gc.get_objects())  # a frozen container
     finally:
         gc.unfreeze()

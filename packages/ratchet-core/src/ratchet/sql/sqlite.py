@@ -9,6 +9,7 @@ A database in a file gets its write-ahead log checkpointed on a thread of its ow
 from __future__ import annotations
 
 import sqlite3
+import weakref
 from pathlib import Path
 from typing import Any
 
@@ -81,6 +82,8 @@ class SqliteDialect(SqlDialect):
             if not path:
                 return  # in memory, or a temporary database: no log to checkpoint
             self.checkpointer = WalCheckpointer(path)
+            # A store dropped without close() stops its thread when it is collected.
+            weakref.finalize(self, self.checkpointer.stop, 0)
         cursor.execute(f"PRAGMA wal_autocheckpoint={BACKSTOP_PAGES}")
         self.checkpointer.ensure_running()
 

@@ -91,15 +91,25 @@ class WalCheckpointer:
             self._thread.start()
 
     def stop(self, timeout: float = 5.0) -> None:
-        """End the thread (waiting up to ``timeout`` seconds) and close its connection."""
+        """End the thread (waiting up to ``timeout`` seconds; 0: not at all, it ends on its
+        own) and close its connection."""
         self._stopping.set()
         thread = self._thread
-        if thread is not None and thread.is_alive() and thread is not threading.current_thread():
+        if timeout > 0 and thread is not None and thread is not threading.current_thread():
             thread.join(timeout)
-        with self._lock:
+        self._close_connection()
+
+    def _close_connection(self) -> None:
+        # Without waiting for the lock when a checkpoint holds it: the thread closes the
+        # connection itself when it ends.
+        if not self._lock.acquire(blocking=False):
+            return
+        try:
             if self._connection is not None and self._pid == os.getpid():
                 self._connection.close()
             self._connection = None
+        finally:
+            self._lock.release()
 
     def run_once(self) -> bool:
         """Checkpoint the log if it changed since the last look; whether it did.
@@ -156,3 +166,7 @@ class WalCheckpointer:
         delay = self.interval
         while not self._stopping.wait(delay):
             delay = self.interval if self.run_once() else min(self.idle_interval, delay * 2)
+        with self._lock:
+            if self._connection is not None:
+                self._connection.close()
+                self._connection = None
