@@ -100,8 +100,8 @@ class WalCheckpointer:
         self._close_connection()
 
     def _close_connection(self) -> None:
-        # Without waiting for the lock when a checkpoint holds it: the thread closes the
-        # connection itself when it ends.
+        # Called by stop() and by the thread as it ends; whichever finds the lock free closes
+        # the connection (stop() never waits behind a checkpoint in progress).
         if not self._lock.acquire(blocking=False):
             return
         try:
@@ -166,7 +166,4 @@ class WalCheckpointer:
         delay = self.interval
         while not self._stopping.wait(delay):
             delay = self.interval if self.run_once() else min(self.idle_interval, delay * 2)
-        with self._lock:
-            if self._connection is not None:
-                self._connection.close()
-                self._connection = None
+        self._close_connection()
