@@ -4,8 +4,10 @@ One command, one machine, one throwaway PostgreSQL 15 (server defaults: ``fsync`
 ``synchronous_commit`` on), every measurement interleaved round by round so that a change in the
 machine's load hits both sides of a ratio alike::
 
-    uv sync --group bench       # pgqueuer, asyncpg and huey: benchmark-only, never runtime deps
-    uv run --no-sync python benchmarks/bench_peers.py [--rounds 3] [--jobs 20000] [--quick]
+    uv run --group bench python benchmarks/bench_peers.py [--rounds 3] [--jobs 20000] [--quick]
+
+(``--group bench`` installs pgqueuer, asyncpg and huey first: benchmark-only, never runtime
+dependencies.)
 
 What it measures (no-op jobs throughout; the median of ``--rounds`` rounds, min-max beside it):
 
@@ -947,7 +949,10 @@ def main(argv: list[str] | None = None) -> int:
             import huey  # noqa: F401
             import pgqueuer  # noqa: F401
         except ImportError as exc:
-            parser.error(f"{exc.name} is missing: `uv sync --group bench`, or --ratchet-only")
+            parser.error(
+                f"{exc.name} is missing: run with `uv run --group bench` (or `uv sync --group"
+                " bench` first), or pass --ratchet-only"
+            )
 
     from bench_postgres import durable_server
 

@@ -105,4 +105,4 @@ def test_a_missing_peer_names_the_dependency_group(
     with pytest.raises(SystemExit) as exited:
         bench_peers.main(["--quick"])
     assert exited.value.code == 2
-    assert "uv sync --group bench" in capsys.readouterr().err
+    assert "uv run --group bench" in capsys.readouterr().err
