@@ -602,10 +602,14 @@ SELECT job_id FROM accepted
 def _claimed_jobs(rows: Sequence[Any], now: datetime) -> list[ClaimedJob]:
     """The jobs of the claim statement's rows (:func:`~ratchet.sql.claimed.plain_rows`; queue
     and definition columns in one row)."""
-    return [
-        claimed_job(r, r, now, epoch=r.epoch, scheduled_time=from_micros(r.scheduled_time))
-        for r in rows
-    ]
+    times: dict[int, datetime] = {}  # the jobs of one submission share their due time
+    claimed = []
+    for r in rows:
+        due = times.get(r.scheduled_time)
+        if due is None:
+            due = times[r.scheduled_time] = from_micros(r.scheduled_time)
+        claimed.append(claimed_job(r, r, now, epoch=r.epoch, scheduled_time=due))
+    return claimed
 
 
 class PostgresClaim(ClaimStatements):
@@ -849,24 +853,28 @@ class PostgresOutcomes(OutcomeStatements):
 
 def _outcome_params(node_id: str, planned: Sequence[PlannedOutcome]) -> dict[str, Any]:
     """The parameters of :func:`record_statement` for ``planned``: one JSON array each."""
-    payload = _JSON.encode(
-        [
+    micros: dict[datetime, int] = {}  # most outcomes of a batch are due back at one time
+    records = []
+    for p in planned:
+        o = p.outcome
+        pending = micros.get(p.pending_at)
+        if pending is None:
+            pending = micros[p.pending_at] = to_micros(p.pending_at)
+        records.append(
             (  # in OUTCOME_RECORD's order
-                str(p.outcome.job_id),
-                p.outcome.epoch,
-                p.outcome.kind.value,
+                _uuid_text(o.job_id),
+                o.epoch,
+                o.kind.value,
                 p.terminal_status,
                 p.attempts_added,
-                p.outcome.error,
-                p.outcome.traceback,
-                p.outcome.result,
-                to_micros(p.outcome.finished_at),
-                to_micros(p.pending_at),
+                o.error,
+                o.traceback,
+                o.result,
+                to_micros(o.finished_at),
+                pending,
             )
-            for p in planned
-        ]
-    )
-    return {"outcomes": payload, "node": node_id}
+        )
+    return {"outcomes": _JSON.encode(records), "node": node_id}
 
 
 @cache
