@@ -864,7 +864,7 @@ def _outcome_params(node_id: str, planned: Sequence[PlannedOutcome]) -> dict[str
             (  # in OUTCOME_RECORD's order
                 _uuid_text(o.job_id),
                 o.epoch,
-                o.kind.value,
+                o.kind,  # a str enum: encoded as its value
                 p.terminal_status,
                 p.attempts_added,
                 o.error,
