@@ -602,14 +602,23 @@ SELECT job_id FROM accepted
 def _claimed_jobs(rows: Sequence[Any], now: datetime) -> list[ClaimedJob]:
     """The jobs of the claim statement's rows (:func:`~ratchet.sql.claimed.plain_rows`; queue
     and definition columns in one row)."""
-    times: dict[int, datetime] = {}  # the jobs of one submission share their due time
-    claimed = []
-    for r in rows:
-        due = times.get(r.scheduled_time)
-        if due is None:
-            due = times[r.scheduled_time] = from_micros(r.scheduled_time)
-        claimed.append(claimed_job(r, r, now, epoch=r.epoch, scheduled_time=due))
-    return claimed
+    due = _Converted(from_micros)  # the jobs of one submission share their due time
+    return [
+        claimed_job(r, r, now, epoch=r.epoch, scheduled_time=due[r.scheduled_time]) for r in rows
+    ]
+
+
+class _Converted(dict[Any, Any]):
+    """``convert(key)`` for each key looked up, computed once per distinct key (a plain dict
+    look-up after the first): a batch's rows repeat a few values many times."""
+
+    def __init__(self, convert: Callable[[Any], Any]) -> None:
+        super().__init__()
+        self._convert = convert
+
+    def __missing__(self, key: Any) -> Any:
+        value = self[key] = self._convert(key)
+        return value
 
 
 class PostgresClaim(ClaimStatements):
@@ -853,27 +862,22 @@ class PostgresOutcomes(OutcomeStatements):
 
 def _outcome_params(node_id: str, planned: Sequence[PlannedOutcome]) -> dict[str, Any]:
     """The parameters of :func:`record_statement` for ``planned``: one JSON array each."""
-    micros: dict[datetime, int] = {}  # most outcomes of a batch are due back at one time
-    records = []
-    for p in planned:
-        o = p.outcome
-        pending = micros.get(p.pending_at)
-        if pending is None:
-            pending = micros[p.pending_at] = to_micros(p.pending_at)
-        records.append(
-            (  # in OUTCOME_RECORD's order
-                _uuid_text(o.job_id),
-                o.epoch,
-                o.kind,  # a str enum: encoded as its value
-                p.terminal_status,
-                p.attempts_added,
-                o.error,
-                o.traceback,
-                o.result,
-                to_micros(o.finished_at),
-                pending,
-            )
+    pending_micros = _Converted(to_micros)  # most outcomes of a batch are due back at one time
+    records = [
+        (  # in OUTCOME_RECORD's order
+            _uuid_text(p.outcome.job_id),
+            p.outcome.epoch,
+            p.outcome.kind,  # a str enum: encoded as its value
+            p.terminal_status,
+            p.attempts_added,
+            p.outcome.error,
+            p.outcome.traceback,
+            p.outcome.result,
+            to_micros(p.outcome.finished_at),
+            pending_micros[p.pending_at],
         )
+        for p in planned
+    ]
     return {"outcomes": _JSON.encode(records), "node": node_id}
 
 
